@@ -1,0 +1,1 @@
+"""online-ctr: streaming online learning for click-through-rate prediction."""

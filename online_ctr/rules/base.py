@@ -1,0 +1,120 @@
+"""What every learning rule provides, and the small pieces of math they share.
+
+A rule works on the per-feature state of the features present in a mini-batch: a float64
+array ``state`` of shape ``(k, len(rule.fields))``, one row per feature, one column per state
+field (FTRL: ``z``, ``n``). Nothing here mutates its inputs; every function returns new arrays.
+
+The global step ``t`` is the number of examples the model has learned from. ``weights(state,
+t)`` gives the weights used to predict example ``t + 1``; ``update(state, g, g2, t)`` applies a
+mini-batch whose last example is example ``t`` (so a batch of B examples that starts after
+``t0`` examples passes ``t = t0 + B``), with ``g`` and ``g2`` the per-feature sums of the
+gradients and of their squares over the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+Step = float | Array
+
+#: Largest step we ever schedule an expiry at: float64 represents every integer below it.
+NEVER = float("inf")
+
+
+def soft_threshold(v: Array, a: Step) -> Array:
+    """``S_a(v) = sgn(v) max(0, |v| - a)``, the proximal map of ``a |v|``.
+
+    >>> soft_threshold(np.array([-3.0, 0.5, 2.0]), 1.0)
+    array([-2.,  0.,  1.])
+    """
+    return np.sign(v) * np.maximum(0.0, np.abs(v) - a)
+
+
+def adaptive_rate(n: Array, alpha: float, beta: float) -> Array:
+    """Per-coordinate learning rate ``eta_i = alpha / (beta + sqrt(n_i))`` (McMahan et al. 2013).
+
+    >>> adaptive_rate(np.array([0.0, 9.0]), alpha=0.1, beta=1.0)
+    array([0.1  , 0.025])
+    """
+    return alpha / (beta + np.sqrt(n))
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ``ValueError(message)`` unless ``condition``: validation for hyper-parameters."""
+    if not condition:
+        raise ValueError(message)
+
+
+WeightsFn = Callable[[Array, Step, Any], Array]
+UpdateFn = Callable[[Array, Array, Array, int, Any], Array]
+ExpiryFn = Callable[[Array, int, Any], Array]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A learning rule: its state layout, hyper-parameter class and three pure functions.
+
+    ``expiry(state, t, params)`` gives, for each feature whose weight at step ``t`` is nonzero,
+    the first step ``s > t`` at which its weight is exactly zero if the feature is not touched
+    again (``inf`` if never). Untouched weights only ever move towards zero in every rule here,
+    so this is what an exact nonzero-weight count needs to know.
+    """
+
+    name: str
+    title: str
+    fields: tuple[str, ...]
+    params_type: type[Any]
+    weights: WeightsFn
+    update: UpdateFn
+    expiry: ExpiryFn
+
+    def params(self, **values: float) -> Any:
+        """Build this rule's hyper-parameters, ignoring names the rule does not use."""
+        known = {f.name for f in fields(self.params_type)}
+        return self.params_type(**{k: v for k, v in values.items() if k in known})
+
+    def zeros(self, k: int) -> Array:
+        """The state of ``k`` features never seen before."""
+        return np.zeros((k, len(self.fields)))
+
+
+def never_expires(state: Array, t: int, params: Any) -> Array:
+    """Expiry for rules whose untouched weights never change."""
+    return np.full(state.shape[0], NEVER)
+
+
+def first_zero_step(
+    weights: WeightsFn, state: Array, t: int, params: Any, estimate: Array
+) -> Array:
+    """Turn an analytic estimate of when each untouched weight reaches zero into the exact step.
+
+    The estimate comes from solving ``penalty(s) = |w|`` in real numbers; rounding can put it
+    one step off the first ``s > t`` at which ``weights(state, s)`` is exactly zero. Weights are
+    monotone in ``s`` for untouched features, so a short walk in each direction settles it.
+    Rows whose weight is already zero at ``t``, or whose estimate is ``inf``, get ``inf``/``t``.
+    """
+    finite = np.isfinite(estimate)
+    s = np.where(finite, np.maximum(np.ceil(estimate), t + 1), NEVER)
+    for _ in range(64):
+        rows = np.isfinite(s) & (s > t + 1)
+        if not rows.any():
+            break
+        early = weights(state[rows], s[rows] - 1, params) == 0
+        if not early.any():
+            break
+        idx = np.flatnonzero(rows)[early]
+        s[idx] -= 1
+    for _ in range(64):
+        rows = np.isfinite(s)
+        late = weights(state[rows], s[rows], params) != 0
+        if not late.any():
+            break
+        idx = np.flatnonzero(rows)[late]
+        s[idx] += 1
+    return s
