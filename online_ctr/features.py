@@ -77,7 +77,7 @@ class FeatureHasher:
     """
 
     hash_bits: int | None = None
-    _known: dict[tuple[str, str | None], int] = field(default_factory=dict, repr=False)
+    _known: dict[object, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.hash_bits is not None and not 1 <= self.hash_bits <= 64:

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``online-ctr`` command line, one module each."""

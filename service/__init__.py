@@ -1,0 +1,1 @@
+"""The HTTP service: FastAPI app, Redis adapters, settings and metrics."""

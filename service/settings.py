@@ -1,0 +1,98 @@
+"""The service's configuration: one pydantic-settings class, read once and passed down.
+
+Every variable has the prefix ``OCTR_`` (``OCTR_RULE=rda``); the Redis URL is also read from
+plain ``REDIS_URL``. Nothing else in the code reads the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from online_ctr.rules import RULES, get_rule
+
+#: Hyper-parameter settings, by the name the rules' dataclasses use.
+HYPER_PARAMETERS = ("alpha", "beta", "l1", "l2", "gamma", "theta", "k")
+
+
+class Settings(BaseSettings):
+    """Configuration of the API, the worker and the all-in-one ``serve`` command."""
+
+    model_config = SettingsConfigDict(env_prefix="OCTR_", extra="ignore", frozen=True)
+
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OCTR_REDIS_URL", "REDIS_URL"),
+        description="Redis to use; unset, `online-ctr serve` starts an embedded one.",
+    )
+    data_dir: Path = Field(Path(".online-ctr"), description="Where the embedded Redis keeps data.")
+    model: str = Field("default", description="The model the worker learns and the API serves.")
+    rule: str = Field("ftrl", description=f"Learning rule: {', '.join(sorted(RULES))}.")
+    alpha: float | None = Field(None, description="Learning-rate scale (ftrl, fobos, tg, ...).")
+    beta: float | None = Field(None, description="Learning-rate offset (ftrl, fobos, tg, ...).")
+    l1: float | None = Field(None, description="L1 strength (gravity for tg).")
+    l2: float | None = Field(None, description="L2 strength (ftrl).")
+    gamma: float | None = Field(None, description="RDA's step-size scale.")
+    theta: float | None = Field(None, description="Truncation threshold (tg, truncation).")
+    k: int | None = Field(None, description="Truncation period in steps (tg, truncation).")
+    hash_bits: int | None = Field(None, ge=1, le=64, description="Hashing-trick bits; unset: 64.")
+    state_buckets: int = Field(4096, description="Redis hashes the state is spread over (2^n).")
+    batch_size: int = Field(512, ge=1, le=100_000, description="Stream entries per worker batch.")
+    batch_wait_ms: int = Field(50, ge=0, description="How long a worker waits to fill a batch.")
+    reclaim_idle_ms: int = Field(30_000, ge=1, description="Idle time before XAUTOCLAIM.")
+    max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
+    redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
+    max_examples_per_request: int = Field(1000, ge=1)
+    max_features_per_example: int = Field(1000, ge=1)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    host: str = Field("127.0.0.1", description="API bind address.")
+    port: int = Field(8000, ge=0, le=65535, description="API port.")
+    worker_metrics_port: int = Field(9101, ge=0, le=65535, description="Worker /metrics; 0: off.")
+    worker_name: str | None = Field(None, description="Consumer name; default host-pid.")
+    heartbeat_interval_s: float = Field(2.0, gt=0)
+    ready_max_heartbeat_age_s: float = Field(15.0, gt=0)
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, value: str) -> str:
+        get_rule(value)
+        return value
+
+    @field_validator("state_buckets")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value < 1 or value & (value - 1) or value > 1 << 20:
+            raise ValueError(f"state_buckets must be a power of two up to 2^20, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _params_fit_rule(self) -> Settings:
+        self.rule_params()
+        return self
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The hyper-parameters that were set, by name."""
+        values = {name: getattr(self, name) for name in HYPER_PARAMETERS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def rule_params(self) -> Any:
+        """The rule's hyper-parameter dataclass, refusing settings the rule does not use."""
+        rule = get_rule(self.rule)
+        given = self.hyper_parameters()
+        params = rule.params(**given)
+        unused = sorted(set(given) - set(vars(params)))
+        if unused:
+            names = ", ".join(f"OCTR_{name.upper()}" for name in unused)
+            raise ValueError(f"{names} not used by rule {self.rule!r}; unset them")
+        return params
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings of this process, read from the environment once."""
+    return Settings()

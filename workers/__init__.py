@@ -1,0 +1,1 @@
+"""The learning worker: consumes the feedback stream and updates the state in Redis."""
