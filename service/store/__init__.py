@@ -1,0 +1,1 @@
+"""Redis adapters: key names (``keys``), encodings (``codec``), atomic state access (``state``)."""

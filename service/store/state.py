@@ -1,0 +1,224 @@
+"""A model's state in Redis: reading it for a batch, and committing a batch atomically.
+
+Both operations are Lua scripts (``read_state.lua``, ``commit.lua``) registered once. Reading
+returns the state of the requested features together with the model's step ``t`` in one
+atomic call. Committing writes the new state only if ``t`` has not moved since that read (any
+other commit moves it), and only if every stream entry of the batch is still pending for this
+consumer; it acknowledges and deletes those entries in the same script. So concurrent workers
+never lose each other's updates, and a batch is applied exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+from numpy.typing import NDArray
+
+from online_ctr.features import Batch
+from online_ctr.rules import Rule, get_rule
+from online_ctr.rules.base import Array
+from service.store import codec
+from service.store.keys import GROUP, ModelKeys
+
+
+class ModelMismatchError(RuntimeError):
+    """The model in Redis was created with another rule, hyper-parameters or hashing."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model is: its rule, hyper-parameters, feature hashing and state layout."""
+
+    name: str
+    rule: Rule
+    params: Any
+    hash_bits: int | None
+    buckets: int
+
+    def describe(self) -> dict[str, str]:
+        """The spec as stored in the model's meta hash."""
+        return {
+            "rule": self.rule.name,
+            "params": json.dumps(vars(self.params), sort_keys=True),
+            "hash_bits": str(self.hash_bits or 64),
+            "buckets": str(self.buckets),
+            "fields": ",".join(self.rule.fields),
+        }
+
+    @property
+    def width(self) -> int:
+        """Bytes per stored state value: the rule's fields and the count, as float64."""
+        return 8 * (len(self.rule.fields) + 1)
+
+
+@dataclass(frozen=True)
+class Read:
+    """The state of some features (rule fields then count) and the step it is as of."""
+
+    t: int
+    state: Array
+
+    @property
+    def rule_state(self) -> Array:
+        return self.state[:, :-1]
+
+    @property
+    def known(self) -> NDArray[np.bool_]:
+        """Which of the features have state (a count above zero)."""
+        return self.state[:, -1] > 0
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What the commit script answered: ``ok``, ``conflict`` or ``fenced``."""
+
+    status: str
+    t: int
+    nonzero_weights: int = 0
+    features_tracked: int = 0
+    logloss_sum: float = 0.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Features ordered by state bucket, with the bucket keys and run lengths the scripts use."""
+
+    order: NDArray[np.intp]
+    ids: bytes
+    keys: list[str]
+    runs: bytes
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _script(name: str) -> str:
+    return resources.files("service.store").joinpath(name).read_text()
+
+
+class ModelStore:
+    """Reads and writes one model's state; shared by the API and the worker."""
+
+    def __init__(self, redis: aioredis.Redis, spec: ModelSpec) -> None:
+        self.redis = redis
+        self.spec = spec
+        self.keys = ModelKeys(spec.name)
+        self._bucket_keys = [self.keys.bucket(i) for i in range(spec.buckets)]
+        self._read = redis.register_script(_script("read_state.lua"))
+        self._commit = redis.register_script(_script("commit.lua"))
+
+    async def ensure(self) -> None:
+        """Create the model (meta and consumer group) if new; refuse a different existing one."""
+        described = self.spec.describe()
+        await self.redis.hsetnx(self.keys.meta, "rule", described["rule"])
+        stored = await self.redis.hgetall(self.keys.meta)
+        if len(stored) == 1:
+            mapping: dict[str | bytes, str | bytes] = dict(described)
+            await self.redis.hset(self.keys.meta, mapping=mapping)  # type: ignore[arg-type]
+            stored = await self.redis.hgetall(self.keys.meta)
+        stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
+        if stored_spec != described:
+            raise ModelMismatchError(
+                f"model {self.spec.name!r} in Redis was created as {stored_spec}, but this "
+                f"process is configured as {described}; use another model name or delete it"
+            )
+        try:
+            await self.redis.xgroup_create(self.keys.stream, GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+
+    def place(self, ids: NDArray[np.uint64]) -> Placement:
+        """Group features by the bucket that holds them."""
+        buckets = (ids & np.uint64(self.spec.buckets - 1)).astype(np.intp)
+        order = np.argsort(buckets, kind="stable")
+        used, runs = np.unique(buckets[order], return_counts=True)
+        return Placement(
+            order=order,
+            ids=codec.pack_ids(ids[order]),
+            keys=[self._bucket_keys[b] for b in used.tolist()],
+            runs=runs.astype("<u4").tobytes(),
+        )
+
+    async def read(self, placement: Placement) -> Read:
+        """The state of the placed features (in the caller's order) and the current step."""
+        t, blob = await self._read(
+            keys=[self.keys.meta, *placement.keys],
+            args=[placement.ids, placement.runs, self.spec.width],
+        )
+        state = np.empty((len(placement.order), len(self.spec.rule.fields) + 1))
+        state[placement.order] = codec.unpack_state(blob, len(self.spec.rule.fields) + 1)
+        return Read(t=int(t), state=state)
+
+    async def weights(self, ids: NDArray[np.uint64]) -> Array:
+        """The weights of ``ids`` as of now (0 for unknown features)."""
+        read = await self.read(self.place(ids))
+        return self.spec.rule.weights(read.rule_state, read.t, self.spec.params)
+
+    async def append(self, batch: Batch) -> str:
+        """Append a labelled batch to the feedback stream as one entry; returns its id."""
+        entry_id = await self.redis.xadd(self.keys.stream, {"b": codec.encode_entry(batch)})
+        return _text(entry_id)
+
+    async def commit(self, change: StateChange, consumer: str, entries: list[str]) -> Commit:
+        """Run the commit script for a computed batch."""
+        placement = change.placement
+        reply = await self._commit(
+            keys=[
+                self.keys.meta,
+                self.keys.stream,
+                self.keys.expiry,
+                self.keys.failures,
+                *placement.keys,
+            ],
+            args=[
+                GROUP,
+                consumer,
+                change.t,
+                change.examples,
+                repr(change.logloss_sum),
+                placement.ids,
+                placement.runs,
+                codec.pack_state(change.state[placement.order]),
+                self.spec.width,
+                codec.pack_ids(change.leaving),
+                codec.pack_ids(change.entering),
+                change.entering_steps.astype("<f8").tobytes(),
+                change.stable_delta,
+                change.tracked_delta,
+                *entries,
+            ],
+        )
+        status = reply[0].decode()
+        if status != "ok":
+            return Commit(status=status, t=int(reply[1]) if status == "conflict" else -1)
+        return Commit(status, int(reply[1]), int(reply[2]), int(reply[3]), float(reply[4]))
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A batch's effect on the state, computed against the state read at step ``t``."""
+
+    placement: Placement
+    t: int
+    examples: int
+    logloss_sum: float
+    state: Array
+    leaving: NDArray[np.uint64]
+    entering: NDArray[np.uint64]
+    entering_steps: Array
+    stable_delta: int
+    tracked_delta: int
+
+
+def spec_from(
+    name: str, rule_name: str, params: Any, hash_bits: int | None, buckets: int
+) -> ModelSpec:
+    """A :class:`ModelSpec` from plain settings values."""
+    return ModelSpec(name, get_rule(rule_name), params, hash_bits, buckets)

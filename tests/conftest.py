@@ -1,0 +1,46 @@
+"""Shared fixtures: real Redis servers started by the tests themselves, and the data folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from service.embedded import RedisServer
+
+#: The shared real CTR data, beside the repository (never copied into it).
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One Redis for the session, on a free loopback port; never the machine's own."""
+    with RedisServer(tmp_path_factory.mktemp("redis"), persist=False) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session Redis, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start dedicated Redis servers (for tests that stop and restart one); all stopped after."""
+    servers: list[RedisServer] = []
+
+    def make(persist: bool = True) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(servers)}", persist=persist).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
