@@ -119,8 +119,7 @@ class ModelStore:
         await self.redis.hsetnx(self.keys.meta, "rule", described["rule"])
         stored = await self.redis.hgetall(self.keys.meta)
         if len(stored) == 1:
-            mapping: dict[str | bytes, str | bytes] = dict(described)
-            await self.redis.hset(self.keys.meta, mapping=mapping)  # type: ignore[arg-type]
+            await self.redis.hset(self.keys.meta, mapping=described)  # type: ignore[arg-type]
             stored = await self.redis.hgetall(self.keys.meta)
         stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
@@ -161,6 +160,43 @@ class ModelStore:
         read = await self.read(self.place(ids))
         return self.spec.rule.weights(read.rule_state, read.t, self.spec.params)
 
+    async def info(self) -> ModelInfo:
+        """The model's description and counters, read in one round trip."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.meta)
+            pipe.zcard(self.keys.expiry)
+            pipe.xlen(self.keys.stream)
+            pipe.xlen(self.keys.dead)
+            raw, expiring, lag, dead = await pipe.execute()
+        meta = {_text(k): _text(v) for k, v in raw.items()}
+        return ModelInfo(
+            name=self.spec.name,
+            rule=meta.get("rule", self.spec.rule.name),
+            params=json.loads(meta.get("params", "{}")),
+            hash_bits=int(meta.get("hash_bits", 64)),
+            t=int(meta.get("t", 0)),
+            nonzero_weights=int(meta.get("nnz_stable", 0)) + int(expiring),
+            features_tracked=int(meta.get("tracked", 0)),
+            logloss_sum=float(meta.get("logloss_sum", 0.0)),
+            stream_lag=int(lag),
+            dead_letters=int(dead),
+        )
+
+    async def heartbeat(self, consumer: str) -> None:
+        """Record that ``consumer`` is alive, stamped with Redis's clock (one clock for all)."""
+        seconds, micros = await self.redis.time()
+        await self.redis.zadd(self.keys.workers, {consumer: seconds + micros / 1e6})
+
+    async def heartbeat_age(self) -> float | None:
+        """Seconds since the freshest worker heartbeat, by Redis's clock; None if none ever."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.zrange(self.keys.workers, -1, -1, withscores=True)
+            (seconds, micros), newest = await pipe.execute()
+        if not newest:
+            return None
+        return float(seconds + micros / 1e6 - newest[0][1])
+
     async def append(self, batch: Batch) -> str:
         """Append a labelled batch to the feedback stream as one entry; returns its id."""
         entry_id = await self.redis.xadd(self.keys.stream, {"b": codec.encode_entry(batch)})
@@ -199,6 +235,27 @@ class ModelStore:
         if status != "ok":
             return Commit(status=status, t=int(reply[1]) if status == "conflict" else -1)
         return Commit(status, int(reply[1]), int(reply[2]), int(reply[3]), float(reply[4]))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's description and counters, as ``GET /models/{name}`` reports them."""
+
+    name: str
+    rule: str
+    params: dict[str, float]
+    hash_bits: int
+    t: int
+    nonzero_weights: int
+    features_tracked: int
+    logloss_sum: float
+    stream_lag: int
+    dead_letters: int
+
+    @property
+    def progressive_logloss(self) -> float | None:
+        """Mean progressive log loss so far; None before any example."""
+        return self.logloss_sum / self.t if self.t else None
 
 
 @dataclass(frozen=True)
