@@ -47,7 +47,9 @@ def weights(state: Array, t: Step, params: FTRLParams) -> Array:
     """Closed-form argmin of ``z w + l1 |w| + (l2 + (beta + sqrt(n)) / alpha) w^2 / 2``."""
     z, n = state[:, 0], state[:, 1]
     shrunk = z - np.sign(z) * params.l1
-    w = -shrunk / ((params.beta + np.sqrt(n)) / params.alpha + params.l2)
+    # With beta = l2 = 0 a feature with n = 0 divides 0 by 0; its z is 0 then, so it is masked.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = -shrunk / ((params.beta + np.sqrt(n)) / params.alpha + params.l2)
     return np.where(np.abs(z) <= params.l1, 0.0, w)
 
 

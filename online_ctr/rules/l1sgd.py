@@ -34,7 +34,8 @@ class L1SGDParams:
 
     def __post_init__(self) -> None:
         require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        require(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
+        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
+        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
         require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 

@@ -36,7 +36,8 @@ class TruncationParams:
 
     def __post_init__(self) -> None:
         require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        require(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
+        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
+        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
         require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
         require(
             self.k >= 1 and float(self.k).is_integer(), f"k must be an integer >= 1, got {self.k}"
