@@ -44,3 +44,10 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared data folder, failing clearly when it is not beside the repository."""
+    assert DATA_DIR.is_dir(), f"the shared data should be at {DATA_DIR}"
+    return DATA_DIR
