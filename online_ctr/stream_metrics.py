@@ -79,18 +79,23 @@ class StreamMetrics:
 
     def add(self, probabilities: ArrayLike, labels: ArrayLike, losses: ArrayLike) -> None:
         """Record one batch; the three arrays are per example, labels 0 or 1."""
-        p = np.asarray(probabilities, dtype=np.float64).ravel()
-        y = np.asarray(labels).ravel()
-        loss = np.asarray(losses, dtype=np.float64).ravel()
-        if not len(p) == len(y) == len(loss):
-            raise ValueError(f"lengths differ: {len(p)} predictions, {len(y)} labels, {len(loss)}")
-        if not np.isin(y, (0, 1)).all():
+        p = np.asarray(probabilities, dtype=np.float64)
+        y = np.asarray(labels)
+        loss = np.asarray(losses, dtype=np.float64)
+        size = len(p)
+        if not p.ndim == y.ndim == loss.ndim == 1 or not size == len(y) == len(loss):
+            raise ValueError(
+                f"need three 1-d arrays of one length, got {p.shape, y.shape, loss.shape}"
+            )
+        # Two counts check the labels: cheaper than np.isin, which matters at batch size 1.
+        positives = int(np.count_nonzero(y == 1))
+        if positives + int(np.count_nonzero(y == 0)) != size:
             raise ValueError("labels must be 0 or 1")
-        self._reserve(self.count + len(p))
-        self._p[self.count : self.count + len(p)] = p
-        self._y[self.count : self.count + len(p)] = y
-        self.count += len(p)
-        self.positives += int(np.count_nonzero(y))
+        self._reserve(self.count + size)
+        self._p[self.count : self.count + size] = p
+        self._y[self.count : self.count + size] = y
+        self.count += size
+        self.positives += positives
         self._loss_sum += float(loss.sum())
         self._p_sum += float(p.sum())
 
