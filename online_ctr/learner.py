@@ -41,17 +41,23 @@ class Features:
 
 
 @dataclass(frozen=True)
-class Step:
-    """What one mini-batch produced: predictions, per-example loss, the per-feature gradient
-    sums (kept so the update can be re-applied to fresher state), new state and counts."""
+class Scored:
+    """A mini-batch scored at its start: predictions, per-example loss, and the per-feature
+    gradient sums and occurrence counts the update needs."""
 
     logits: Array
     probabilities: Array
     losses: Array
     g: Array
     g2: Array
-    state: Array
     counts: Array
+
+
+@dataclass(frozen=True)
+class Step(Scored):
+    """A scored mini-batch and the state after applying it."""
+
+    state: Array
 
 
 def unique_features(batch: Batch) -> Features:
@@ -88,14 +94,20 @@ def _sum_by(groups: NDArray[np.intp] | NDArray[np.int64], x: Array, size: int) -
     return np.asarray(np.bincount(groups, weights=x, minlength=size), dtype=np.float64)
 
 
-def learn(rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features) -> Step:
-    """Predict the batch with ``state`` as at step ``t``, then apply it as steps ``t+1..t+B``.
-
-    ``state`` holds the rule's fields for ``features.ids`` in that order.
-    """
+def score(
+    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+) -> Scored:
+    """Predict the batch with ``state`` (the rule's fields for ``features.ids``) as at step ``t``
+    and sum the gradients per feature."""
     s = logits(batch, features, rule.weights(state, t, params))
     p = sigmoid(s)
     g, g2 = gradients(batch, features, p)
-    new_state = rule.update(state, g, g2, t + len(batch), params)
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
-    return Step(s, p, log_loss(p, batch.labels), g, g2, new_state, counts)
+    return Scored(s, p, log_loss(p, batch.labels), g, g2, counts)
+
+
+def learn(rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features) -> Step:
+    """Score the batch at step ``t``, then apply it as steps ``t+1..t+B``."""
+    scored = score(rule, params, state, t, batch, features)
+    new_state = rule.update(state, scored.g, scored.g2, t + len(batch), params)
+    return Step(**vars(scored), state=new_state)

@@ -1,0 +1,105 @@
+"""One batch of stream entries: decode, compute, then persist and acknowledge atomically.
+
+Predictions (and so the progressive log loss) use the state as read at the batch's start. If
+another worker commits in between, the commit script refuses ours; the update is then
+recomputed from fresh state with the same gradient sums, which is what a sequential
+application of the batch after the other one would do.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from online_ctr.features import Batch
+from online_ctr.learner import Features, Scored, score, unique_features
+from online_ctr.nonzero import nonzero_change
+from service.store.codec import EntryError, concat, decode_entry
+from service.store.state import Commit, ModelStore, Placement, Read, StateChange
+
+logger = logging.getLogger(__name__)
+
+#: Commit attempts before giving the batch back (it stays pending and is retried later).
+MAX_COMMIT_ATTEMPTS = 100
+
+
+@dataclass
+class Decoded:
+    """The entries of a batch that decoded, as one batch, and the ones that did not."""
+
+    entry_ids: list[str] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def batch(self) -> Batch:
+        return concat(self.batches)
+
+
+def decode(messages: list[tuple[bytes, dict[bytes, bytes]]]) -> Decoded:
+    """Decode stream messages; a bad entry is set aside with the reason, not fatal."""
+    decoded = Decoded()
+    for raw_id, fields in messages:
+        entry_id = raw_id.decode()
+        blob = fields.get(b"b")
+        try:
+            if blob is None:
+                raise EntryError("entry has no 'b' field")
+            batch = decode_entry(blob)
+        except EntryError as error:
+            decoded.failures[entry_id] = f"undecodable entry: {error}"
+            continue
+        decoded.entry_ids.append(entry_id)
+        decoded.batches.append(batch)
+    return decoded
+
+
+def state_change(
+    store: ModelStore,
+    features: Features,
+    placement: Placement,
+    read: Read,
+    scored: Scored,
+    loss: float,
+) -> StateChange:
+    """What applying a scored batch on top of ``read`` changes, for the commit script."""
+    spec = store.spec
+    examples = len(scored.losses)
+    new_t = read.t + examples
+    new_rule_state = spec.rule.update(read.rule_state, scored.g, scored.g2, new_t, spec.params)
+    nonzero = nonzero_change(
+        spec.rule, spec.params, features.ids, read.rule_state, read.t, new_rule_state, new_t
+    )
+    counts = read.state[:, -1] + scored.counts
+    return StateChange(
+        placement=placement,
+        t=read.t,
+        examples=examples,
+        logloss_sum=loss,
+        state=np.column_stack((new_rule_state, counts)),
+        leaving=nonzero.leaving,
+        entering=nonzero.entering,
+        entering_steps=nonzero.entering_steps,
+        stable_delta=nonzero.stable_delta,
+        tracked_delta=int((~read.known).sum()),
+    )
+
+
+async def apply(store: ModelStore, consumer: str, decoded: Decoded) -> tuple[Commit, Scored]:
+    """Learn from the decoded entries and commit; retried on conflicts with other workers."""
+    batch = decoded.batch
+    features = unique_features(batch)
+    placement = store.place(features.ids)
+    spec = store.spec
+    read = await store.read(placement)
+    scored = score(spec.rule, spec.params, read.rule_state, read.t, batch, features)
+    loss = float(scored.losses.sum())
+    for _ in range(MAX_COMMIT_ATTEMPTS):
+        change = state_change(store, features, placement, read, scored, loss)
+        result = await store.commit(change, consumer, decoded.entry_ids)
+        if result.status != "conflict":
+            return result, scored
+        read = await store.read(placement)
+    return Commit(status="conflict", t=read.t), scored

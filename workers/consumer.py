@@ -1,0 +1,200 @@
+"""The stream consumer loop: claim stuck entries, read new ones, apply them, repeat.
+
+Each worker is a consumer in the model's group. Entries another consumer left pending for
+longer than the reclaim idle time are taken over with XAUTOCLAIM (the other worker crashed or
+stalled; if it was merely slow, its own commit is now fenced off). An entry delivered more
+than ``max_deliveries`` times goes to the dead-letter stream with the last failure reason.
+:meth:`Worker.stop` (SIGTERM) stops intake; the batch in flight is finished first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from service.metrics import Metrics
+from service.store.keys import GROUP
+from service.store.state import Commit, ModelStore
+from workers.batch import Decoded, apply, decode
+
+logger = logging.getLogger(__name__)
+
+Messages = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker batches, reclaims and dead-letters."""
+
+    consumer: str
+    batch_size: int = 512
+    batch_wait_ms: int = 50
+    reclaim_idle_ms: int = 30_000
+    max_deliveries: int = 5
+    heartbeat_interval_s: float = 2.0
+    error_backoff_s: float = 0.5
+
+
+class Worker:
+    """Learns one model from its feedback stream."""
+
+    def __init__(self, store: ModelStore, config: WorkerConfig, metrics: Metrics) -> None:
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self._stopping = False
+        self._last_heartbeat = 0.0
+        self._label = {"model": store.spec.name}
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self.store.redis
+
+    def stop(self) -> None:
+        """Stop taking new entries; the batch in flight still commits."""
+        self._stopping = True
+
+    async def run(self) -> None:
+        """Work until :meth:`stop`; Redis outages are waited out, not fatal."""
+        while not self._stopping:
+            try:
+                await self.step(block=True)
+            except (RedisError, OSError) as error:
+                logger.warning("redis unavailable (%s); retrying", error)
+                await asyncio.sleep(self.config.error_backoff_s)
+
+    async def run_until_idle(self) -> int:
+        """Process until nothing is left to read or reclaim; returns the batches applied."""
+        batches = 0
+        while await self.step(block=False):
+            batches += 1
+        return batches
+
+    async def step(self, block: bool) -> bool:
+        """One turn of the loop; whether it found entries to process."""
+        await self._heartbeat_if_due()
+        messages = await self._reclaim()
+        if not messages:
+            messages = await self._read_new(block)
+        if not messages:
+            return False
+        await self._process(messages)
+        return True
+
+    async def _heartbeat_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.config.heartbeat_interval_s:
+            await self.store.heartbeat(self.config.consumer)
+            lag = await self.redis.xlen(self.store.keys.stream)
+            self.metrics.stream_lag.labels(**self._label).set(lag)
+            self._last_heartbeat = now
+
+    async def _read_new(self, block: bool) -> Messages:
+        """Up to ``batch_size`` new entries, waiting at most ``batch_wait_ms`` to fill them."""
+        messages: Messages = []
+        deadline = time.monotonic() + self.config.batch_wait_ms / 1000
+        while len(messages) < self.config.batch_size and not self._stopping:
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            reply: Any = await self.redis.xreadgroup(
+                GROUP,
+                self.config.consumer,
+                {self.store.keys.stream: ">"},
+                count=self.config.batch_size - len(messages),
+                block=wait_ms if block and wait_ms > 0 else None,
+            )
+            got = cast(Messages, reply[0][1]) if reply else []
+            messages.extend(got)
+            if not got or not block or wait_ms <= 0:
+                break
+        return messages
+
+    async def _reclaim(self) -> Messages:
+        """Entries idle too long in other consumers' hands, minus those dead-lettered now."""
+        reply: Any = await self.redis.xautoclaim(
+            self.store.keys.stream,
+            GROUP,
+            self.config.consumer,
+            min_idle_time=self.config.reclaim_idle_ms,
+            start_id="0-0",
+            count=self.config.batch_size,
+        )
+        claimed = cast(Messages, reply[1])
+        if not claimed:
+            return []
+        deliveries = await self._deliveries([m[0] for m in claimed])
+        keep: Messages = []
+        for message in claimed:
+            if deliveries.get(message[0], 0) > self.config.max_deliveries:
+                await self._dead_letter(message)
+            else:
+                keep.append(message)
+        return keep
+
+    async def _deliveries(self, entry_ids: list[bytes]) -> dict[bytes, int]:
+        """How often each of our pending entries has been delivered."""
+        pending: Any = await self.redis.xpending_range(
+            self.store.keys.stream,
+            GROUP,
+            min=entry_ids[0],
+            max=entry_ids[-1],
+            count=len(entry_ids) + 10_000,
+            consumername=self.config.consumer,
+        )
+        return {p["message_id"]: int(p["times_delivered"]) for p in pending}
+
+    async def _dead_letter(self, message: tuple[bytes, dict[bytes, bytes]]) -> None:
+        """Move an entry to the dead-letter stream with its last failure reason."""
+        entry_id, fields = message
+        keys = self.store.keys
+        reason: Any = await self.redis.hget(keys.failures, entry_id)
+        text = reason.decode() if reason else "not committed by any worker"
+        text = f"{text} (after {self.config.max_deliveries} deliveries)"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            dead: Any = {**fields, b"entry": entry_id, b"reason": text.encode()}
+            pipe.xadd(keys.dead, dead)
+            pipe.xack(keys.stream, GROUP, entry_id)
+            pipe.xdel(keys.stream, entry_id)
+            pipe.hdel(keys.failures, entry_id)
+            await pipe.execute()
+        self.metrics.dead_lettered.labels(**self._label).inc()
+        logger.error("dead-lettered entry %s: %s", entry_id.decode(), text)
+
+    async def _process(self, messages: Messages) -> None:
+        """Decode, learn, commit; record failures so dead-lettering can say why."""
+        started = time.perf_counter()
+        decoded = decode(messages)
+        if decoded.failures:
+            await self._record_failures(decoded.failures)
+        if not decoded.entry_ids:
+            return
+        try:
+            result, scored = await apply(self.store, self.config.consumer, decoded)
+        except (RedisError, OSError):
+            raise  # not the batch's fault: it stays pending and is retried
+        except Exception as error:  # bad data or a bug must not stop the worker: record it
+            logger.exception("batch of %d entries failed", len(decoded.entry_ids))
+            await self._record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
+            return
+        if result.status == "ok":
+            self._observe(decoded, result, float(scored.losses.sum()), started)
+        else:
+            # fenced: another worker reclaimed the entries and owns them now; conflict: the
+            # step kept moving for every attempt, so the entries stay pending for a retry.
+            logger.warning("batch of %d entries not committed: %s", len(decoded.entry_ids), result)
+
+    async def _record_failures(self, failures: dict[str, str]) -> None:
+        await self.redis.hset(self.store.keys.failures, mapping=failures)  # type: ignore[arg-type]
+
+    def _observe(self, decoded: Decoded, result: Commit, loss: float, started: float) -> None:
+        label = self._label
+        self.metrics.learned_examples.labels(**label).inc(sum(len(b) for b in decoded.batches))
+        self.metrics.progressive_logloss.labels(**label).inc(loss)
+        self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
+        self.metrics.features_tracked.labels(**label).set(result.features_tracked)
+        self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)

@@ -1,0 +1,69 @@
+"""The ``online-ctr worker`` process: wiring, signals and the metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from prometheus_client import start_http_server
+from redis.exceptions import RedisError
+
+from service.metrics import Metrics
+from service.settings import Settings
+from service.store.state import ModelStore
+from service.wiring import model_spec, redis_client
+from workers.consumer import Worker, WorkerConfig
+
+logger = logging.getLogger(__name__)
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    """The worker's batching, reclaim and dead-letter settings."""
+    return WorkerConfig(
+        consumer=settings.worker_name or f"{socket.gethostname()}-{os.getpid()}",
+        batch_size=settings.batch_size,
+        batch_wait_ms=settings.batch_wait_ms,
+        reclaim_idle_ms=settings.reclaim_idle_ms,
+        max_deliveries=settings.max_deliveries,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+    )
+
+
+async def _ensure_model(store: ModelStore, retry_s: float) -> None:
+    """Create or check the model, waiting for Redis if it is not up yet."""
+    while True:
+        try:
+            await store.ensure()
+            return
+        except (RedisError, OSError) as error:
+            logger.warning("waiting for redis: %s", error)
+            await asyncio.sleep(retry_s)
+
+
+async def run_worker(settings: Settings, metrics: Metrics) -> None:
+    """Run one worker until SIGTERM or SIGINT, then finish the batch in flight and exit."""
+    client = redis_client(settings)
+    store = ModelStore(client, model_spec(settings))
+    worker = Worker(store, worker_config(settings), metrics)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.stop)
+    try:
+        await _ensure_model(store, settings.retry_after_s)
+        logger.info("worker %s learning model %r", worker.config.consumer, settings.model)
+        await worker.run()
+    finally:
+        await client.aclose()
+    logger.info("worker %s stopped", worker.config.consumer)
+
+
+def main(settings: Settings) -> int:
+    """Entry point of ``online-ctr worker``."""
+    metrics = Metrics()
+    if settings.worker_metrics_port:
+        start_http_server(settings.worker_metrics_port, addr=settings.host)
+    asyncio.run(run_worker(settings, metrics))
+    return 0
