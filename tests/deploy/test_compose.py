@@ -1,0 +1,168 @@
+"""docker-compose.yml, as the real Compose v2 client reads it (no engine needed), and its fit
+with the Prometheus configuration and the image."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The variables the stack refuses to start without.
+REQUIRED = {"REDIS_PASSWORD": "test-redis-password", "GRAFANA_ADMIN_PASSWORD": "test-admin"}
+
+
+def compose_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment without any stack settings, plus the given ones."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("OCTR_", "GRAFANA_", "PROMETHEUS_")) and name not in REQUIRED
+    }
+    return environment | overrides
+
+
+def run_compose(
+    compose: list[str], *args: str, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the compose client on the repository's file, with exactly these variables set.
+
+    ``--env-file /dev/null`` keeps a developer's ``.env`` out of the test.
+    """
+    return subprocess.run(
+        [*compose, "--project-directory", str(ROOT), "--env-file", os.devnull, *args],
+        env=compose_environment(**variables),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(compose: list[str]) -> dict[str, Any]:
+    """The stack, fully interpolated by the compose client."""
+    shown = run_compose(compose, "config", "--format", "json", **REQUIRED)
+    assert shown.returncode == 0, shown.stderr
+    result: dict[str, Any] = json.loads(shown.stdout)
+    return result
+
+
+def test_compose_accepts_the_file(compose: list[str]) -> None:
+    checked = run_compose(compose, "config", "--quiet", **REQUIRED)
+    assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
+def test_compose_refuses_to_run_without_a_secret(compose: list[str], missing: str) -> None:
+    variables = {name: value for name, value in REQUIRED.items() if name != missing}
+    checked = run_compose(compose, "config", "--quiet", **variables)
+    assert checked.returncode != 0
+    assert missing in checked.stderr
+
+
+def test_every_service_has_a_health_check(stack: dict[str, Any]) -> None:
+    assert set(stack["services"]) == {"redis", "api", "worker", "prometheus", "grafana"}
+    for name, service in stack["services"].items():
+        assert service["healthcheck"]["test"], name
+
+
+def test_dependencies_wait_for_health(stack: dict[str, Any]) -> None:
+    dependencies = {
+        (name, dependency): condition["condition"]
+        for name, service in stack["services"].items()
+        for dependency, condition in service.get("depends_on", {}).items()
+    }
+    assert dependencies == {
+        ("api", "redis"): "service_healthy",
+        ("worker", "redis"): "service_healthy",
+        ("grafana", "prometheus"): "service_healthy",
+    }
+
+
+def test_two_workers_by_default(stack: dict[str, Any]) -> None:
+    assert stack["services"]["worker"]["deploy"]["replicas"] == 2
+
+
+def test_redis_persists_every_second_and_never_evicts(stack: dict[str, Any]) -> None:
+    redis = stack["services"]["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command
+    assert "--appendfsync everysec" in command
+    assert "--maxmemory-policy noeviction" in command
+    assert any(volume["target"] == "/data" for volume in redis["volumes"])
+
+
+def test_api_and_worker_share_the_model_configuration(stack: dict[str, Any]) -> None:
+    api, worker = (
+        stack["services"]["api"]["environment"],
+        stack["services"]["worker"]["environment"],
+    )
+    model_settings = {name for name in api if name not in {"OCTR_HOST", "OCTR_PORT"}}
+    assert {name: api[name] for name in model_settings} == {
+        name: worker[name] for name in model_settings
+    }
+    assert api["OCTR_REDIS_URL"] == f"redis://:{REQUIRED['REDIS_PASSWORD']}@redis:6379/0"
+
+
+def test_unset_hyper_parameters_stay_unset(compose: list[str]) -> None:
+    shown = run_compose(compose, "config", "--format", "json", OCTR_L1="2.5", **REQUIRED)
+    environment = json.loads(shown.stdout)["services"]["worker"]["environment"]
+    assert environment["OCTR_L1"] == "2.5"
+    # None: compose leaves the variable out of the container instead of setting it empty.
+    assert environment["OCTR_ALPHA"] is None
+
+
+def test_grafana_secrets_come_from_variables(stack: dict[str, Any]) -> None:
+    environment = stack["services"]["grafana"]["environment"]
+    assert environment["GF_SECURITY_ADMIN_PASSWORD"] == REQUIRED["GRAFANA_ADMIN_PASSWORD"]
+    assert environment["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    secrets = {
+        f"{name}.{key}": value
+        for name, service in raw["services"].items()
+        for key, value in service.get("environment", {}).items()
+        if re.search("PASSWORD|SECRET|TOKEN|AUTH$", key)
+    }
+    assert secrets
+    for where, value in secrets.items():
+        assert re.fullmatch(r"\$\{\w+:\?[^}]+\}", value), f"{where} is not a required variable"
+
+
+def test_prometheus_scrapes_the_api_and_every_worker_replica(
+    stack: dict[str, Any], prometheus_config: dict[str, Any]
+) -> None:
+    jobs = {job["job_name"]: job for job in prometheus_config["scrape_configs"]}
+    api_port = stack["services"]["api"]["environment"]["OCTR_PORT"]
+    assert jobs["api"]["static_configs"] == [{"targets": [f"api:{api_port}"]}]
+    worker_port = int(stack["services"]["worker"]["environment"]["OCTR_WORKER_METRICS_PORT"])
+    (discovery,) = jobs["worker"]["dns_sd_configs"]
+    # The bare service name: compose's DNS answers it with every replica's address.
+    assert discovery == discovery | {"names": ["worker"], "type": "A", "port": worker_port}
+    prometheus = stack["services"]["prometheus"]
+    assert any(
+        volume["source"] == str(ROOT / "deploy" / "prometheus")
+        and volume["target"] == "/etc/prometheus"
+        for volume in prometheus["volumes"]
+    )
+
+
+def test_the_image_context_holds_every_package(stack: dict[str, Any]) -> None:
+    assert stack["services"]["api"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert stack["services"]["worker"]["image"] == stack["services"]["api"]["image"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {
+        name.rstrip("*") for name in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    allowed = (ROOT / ".dockerignore").read_text().splitlines()
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    for package in packages:
+        assert f"!{package}/" in allowed, package
+        assert f"COPY {package} ./{package}" in dockerfile, package
