@@ -1,0 +1,147 @@
+"""The provisioned Grafana dashboard: its structure, its datasource and the syntax of its PromQL."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from service.metrics import Metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+METRIC_NAME = re.compile(r"\bonline_ctr_\w+")
+#: The series names each metric type exposes.
+SERIES_SUFFIXES = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count"),
+}
+GRAFANA = ROOT / "deploy" / "grafana"
+
+#: Metric families the dashboard reads, as the service declares them (service/metrics.py).
+SERVICE_METRICS = (
+    "online_ctr_nonzero_weights",
+    "online_ctr_features_tracked",
+    "online_ctr_learned_examples_total",
+    "online_ctr_progressive_logloss_total",
+    "online_ctr_predictions_total",
+    "online_ctr_predict_latency_seconds",
+    "online_ctr_learn_batch_seconds",
+    "online_ctr_stream_lag_entries",
+    "online_ctr_http_requests_total",
+)
+
+
+def provisioned_datasource() -> dict[str, Any]:
+    """The single datasource Grafana is provisioned with."""
+    config = yaml.safe_load(
+        (GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )
+    (datasource,) = config["datasources"]
+    result: dict[str, Any] = datasource
+    return result
+
+
+def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's panels, rows excluded (it has no collapsed rows)."""
+    return [panel for panel in dashboard["panels"] if panel["type"] != "row"]
+
+
+def test_every_datasource_reference_is_the_provisioned_one(dashboard: dict[str, Any]) -> None:
+    datasource = provisioned_datasource()
+    expected = {"type": datasource["type"], "uid": datasource["uid"]}
+    references = [panel["datasource"] for panel in panels(dashboard)]
+    references += [
+        target["datasource"] for panel in panels(dashboard) for target in panel["targets"]
+    ]
+    references += [
+        variable["datasource"]
+        for variable in dashboard["templating"]["list"]
+        if variable["type"] == "query"
+    ]
+    assert references
+    assert all(reference == expected for reference in references), references
+
+
+def test_datasource_points_at_the_compose_prometheus() -> None:
+    datasource = provisioned_datasource()
+    assert datasource["url"] == "http://prometheus:9090"
+    assert datasource["access"] == "proxy"
+
+
+def test_the_provider_loads_the_directory_compose_mounts() -> None:
+    provider_file = GRAFANA / "provisioning" / "dashboards" / "online-ctr.yml"
+    (provider,) = yaml.safe_load(provider_file.read_text())["providers"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    mounts = compose["services"]["grafana"]["volumes"]
+    assert f"./deploy/grafana/dashboards:{provider['options']['path']}:ro" in mounts
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in mounts
+
+
+def test_panels_have_titles_descriptions_units_and_unique_ids(dashboard: dict[str, Any]) -> None:
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in panels(dashboard):
+        assert panel["title"].strip(), panel
+        assert panel["description"].strip(), panel["title"]
+        assert panel["fieldConfig"]["defaults"]["unit"], panel["title"]
+        assert panel["targets"], panel["title"]
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert len(ref_ids) == len(set(ref_ids)), panel["title"]
+
+
+def test_panels_do_not_overlap(dashboard: dict[str, Any]) -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
+
+
+def service_series() -> set[str]:
+    """Names of every series the service's metrics expose, from their declarations."""
+    metrics = Metrics(CollectorRegistry())
+    names = set()
+    for collector in vars(metrics).values():
+        for family in collector.describe():
+            names.update(family.name + suffix for suffix in SERIES_SUFFIXES[family.type])
+    return names
+
+
+@pytest.mark.parametrize("metric", SERVICE_METRICS)
+def test_the_dashboard_shows_each_required_metric(queries: list[Any], metric: str) -> None:
+    assert any(metric in query.expr for query in queries)
+
+
+def test_the_dashboard_reads_only_series_the_service_declares(queries: list[Any]) -> None:
+    used = {name for query in queries for name in METRIC_NAME.findall(query.expr)}
+    assert used
+    assert used <= service_series(), sorted(used - service_series())
+
+
+def test_model_variable_lists_models_from_a_service_metric(dashboard: dict[str, Any]) -> None:
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "model"]
+    assert variable["query"]["query"] == "label_values(online_ctr_learned_examples_total, model)"
+    assert variable["includeAll"]
+
+
+def test_every_expression_parses(queries: list[Any], promtool: str, tmp_path: Path) -> None:
+    # promtool parses each recording rule's expression: a syntax check without a server.
+    rules = [
+        {"record": f"dashboard:query_{index}", "expr": query.expr}
+        for index, query in enumerate(queries)
+    ]
+    rules_file = tmp_path / "dashboard-rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
