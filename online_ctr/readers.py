@@ -7,8 +7,8 @@ Empty fields are absent. Labels are the ints 0 and 1. Formats:
 - ``criteo``: the Kaggle TSV (no header, ``label, I1..I13, C1..C26``) or the same columns as
   CSV with that header (DeepCTR's sample, counts written as ``260.0``), told apart by the first
   line. A count ``x`` becomes the categorical ``I{j}=b`` with ``b = floor(ln(x)^2)`` for
-  ``x > 2`` and ``b = x`` otherwise, as in the challenge's winning solution (Juan et al.
-  2016): counts are heavy-tailed, and the buckets grow ever wider.
+  ``x > 2`` and ``b = x`` otherwise, as in the challenge's winning solution (team "3 Idiots",
+  Juan et al.): counts are heavy-tailed, and the buckets grow ever wider.
 - ``avazu``: the Kaggle CSV with its header; every column but ``id`` and ``click`` is
   categorical, with ``hour`` (``YYMMDDHH``) reduced to the hour of day.
 - ``libfm``: ``label idx:val ...``, each token the numeric feature ``idx`` with ``x = val``.
@@ -22,6 +22,7 @@ file, the 1-based line number and what is wrong.
 ...     _ = f.write("1 3:1 17:0.5\\n")
 >>> list(read_examples(f.name, "libfm"))
 [({'3': 1.0, '17': 0.5}, 1)]
+>>> os.remove(f.name)
 """
 
 from __future__ import annotations

@@ -86,4 +86,5 @@ def test_in_memory_ftrl_follows_algorithm_1_on_criteo(data_dir: Path) -> None:
     assert result.logloss == pytest.approx(losses.mean(), abs=TOLERANCE)
     # The comparison must exercise both branches of the weight (|z| <= l1 and not), and learn.
     assert 0.2 < np.mean(np.array(weights) == 0) < 0.9
+    assert result.logloss is not None
     assert result.logloss < math.log(2) - 0.1

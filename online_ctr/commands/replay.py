@@ -1,0 +1,144 @@
+"""``online-ctr replay``: learn a click log in-process and report its progressive metrics.
+
+The last line of stdout is one JSON object; a progress bar goes to stderr on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import fields
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
+from online_ctr.progress import ProgressBar, count_lines
+from online_ctr.readers import FORMATS, ReaderError, Row, read_examples
+from online_ctr.replay import BatchProgress, ReplayResult, replay
+from online_ctr.rules import RULES, Rule, get_rule
+
+#: Every rule's hyper-parameters, with their types and help.
+HYPER_PARAMETERS: dict[str, tuple[type, str]] = {
+    "alpha": (float, "learning-rate scale (ftrl, fobos, tg, truncation, l1sgd)"),
+    "beta": (float, "learning-rate offset (ftrl, fobos, tg, truncation, l1sgd)"),
+    "l1": (float, "L1 strength (gravity for tg)"),
+    "l2": (float, "L2 strength (ftrl)"),
+    "gamma": (float, "step-size scale (rda)"),
+    "theta": (float, "truncation threshold (tg, truncation)"),
+    "k": (int, "truncation period in steps (tg, truncation)"),
+}
+
+#: What ``examples_per_second`` measures, stated in the JSON.
+TIMED = "parse+hash+predict+learn, every pass re-reading the file; not startup or final metrics"
+
+
+class UsageError(ValueError):
+    """A command line that cannot run: reported like argparse's own errors, exit status 2."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``replay`` sub-command."""
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a click log through a learning rule in-process",
+        description="Learn FILE example by example (or in mini-batches), predicting each "
+        "example before learning from it; print the progressive metrics as JSON.",
+    )
+    parser.add_argument("file", type=Path, help="the click log")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
+    parser.add_argument("--rule", required=True, choices=sorted(RULES), help="learning rule")
+    for name, (kind, text) in HYPER_PARAMETERS.items():
+        parser.add_argument(f"--{name}", type=kind, help=f"{text}; default: the rule's")
+    parser.add_argument("--batch-size", type=_at_least(1), default=1, help="default: 1")
+    parser.add_argument("--hash-bits", type=_at_least(1), help="hashing-trick bits; default 64")
+    parser.add_argument("--limit", type=_at_least(0), help="read only the first N examples")
+    parser.add_argument("--passes", type=_at_least(1), default=1, help="replay the file P times")
+    parser.set_defaults(func=run)
+
+
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in "invalid integer value"
+    return parse
+
+
+def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
+    """The rule's hyper-parameters from the flags ``given``, refusing any it does not use."""
+    takes = [field.name for field in fields(rule.params_type)]
+    unused = [name for name in given if name not in takes]
+    if unused:
+        flags = ", ".join(f"--{name}" for name in unused)
+        verb = "is not a hyper-parameter" if len(unused) == 1 else "are not hyper-parameters"
+        raise UsageError(f"{flags} {verb} of {rule.name} (it takes {', '.join(takes)})")
+    return rule.params(**given)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay the file and print the JSON result; returns the exit status."""
+    try:
+        rule = get_rule(args.rule)
+        given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
+        params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
+        hasher = FeatureHasher(hash_bits=args.hash_bits)
+    except ValueError as error:  # unknown flags for the rule, or values it refuses
+        return _fail(str(error), status=2)
+    try:
+        result = _replay_file(args, InMemoryModel(rule, params), hasher)
+    except (ReaderError, OSError) as error:
+        return _fail(str(error), status=1)
+    print(json.dumps(_output(args, result), allow_nan=False))
+    return 0
+
+
+def _passes(args: argparse.Namespace) -> Iterator[Row]:
+    # Lazy: each pass opens and parses the file again, and that parsing is timed.
+    return chain.from_iterable(
+        read_examples(args.file, args.format, args.limit) for _ in range(args.passes)
+    )
+
+
+def _replay_file(
+    args: argparse.Namespace, model: InMemoryModel, hasher: FeatureHasher
+) -> ReplayResult:
+    if not sys.stderr.isatty():
+        return replay(_passes(args), model, hasher, args.batch_size)
+    lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
+    per_pass = lines if args.limit is None else min(lines, args.limit)
+    bar = ProgressBar(sys.stderr, per_pass * args.passes)
+
+    def show(progress: BatchProgress) -> None:
+        bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
+
+    result = replay(_passes(args), model, hasher, args.batch_size, on_batch=show)
+    logloss = math.nan if result.logloss is None else result.logloss
+    bar.close(result.examples, f"log loss {logloss:.4f}")
+    return result
+
+
+def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
+    """The JSON object: the result and how it was produced; infinities become strings."""
+    params = {k: v if math.isfinite(v) else str(v) for k, v in result.params.items()}
+    run_info = {"file": str(args.file), "format": args.format, "passes": args.passes}
+    return {
+        **result.as_dict(),
+        "params": params,
+        **run_info,
+        "limit": args.limit,
+        "hash_bits": args.hash_bits,
+        "timed": TIMED,
+    }
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"online-ctr replay: error: {message}", file=sys.stderr)
+    return status

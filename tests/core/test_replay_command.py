@@ -1,0 +1,157 @@
+"""``online-ctr replay``: its JSON, its flags and its errors, on the Criteo head."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from online_ctr.commands.replay import TIMED, register
+from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
+from online_ctr.readers import read_examples
+from online_ctr.replay import replay
+from online_ctr.rules import get_rule
+
+REQUIRED = {
+    "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",
+    "features_tracked", "examples_per_second", "batch_size", "timed",
+}  # fmt: skip
+
+
+@pytest.fixture
+def criteo(data_dir: Path) -> Path:
+    return data_dir / "criteo" / "criteo_kaggle_train_head10k.tsv"
+
+
+def run(*argv: str | Path | int) -> int:
+    """The sub-command as the ``online-ctr`` dispatcher runs it."""
+    parser = argparse.ArgumentParser(prog="online-ctr")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["replay", *map(str, argv)])
+    status: int = args.func(args)
+    return status
+
+
+def last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    lines = capsys.readouterr().out.splitlines()
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    parsed: dict[str, Any] = json.loads(lines[-1], parse_constant=refuse)
+    return parsed
+
+
+@pytest.mark.parametrize("batch_size", [1, 64])
+def test_json_reports_what_the_replay_function_computes(
+    criteo: Path, capsys: pytest.CaptureFixture[str], batch_size: int
+) -> None:
+    status = run(criteo, "--format", "criteo", "--rule", "ftrl", "--alpha", "0.05",
+                 "--batch-size", batch_size, "--limit", 1500)  # fmt: skip
+    assert status == 0
+    out = last_json(capsys)
+    assert out.keys() >= REQUIRED
+    rule = get_rule("ftrl")
+    model = InMemoryModel(rule, rule.params(alpha=0.05))
+    direct = replay(read_examples(criteo, "criteo", 1500), model, FeatureHasher(), batch_size)
+    assert out["params"] == {"alpha": 0.05, "beta": 1.0, "l1": 1.0, "l2": 1.0}
+    assert (out["rule"], out["batch_size"], out["examples"]) == ("ftrl", batch_size, 1500)
+    for key in ("logloss", "auc", "calibration", "nonzero_weights", "features_tracked"):
+        assert out[key] == getattr(direct, key), key
+    assert out["nonzero_weights"] == model.nonzero_weights() > 0
+    assert out["examples_per_second"] > 0
+    assert out["timed"] == TIMED
+
+
+def test_passes_replay_the_file_again(criteo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(criteo, "--format", "criteo", "--rule", "rda", "--limit", 300) == 0
+    once = last_json(capsys)
+    assert run(criteo, "--format", "criteo", "--rule", "rda", "--limit", 300, "--passes", 3) == 0
+    thrice = last_json(capsys)
+    assert (once["examples"], thrice["examples"]) == (300, 900)
+    assert thrice["features_tracked"] == once["features_tracked"]
+    assert thrice["logloss"] < once["logloss"]  # the later passes have seen every example
+
+
+def test_hash_bits_bound_the_features(criteo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(criteo, "--format", "criteo", "--rule", "ftrl", "--limit", 500,
+               "--hash-bits", 8) == 0  # fmt: skip
+    out = last_json(capsys)
+    assert 200 < out["features_tracked"] <= 256
+    assert out["hash_bits"] == 8
+
+
+def test_infinite_params_are_written_as_strings(
+    criteo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(criteo, "--format", "criteo", "--rule", "tg", "--k", 10, "--limit", 50) == 0
+    params = last_json(capsys)["params"]
+    assert params["theta"] == "inf"
+    assert params["k"] == 10
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--gamma", "1"],
+            "--gamma is not a hyper-parameter of ftrl (it takes alpha, beta, l1, l2)",
+        ),
+        (
+            ["--theta", "1", "--k", "3"],
+            "--theta, --k are not hyper-parameters of ftrl (it takes alpha, beta, l1, l2)",
+        ),
+        (["--alpha", "-1"], "alpha must be > 0, got -1.0"),
+    ],
+)
+def test_bad_hyper_parameters_are_usage_errors(
+    criteo: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert run(criteo, "--format", "criteo", "--rule", "ftrl", *flags) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"online-ctr replay: error: {message}\n"
+
+
+def test_broken_and_missing_files_fail_with_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.fm"
+    broken.write_text("1 3:1\n0 3:x\n")
+    assert run(broken, "--format", "libfm", "--rule", "ftrl") == 1
+    assert capsys.readouterr().err == (
+        f"online-ctr replay: error: {broken}, line 2: value 'x' is not a number\n"
+    )
+    assert run(tmp_path / "absent.fm", "--format", "libfm", "--rule", "ftrl") == 1
+    assert "absent.fm" in capsys.readouterr().err
+
+
+def test_flags_refused_by_argparse(criteo: Path) -> None:
+    with pytest.raises(SystemExit) as exit_batch:
+        run(criteo, "--format", "criteo", "--rule", "ftrl", "--batch-size", 0)
+    with pytest.raises(SystemExit) as exit_format:
+        run(criteo, "--format", "svm", "--rule", "ftrl")
+    assert exit_batch.value.code == exit_format.value.code == 2
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(
+    criteo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(criteo, "--format", "criteo", "--rule", "ftrl", "--limit", 100) == 0
+    assert capsys.readouterr().err == ""
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert run(criteo, "--format", "criteo", "--rule", "ftrl", "--limit", 100) == 0
+    shown = terminal.getvalue()
+    assert shown.startswith("\r[")
+    assert shown.endswith("] 100% 100/100 log loss {:.4f}\n".format(last_json(capsys)["logloss"]))
