@@ -4,7 +4,8 @@ Each example is scored with the prediction made before the model learned from it
 al. 2013, section 5.1), so these are the stream's online metrics.
 
 AUC is exact: the accumulator keeps every prediction (float64) and label (uint8), 9 bytes per
-example in a buffer that doubles as it fills: 90 MB for ten million examples. A histogram of
+example in buffers that double as they fill: 90 MB of data for ten million examples, with up
+to twice that allocated (three times for the moment of a copy). A histogram of
 predictions would bound memory but make AUC approximate and blur ties, and the replays here
 stay in the millions. Log loss and calibration need only running sums.
 
