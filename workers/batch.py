@@ -16,7 +16,7 @@ import numpy as np
 from online_ctr.features import Batch
 from online_ctr.learner import Features, Scored, score, unique_features
 from online_ctr.nonzero import nonzero_change
-from service.store.codec import EntryError, concat, decode_entry
+from service.store.codec import EntryError, decode_entries
 from service.store.state import Commit, ModelStore, Placement, Read, StateChange
 
 logger = logging.getLogger(__name__)
@@ -30,29 +30,29 @@ class Decoded:
     """The entries of a batch that decoded, as one batch, and the ones that did not."""
 
     entry_ids: list[str] = field(default_factory=list)
-    batches: list[Batch] = field(default_factory=list)
+    batch: Batch | None = None
     failures: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def batch(self) -> Batch:
-        return concat(self.batches)
 
 
 def decode(messages: list[tuple[bytes, dict[bytes, bytes]]]) -> Decoded:
-    """Decode stream messages; a bad entry is set aside with the reason, not fatal."""
+    """Decode stream messages together; a bad entry is set aside with the reason."""
+    ids = [raw_id.decode() for raw_id, _ in messages]
+    blobs = [fields.get(b"b", b"") for _, fields in messages]
+    try:
+        return Decoded(ids, decode_entries(blobs)) if ids else Decoded()
+    except EntryError:
+        pass  # find the bad entries one by one; the rest still make a batch
     decoded = Decoded()
-    for raw_id, fields in messages:
-        entry_id = raw_id.decode()
-        blob = fields.get(b"b")
+    good: list[bytes] = []
+    for entry_id, blob in zip(ids, blobs, strict=True):
         try:
-            if blob is None:
-                raise EntryError("entry has no 'b' field")
-            batch = decode_entry(blob)
+            decode_entries([blob])
         except EntryError as error:
             decoded.failures[entry_id] = f"undecodable entry: {error}"
             continue
         decoded.entry_ids.append(entry_id)
-        decoded.batches.append(batch)
+        good.append(blob)
+    decoded.batch = decode_entries(good) if good else None
     return decoded
 
 
@@ -90,6 +90,7 @@ def state_change(
 async def apply(store: ModelStore, consumer: str, decoded: Decoded) -> tuple[Commit, Scored]:
     """Learn from the decoded entries and commit; retried on conflicts with other workers."""
     batch = decoded.batch
+    assert batch is not None, "apply() needs at least one decoded entry"
     features = unique_features(batch)
     placement = store.place(features.ids)
     spec = store.spec

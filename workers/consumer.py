@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from service.metrics import Metrics
 from service.store.keys import GROUP
 from service.store.state import Commit, ModelStore
-from workers.batch import Decoded, apply, decode
+from workers.batch import apply, decode
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Worker:
         decoded = decode(messages)
         if decoded.failures:
             await self._record_failures(decoded.failures)
-        if not decoded.entry_ids:
+        if decoded.batch is None:
             return
         try:
             result, scored = await apply(self.store, self.config.consumer, decoded)
@@ -182,7 +182,7 @@ class Worker:
             await self._record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
             return
         if result.status == "ok":
-            self._observe(decoded, result, float(scored.losses.sum()), started)
+            self._observe(len(decoded.batch), result, float(scored.losses.sum()), started)
         else:
             # fenced: another worker reclaimed the entries and owns them now; conflict: the
             # step kept moving for every attempt, so the entries stay pending for a retry.
@@ -191,9 +191,9 @@ class Worker:
     async def _record_failures(self, failures: dict[str, str]) -> None:
         await self.redis.hset(self.store.keys.failures, mapping=failures)  # type: ignore[arg-type]
 
-    def _observe(self, decoded: Decoded, result: Commit, loss: float, started: float) -> None:
+    def _observe(self, examples: int, result: Commit, loss: float, started: float) -> None:
         label = self._label
-        self.metrics.learned_examples.labels(**label).inc(sum(len(b) for b in decoded.batches))
+        self.metrics.learned_examples.labels(**label).inc(examples)
         self.metrics.progressive_logloss.labels(**label).inc(loss)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)

@@ -49,43 +49,54 @@ def encode_entry(batch: Batch) -> bytes:
 
 def decode_entry(blob: bytes) -> Batch:
     """The batch in a stream entry; :class:`EntryError` if it is not one of ours."""
+    return decode_entries([blob])
+
+
+def _split(blob: bytes) -> tuple[int, bytes, bytes, bytes, bytes | None]:
+    """An entry's example count and its label, row-pointer, id and value bytes."""
     if len(blob) < _HEADER.size:
         raise EntryError(f"entry of {len(blob)} bytes is shorter than the header")
     version, n, nnz, has_values = _HEADER.unpack_from(blob)
     if version != VERSION:
         raise EntryError(f"unknown entry version {version}")
-    expected = _HEADER.size + n + 4 * (n + 1) + 8 * nnz + (8 * nnz if has_values else 0)
+    ids_at = _HEADER.size + n + 4 * (n + 1)
+    values_at = ids_at + 8 * nnz
+    expected = values_at + (8 * nnz if has_values else 0)
     if len(blob) != expected:
         raise EntryError(f"entry has {len(blob)} bytes, its header implies {expected}")
-    offset = _HEADER.size
-    labels = np.frombuffer(blob, np.uint8, n, offset).astype(np.float64)
-    offset += n
-    indptr = np.frombuffer(blob, "<u4", n + 1, offset).astype(np.int64)
-    offset += 4 * (n + 1)
-    ids = np.frombuffer(blob, "<u8", nnz, offset).astype(np.uint64)
-    offset += 8 * nnz
-    values = np.frombuffer(blob, "<f8", nnz, offset).copy() if has_values else np.ones(nnz)
-    if indptr[0] != 0 or indptr[-1] != nnz or (np.diff(indptr) < 0).any():
-        raise EntryError("entry's row pointers are not monotone from 0 to nnz")
+    return (
+        n,
+        blob[_HEADER.size : _HEADER.size + n],
+        blob[_HEADER.size + n : ids_at],
+        blob[ids_at:values_at],
+        blob[values_at:] if has_values else None,
+    )
+
+
+def decode_entries(blobs: list[bytes]) -> Batch:
+    """Several entries as one batch, decoded together (numpy once, not once per entry)."""
+    parts = [_split(blob) for blob in blobs]
+    labels = np.frombuffer(b"".join(p[1] for p in parts), np.uint8).astype(np.float64)
+    ids = np.frombuffer(b"".join(p[3] for p in parts), "<u8").astype(np.uint64)
+    sizes = np.frombuffer(b"".join(p[2] for p in parts), "<u4").astype(np.int64)
+    # Each entry's row pointers start at 0; the batch's are the concatenated row lengths.
+    starts = np.cumsum([0] + [p[0] + 1 for p in parts])
+    lengths = np.diff(sizes)
+    lengths = np.delete(lengths, starts[1:-1] - 1)
+    values = np.concatenate(
+        [np.frombuffer(p[4], "<f8") if p[4] is not None else np.ones(len(p[3]) // 8) for p in parts]
+    )
+    nnz = np.array([len(p[3]) // 8 for p in parts])
+    if (
+        (lengths < 0).any()
+        or (sizes[starts[:-1]] != 0).any()
+        or (sizes[starts[1:] - 1] != nnz).any()
+    ):
+        raise EntryError("entry's row pointers are not monotone from 0 to its feature count")
     if ((labels != 0) & (labels != 1)).any() or not np.isfinite(values).all():
         raise EntryError("entry has a label other than 0/1 or a non-finite value")
-    return Batch(indptr, ids, values, labels)
-
-
-def concat(batches: list[Batch]) -> Batch:
-    """Several batches as one, in order."""
-    if len(batches) == 1:
-        return batches[0]
-    offsets = np.cumsum([0] + [b.occurrences() for b in batches[:-1]])
-    indptr = np.concatenate(
-        [[0]] + [b.indptr[1:] + o for b, o in zip(batches, offsets, strict=True)]
-    )
-    return Batch(
-        indptr=indptr.astype(np.int64),
-        ids=np.concatenate([b.ids for b in batches]),
-        values=np.concatenate([b.values for b in batches]),
-        labels=np.concatenate([b.labels for b in batches]),
-    )
+    indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return Batch(indptr, ids, values.astype(np.float64), labels)
 
 
 def pack_ids(ids: NDArray[np.uint64]) -> bytes:

@@ -3,12 +3,13 @@
 -- the step has moved and nothing is written ("conflict": recompute from fresh state). If any
 -- of the entries is no longer pending for this consumer (another worker reclaimed it), nothing
 -- is written either ("fenced"): the batch now belongs to someone else.
--- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5.. state buckets in the order of the runs.
+-- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures.
 -- ARGV: 1 group, 2 consumer, 3 expected t, 4 examples in batch, 5 log-loss sum,
---       6 ids (8 bytes each, grouped by bucket), 7 u32 run length per bucket, 8 new values,
---       9 bytes per value, 10 ids leaving the expiry set, 11 ids entering it,
+--       6 ids (8 bytes each, grouped by bucket), 7 per bucket two u32 (number, ids in it),
+--       8 new values, 9 bytes per value, 10 ids leaving the expiry set, 11 ids entering it,
 --       12 their expiry steps (f64), 13 change of nnz_stable, 14 change of tracked,
---       15.. stream entry ids.
+--       15 bucket key prefix, 16 the stream entry ids, space-separated.
+-- Bucket keys are built from the prefix, as in read_state.lua (same hash tag, same slot).
 local meta, stream, expiry, failures = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- Call command(prefix..., chunk of items) in chunks: unpack() has a stack limit.
@@ -28,7 +29,7 @@ if t ~= tonumber(ARGV[3]) then
 end
 
 local entries = {}
-for i = 15, #ARGV do entries[#entries + 1] = ARGV[i] end
+for id in string.gmatch(ARGV[16], '%S+') do entries[#entries + 1] = id end
 if #entries > 0 then
   local mine = {}
   local pending = redis.call('XPENDING', stream, group, entries[1], entries[#entries],
@@ -40,9 +41,10 @@ if #entries > 0 then
 end
 
 local ids, runs, values, width = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local prefix = ARGV[15]
 local pos = 0
-for b = 1, #runs / 4 do
-  local count = struct.unpack('<I4', runs, 4 * b - 3)
+for b = 1, #runs / 8 do
+  local bucket, count = struct.unpack('<I4I4', runs, 8 * b - 7)
   for first = 1, count, 500 do
     local last = math.min(first + 499, count)
     local args = {}
@@ -51,7 +53,7 @@ for b = 1, #runs / 4 do
       args[#args + 1] = string.sub(ids, 8 * j - 7, 8 * j)
       args[#args + 1] = string.sub(values, width * (j - 1) + 1, width * j)
     end
-    redis.call('HSET', KEYS[b + 4], unpack(args))
+    redis.call('HSET', prefix .. bucket, unpack(args))
   end
   pos = pos + count
 end

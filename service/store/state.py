@@ -86,11 +86,10 @@ class Commit:
 
 @dataclass(frozen=True)
 class Placement:
-    """Features ordered by state bucket, with the bucket keys and run lengths the scripts use."""
+    """Features ordered by state bucket, and per bucket used its number and feature count."""
 
     order: NDArray[np.intp]
     ids: bytes
-    keys: list[str]
     runs: bytes
 
 
@@ -109,7 +108,6 @@ class ModelStore:
         self.redis = redis
         self.spec = spec
         self.keys = ModelKeys(spec.name)
-        self._bucket_keys = [self.keys.bucket(i) for i in range(spec.buckets)]
         self._read = redis.register_script(_script("read_state.lua"))
         self._commit = redis.register_script(_script("commit.lua"))
 
@@ -137,19 +135,15 @@ class ModelStore:
         """Group features by the bucket that holds them."""
         buckets = (ids & np.uint64(self.spec.buckets - 1)).astype(np.intp)
         order = np.argsort(buckets, kind="stable")
-        used, runs = np.unique(buckets[order], return_counts=True)
-        return Placement(
-            order=order,
-            ids=codec.pack_ids(ids[order]),
-            keys=[self._bucket_keys[b] for b in used.tolist()],
-            runs=runs.astype("<u4").tobytes(),
-        )
+        used, counts = np.unique(buckets[order], return_counts=True)
+        runs = np.column_stack((used, counts)).astype("<u4").tobytes()
+        return Placement(order=order, ids=codec.pack_ids(ids[order]), runs=runs)
 
     async def read(self, placement: Placement) -> Read:
         """The state of the placed features (in the caller's order) and the current step."""
         t, blob = await self._read(
-            keys=[self.keys.meta, *placement.keys],
-            args=[placement.ids, placement.runs, self.spec.width],
+            keys=[self.keys.meta],
+            args=[placement.ids, placement.runs, self.spec.width, self.keys.bucket_prefix()],
         )
         state = np.empty((len(placement.order), len(self.spec.rule.fields) + 1))
         state[placement.order] = codec.unpack_state(blob, len(self.spec.rule.fields) + 1)
@@ -206,13 +200,7 @@ class ModelStore:
         """Run the commit script for a computed batch."""
         placement = change.placement
         reply = await self._commit(
-            keys=[
-                self.keys.meta,
-                self.keys.stream,
-                self.keys.expiry,
-                self.keys.failures,
-                *placement.keys,
-            ],
+            keys=[self.keys.meta, self.keys.stream, self.keys.expiry, self.keys.failures],
             args=[
                 GROUP,
                 consumer,
@@ -228,7 +216,8 @@ class ModelStore:
                 change.entering_steps.astype("<f8").tobytes(),
                 change.stable_delta,
                 change.tracked_delta,
-                *entries,
+                self.keys.bucket_prefix(),
+                " ".join(entries),
             ],
         )
         status = reply[0].decode()
