@@ -23,38 +23,22 @@ from numpy.typing import NDArray
 from online_ctr.features import Batch
 from online_ctr.learner import Step, learn, logits, sigmoid, unique_features
 from online_ctr.rules.base import Array, Rule
+from online_ctr.table import StateTable
 
 
 class InMemoryModel:
-    """State held in a growing numpy table indexed by a dict from feature id to row."""
+    """State held in a :class:`~online_ctr.table.StateTable`: rule fields, then the count."""
 
     def __init__(self, rule: Rule, params: Any = None) -> None:
         self.rule = rule
         self.params = rule.params() if params is None else params
         self.t = 0
-        self._rows: dict[int, int] = {}
-        self._table = np.zeros((1024, len(rule.fields) + 1))
-
-    def _row_indices(self, ids: NDArray[np.uint64], create: bool) -> NDArray[np.intp]:
-        """Rows of ``ids``; unknown ids get new zero rows, or -1 when not ``create``."""
-        rows = self._rows
-        if create:
-            for key in ids.tolist():
-                if key not in rows:
-                    rows[key] = len(rows)
-            self._reserve(len(rows))
-        return np.fromiter((rows.get(key, -1) for key in ids.tolist()), np.intp, len(ids))
-
-    def _reserve(self, size: int) -> None:
-        if size > len(self._table):
-            grown = np.zeros((max(size, 2 * len(self._table)), self._table.shape[1]))
-            grown[: len(self._table)] = self._table
-            self._table = grown
+        self.table = StateTable(width=len(rule.fields) + 1)
 
     def state_of(self, ids: NDArray[np.uint64]) -> Array:
         """The rows (rule fields, then count) of ``ids``; zeros for unseen features."""
-        rows = self._row_indices(ids, create=False)
-        out = self._table[np.maximum(rows, 0)].copy()
+        rows = self.table.rows(ids, create=False)
+        out = self.table.data[np.maximum(rows, 0)]
         out[rows < 0] = 0.0
         return out
 
@@ -67,22 +51,24 @@ class InMemoryModel:
     def learn(self, batch: Batch) -> Step:
         """Predict the batch, then learn from it (progressive validation)."""
         features = unique_features(batch)
-        rows = self._row_indices(features.ids, create=True)
-        step = learn(self.rule, self.params, self._table[rows, :-1], self.t, batch, features)
-        self._table[rows, :-1] = step.state
-        self._table[rows, -1] += step.counts
+        rows = self.table.rows(features.ids, create=True)
+        data = self.table.data
+        step = learn(self.rule, self.params, data[rows, :-1], self.t, batch, features)
+        data[rows, :-1] = step.state
+        data[rows, -1] += step.counts
         self.t += len(batch)
         return step
 
     def snapshot(self) -> dict[int, Array]:
         """Every tracked feature's row, by id: for comparing with another store."""
-        return {key: self._table[row].copy() for key, row in self._rows.items()}
+        n = len(self.table)
+        return dict(zip(self.table.ids[:n].tolist(), self.table.data[:n].copy(), strict=True))
 
     def features_tracked(self) -> int:
         """How many features have state."""
-        return len(self._rows)
+        return len(self.table)
 
     def nonzero_weights(self) -> int:
         """An exact recount of the weights that are nonzero at the current step."""
-        state = self._table[: len(self._rows), :-1]
+        state = self.table.data[: len(self.table), :-1]
         return int(np.count_nonzero(self.rule.weights(state, self.t, self.params)))
