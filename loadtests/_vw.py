@@ -62,16 +62,17 @@ _SPECIAL = re.compile(r"[\s|:]")
 
 
 def ftrl_arguments(
-    alpha: float, beta: float, l1: float, l2: float, bits: int = INDEX_BITS
+    alpha: float, beta: float, l1: float, l2: float, bits: int = INDEX_BITS, quiet: bool = True
 ) -> list[str]:
     """VW options for Algorithm 1 with logistic loss, and nothing else that changes the math.
 
     Above 28 bits the weights are kept sparse: dense FTRL weights take 16 bytes per slot.
+    ``quiet=False`` keeps VW's progress and summary output (see :func:`parse_summary`).
 
     >>> ftrl_arguments(0.1, 1.0, 1.0, 0.5)[:5]
     ['--ftrl', '--ftrl_alpha=0.1', '--ftrl_beta=1.0', '--l1=1.0', '--l2=0.5']
     """
-    arguments = [
+    return [
         "--ftrl",
         f"--ftrl_alpha={alpha!r}",
         f"--ftrl_beta={beta!r}",
@@ -80,9 +81,9 @@ def ftrl_arguments(
         "--loss_function=logistic",
         f"--bit_precision={bits}",
         "--holdout_off",
-        "--quiet",
+        *(["--quiet"] if quiet else []),
+        *(["--sparse_weights"] if bits > 28 else []),
     ]
-    return [*arguments, "--sparse_weights"] if bits > 28 else arguments
 
 
 def named_features(example: Example) -> dict[str, float]:
@@ -123,9 +124,8 @@ class TextEncoder:
             except TypeError:
                 pass
             else:
-                if text.count(" ") == len(example) - 1 and not _SPECIAL.search(
-                    text.replace(" ", "")
-                ):
+                # A space inside a name or value shows as one space too many.
+                if text.count(" ") == len(example) - 1 and not _has_reserved(text):
                     return LABEL_PREFIX[label] + text
         return LABEL_PREFIX[label] + " ".join(
             self._token(name, x) for name, x in named_features(example).items()
@@ -150,6 +150,11 @@ class TextEncoder:
     def lines(self, rows: Iterable[tuple[Example, int]]) -> list[str]:
         """The VW lines of many ``(example, label)`` rows."""
         return [self.line(example, label) for example, label in rows]
+
+
+def _has_reserved(text: str) -> bool:
+    """Whether ``text`` holds a character VW's text format reserves, the space aside."""
+    return "|" in text or ":" in text or "\t" in text or "\n" in text or "\r" in text
 
 
 def workspace(arguments: Sequence[str]) -> Any:
@@ -193,7 +198,7 @@ def colliding_names(names: Iterable[str], bits: int) -> int:
     indexes = [vw.hash_feature(name, namespace) for name in names]
     vw.finish()
     counts: dict[int, int] = {}
-    for index in [*indexes, CONSTANT_INDEX]:
+    for index in [*indexes, CONSTANT_INDEX & ((1 << bits) - 1)]:
         counts[index] = counts.get(index, 0) + 1
     return sum(1 for index in indexes if counts[index] > 1)
 
