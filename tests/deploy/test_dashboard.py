@@ -15,6 +15,7 @@ from service.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 METRIC_NAME = re.compile(r"\bonline_ctr_\w+")
+JOB_MATCHER = re.compile(r'\bjob=~?"([^"]+)"')
 #: The series names each metric type exposes.
 SERIES_SUFFIXES = {
     "counter": ("_total",),
@@ -125,6 +126,20 @@ def test_the_dashboard_reads_only_series_the_service_declares(queries: list[Any]
     used = {name for query in queries for name in METRIC_NAME.findall(query.expr)}
     assert used
     assert used <= service_series(), sorted(used - service_series())
+
+
+def test_job_labels_are_jobs_prometheus_scrapes(
+    queries: list[Any], prometheus_config: dict[str, Any]
+) -> None:
+    jobs = {job["job_name"] for job in prometheus_config["scrape_configs"]}
+    used = {
+        job
+        for query in queries
+        for pattern in JOB_MATCHER.findall(query.expr)
+        for job in pattern.split("|")
+    }
+    assert used
+    assert used <= jobs, sorted(used - jobs)
 
 
 def test_model_variable_lists_models_from_a_service_metric(dashboard: dict[str, Any]) -> None:
