@@ -12,12 +12,14 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from online_ctr.features import Batch
 from online_ctr.learner import Features, Scored, score, unique_features
 from online_ctr.nonzero import nonzero_change
 from service.store.codec import EntryError, decode_entries
 from service.store.state import Commit, ModelStore, Placement, Read, StateChange
+from workers.cache import StateCache
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ def state_change(
     return StateChange(
         placement=placement,
         t=read.t,
+        epoch=read.epoch,
         examples=examples,
         logloss_sum=loss,
         state=np.column_stack((new_rule_state, counts)),
@@ -87,20 +90,41 @@ def state_change(
     )
 
 
-async def apply(store: ModelStore, consumer: str, decoded: Decoded) -> tuple[Commit, Scored]:
+async def current_state(store: ModelStore, cache: StateCache, ids: NDArray[np.uint64]) -> Read:
+    """The state of ``ids`` now: from the cache where it is exact, the rest from Redis."""
+    rows = cache.rows(ids)
+    missing = rows < 0
+    read = await store.read(store.place(ids[missing]))
+    if cache.matches(read):
+        state = np.empty((len(ids), read.state.shape[1]))
+        state[~missing] = cache.table.data[rows[~missing]]
+        state[missing] = read.state
+        return Read(read.t, read.epoch, state)
+    if missing.all():
+        return read
+    cache.forget()
+    return await store.read(store.place(ids))
+
+
+async def apply(
+    store: ModelStore, cache: StateCache, consumer: str, decoded: Decoded
+) -> tuple[Commit, Scored]:
     """Learn from the decoded entries and commit; retried on conflicts with other workers."""
     batch = decoded.batch
     assert batch is not None, "apply() needs at least one decoded entry"
     features = unique_features(batch)
     placement = store.place(features.ids)
     spec = store.spec
-    read = await store.read(placement)
+    read = await current_state(store, cache, features.ids)
     scored = score(spec.rule, spec.params, read.rule_state, read.t, batch, features)
     loss = float(scored.losses.sum())
     for _ in range(MAX_COMMIT_ATTEMPTS):
         change = state_change(store, features, placement, read, scored, loss)
         result = await store.commit(change, consumer, decoded.entry_ids)
+        if result.status == "ok":
+            cache.remember(features.ids, change.state, result.t, read.epoch)
         if result.status != "conflict":
             return result, scored
+        cache.forget()
         read = await store.read(placement)
     return Commit(status="conflict", t=read.t), scored

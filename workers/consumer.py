@@ -22,6 +22,7 @@ from service.metrics import Metrics
 from service.store.keys import GROUP
 from service.store.state import Commit, ModelStore
 from workers.batch import apply, decode
+from workers.cache import StateCache
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class WorkerConfig:
     max_deliveries: int = 5
     heartbeat_interval_s: float = 2.0
     error_backoff_s: float = 0.5
+    cache_features: int = 1_000_000
 
 
 class Worker:
@@ -51,6 +53,7 @@ class Worker:
         self._stopping = False
         self._last_heartbeat = 0.0
         self._label = {"model": store.spec.name}
+        self.cache = StateCache(len(store.spec.rule.fields) + 1, config.cache_features)
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -174,7 +177,7 @@ class Worker:
         if decoded.batch is None:
             return
         try:
-            result, scored = await apply(self.store, self.config.consumer, decoded)
+            result, scored = await apply(self.store, self.cache, self.config.consumer, decoded)
         except (RedisError, OSError):
             raise  # not the batch's fault: it stays pending and is retried
         except Exception as error:  # bad data or a bug must not stop the worker: record it

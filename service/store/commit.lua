@@ -8,7 +8,7 @@
 --       6 ids (8 bytes each, grouped by bucket), 7 per bucket two u32 (number, ids in it),
 --       8 new values, 9 bytes per value, 10 ids leaving the expiry set, 11 ids entering it,
 --       12 their expiry steps (f64), 13 change of nnz_stable, 14 change of tracked,
---       15 bucket key prefix, 16 the stream entry ids, space-separated.
+--       15 bucket key prefix, 16 the stream entry ids, space-separated, 17 expected epoch.
 -- Bucket keys are built from the prefix, as in read_state.lua (same hash tag, same slot).
 local meta, stream, expiry, failures = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -23,8 +23,9 @@ local function each_chunk(items, size, command, ...)
   end
 end
 local group, consumer = ARGV[1], ARGV[2]
-local t = tonumber(redis.call('HGET', meta, 't') or '0')
-if t ~= tonumber(ARGV[3]) then
+local version = redis.call('HMGET', meta, 't', 'epoch')
+local t = tonumber(version[1] or '0')
+if t ~= tonumber(ARGV[3]) or (version[2] or '') ~= ARGV[17] then
   return {'conflict', tostring(t)}
 end
 

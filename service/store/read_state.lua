@@ -4,7 +4,8 @@
 -- state value; ARGV[4] = the bucket key prefix. Bucket keys are built here rather than passed
 -- as KEYS: a batch touches thousands, and passing each costs the client more than the read.
 -- They share the model's hash tag with KEYS[1], so they live in the same cluster slot.
--- Returns {t, values}: values has one state value per id, zeros for unknown features.
+-- Returns {t, epoch, values}: values has one state value per id, zeros for unknown features;
+-- epoch identifies this incarnation of the model (it changes if the model is recreated).
 local ids, runs, width, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local zero = string.rep('\0', width)
 local out, pos = {}, 0
@@ -28,4 +29,5 @@ for b = 1, #runs / 8 do
   end
   pos = pos + count
 end
-return {redis.call('HGET', KEYS[1], 't') or '0', table.concat(out)}
+local meta = redis.call('HMGET', KEYS[1], 't', 'epoch')
+return {meta[1] or '0', meta[2] or '', table.concat(out)}

@@ -11,6 +11,7 @@ never lose each other's updates, and a batch is applied exactly once.
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -58,9 +59,11 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Read:
-    """The state of some features (rule fields then count) and the step it is as of."""
+    """The state of some features (rule fields then count), the step it is as of, and the
+    model's epoch (which changes if the model is deleted and created again)."""
 
     t: int
+    epoch: str
     state: Array
 
     @property
@@ -117,7 +120,9 @@ class ModelStore:
         await self.redis.hsetnx(self.keys.meta, "rule", described["rule"])
         stored = await self.redis.hgetall(self.keys.meta)
         if len(stored) == 1:
+            # Racing creators write the same description; the first epoch stays.
             await self.redis.hset(self.keys.meta, mapping=described)  # type: ignore[arg-type]
+            await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
         stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
@@ -141,13 +146,13 @@ class ModelStore:
 
     async def read(self, placement: Placement) -> Read:
         """The state of the placed features (in the caller's order) and the current step."""
-        t, blob = await self._read(
+        t, epoch, blob = await self._read(
             keys=[self.keys.meta],
             args=[placement.ids, placement.runs, self.spec.width, self.keys.bucket_prefix()],
         )
         state = np.empty((len(placement.order), len(self.spec.rule.fields) + 1))
         state[placement.order] = codec.unpack_state(blob, len(self.spec.rule.fields) + 1)
-        return Read(t=int(t), state=state)
+        return Read(t=int(t), epoch=_text(epoch), state=state)
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""
@@ -218,6 +223,7 @@ class ModelStore:
                 change.tracked_delta,
                 self.keys.bucket_prefix(),
                 " ".join(entries),
+                change.epoch,
             ],
         )
         status = reply[0].decode()
@@ -253,6 +259,7 @@ class StateChange:
 
     placement: Placement
     t: int
+    epoch: str
     examples: int
     logloss_sum: float
     state: Array
