@@ -167,3 +167,21 @@ def test_truncated_gradient_step_with_matched_gravity_is_simple_truncation_step(
     np.testing.assert_array_equal(
         tg.update(state, *args, tg_params), truncation.update(state, *args, tr_params)
     )
+
+
+def test_truncation_operators_include_theta_itself() -> None:
+    """Seed 001 writes T0 and T1 on the closed intervals [0, theta] and [-theta, 0]."""
+    theta, a = 0.5, 0.125
+    v = np.array([-0.75, -theta, -0.0625, 0.0, 0.0625, theta, np.nextafter(theta, 1.0)])
+    np.testing.assert_array_equal(
+        tg.truncate(v, a, theta), [-0.75, -0.375, 0.0, 0.0, 0.0, 0.375, v[-1]]
+    )
+    np.testing.assert_array_equal(
+        truncation.truncate(v, theta), [-0.75, 0.0, 0.0, 0.0, 0.0, 0.0, v[-1]]
+    )
+    # Lazily too: a weight stored at exactly theta meets the next event.
+    tg_params = tg.TGParams(alpha=0.5, beta=1.0, l1=0.25, theta=theta, k=2)
+    state = np.array([[theta, 0.0, 1.0]])
+    assert tg.weights(state, 2, tg_params)[0] == theta - 2 * 0.5 * 0.25
+    tr_params = truncation.TruncationParams(alpha=0.5, beta=1.0, theta=theta, k=2)
+    assert truncation.weights(state, 2, tr_params)[0] == 0.0
