@@ -126,6 +126,16 @@ def planted_stream(
     -------
     PlantedStream
         ``weights`` names every feature of the model, zeros included.
+
+    Examples
+    --------
+    >>> stream = planted_stream(5, n_fields=2, n_values=6, support_fraction=0.2, seed=3)
+    >>> len(stream.support())  # round(0.2 * 6) = 1 value per field, and the bias
+    3
+    >>> stream.examples[0].keys() == {"f0", "f1"}
+    True
+    >>> stream.labels.shape, set(stream.labels.tolist()) <= {0.0, 1.0}
+    ((5,), True)
     """
     _check(n_examples, n_fields, n_values, support_fraction, weight_range)
     rng = np.random.default_rng(seed)
