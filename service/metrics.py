@@ -20,6 +20,7 @@ class Metrics:
     """The metrics of one process."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
         model = ("model",)
         self.nonzero_weights = Gauge(
             "online_ctr_nonzero_weights", "Weights that are nonzero now.", model, registry=registry

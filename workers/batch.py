@@ -9,6 +9,7 @@ application of the batch after the other one would do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,7 +108,11 @@ async def current_state(store: ModelStore, cache: StateCache, ids: NDArray[np.ui
 
 
 async def apply(
-    store: ModelStore, cache: StateCache, consumer: str, decoded: Decoded
+    store: ModelStore,
+    cache: StateCache,
+    consumer: str,
+    decoded: Decoded,
+    on_conflict: Callable[[], None] = lambda: None,
 ) -> tuple[Commit, Scored]:
     """Learn from the decoded entries and commit; retried on conflicts with other workers."""
     batch = decoded.batch
@@ -125,6 +130,7 @@ async def apply(
             cache.remember(features.ids, change.state, result.t, read.epoch)
         if result.status != "conflict":
             return result, scored
+        on_conflict()
         cache.forget()
         read = await store.read(placement)
     return Commit(status="conflict", t=read.t), scored

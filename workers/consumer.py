@@ -52,6 +52,7 @@ class Worker:
         self.metrics = metrics
         self._stopping = False
         self._last_heartbeat = 0.0
+        self._last_reclaim = 0.0
         self._label = {"model": store.spec.name}
         self.cache = StateCache(len(store.spec.rule.fields) + 1, config.cache_features)
 
@@ -82,13 +83,23 @@ class Worker:
     async def step(self, block: bool) -> bool:
         """One turn of the loop; whether it found entries to process."""
         await self._heartbeat_if_due()
-        messages = await self._reclaim()
+        messages = await self._reclaim_if_due()
         if not messages:
             messages = await self._read_new(block)
+        if not messages:
+            # Idle: anything pending now can only be someone else's stuck entries.
+            messages = await self._reclaim()
         if not messages:
             return False
         await self._process(messages)
         return True
+
+    async def _reclaim_if_due(self) -> Messages:
+        """Reclaim at most a few times per idle period: it costs a round trip per batch."""
+        now = time.monotonic()
+        if now - self._last_reclaim < self.config.reclaim_idle_ms / 4000:
+            return []
+        return await self._reclaim()
 
     async def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
@@ -119,6 +130,7 @@ class Worker:
 
     async def _reclaim(self) -> Messages:
         """Entries idle too long in other consumers' hands, minus those dead-lettered now."""
+        self._last_reclaim = time.monotonic()
         reply: Any = await self.redis.xautoclaim(
             self.store.keys.stream,
             GROUP,
@@ -177,7 +189,9 @@ class Worker:
         if decoded.batch is None:
             return
         try:
-            result, scored = await apply(self.store, self.cache, self.config.consumer, decoded)
+            result, scored = await apply(
+                self.store, self.cache, self.config.consumer, decoded, self._count_conflict
+            )
         except (RedisError, OSError):
             raise  # not the batch's fault: it stays pending and is retried
         except Exception as error:  # bad data or a bug must not stop the worker: record it
@@ -193,6 +207,9 @@ class Worker:
 
     async def _record_failures(self, failures: dict[str, str]) -> None:
         await self.redis.hset(self.store.keys.failures, mapping=failures)  # type: ignore[arg-type]
+
+    def _count_conflict(self) -> None:
+        self.metrics.commit_conflicts.labels(**self._label).inc()
 
     def _observe(self, examples: int, result: Commit, loss: float, started: float) -> None:
         label = self._label

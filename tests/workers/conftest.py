@@ -1,0 +1,85 @@
+"""Fixtures for worker tests: a model store on the test Redis, and ways to feed and inspect it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from online_ctr.features import Example, FeatureHasher
+from online_ctr.rules import get_rule
+from service.metrics import Metrics
+from service.store import codec
+from service.store.state import ModelStore, spec_from
+from workers.consumer import Worker, WorkerConfig
+
+MakeStore = Callable[..., Awaitable[ModelStore]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def make_store(redis_url: str) -> AsyncIterator[MakeStore]:
+    """Build ModelStores on the (flushed) test Redis; clients closed after the test."""
+    clients: list[aioredis.Redis] = []
+
+    async def make(
+        rule: str = "ftrl", buckets: int = 64, name: str = "default", **params: Any
+    ) -> ModelStore:
+        client = aioredis.Redis.from_url(redis_url)
+        clients.append(client)
+        store = ModelStore(
+            client, spec_from(name, rule, get_rule(rule).params(**params), None, buckets)
+        )
+        await store.ensure()
+        return store
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+def make_worker(store: ModelStore, consumer: str = "w1", **config: Any) -> Worker:
+    """A worker on a private metrics registry."""
+    return Worker(store, WorkerConfig(consumer=consumer, **config), Metrics(CollectorRegistry()))
+
+
+async def send(store: ModelStore, rows: Iterable[tuple[Example, int]], per_entry: int = 1) -> int:
+    """Append labelled examples as the API would, ``per_entry`` per stream entry; returns the
+    number of feature occurrences sent (bias included)."""
+    hasher = FeatureHasher(store.spec.hash_bits)
+    rows = list(rows)
+    occurrences = 0
+    async with store.redis.pipeline(transaction=False) as pipe:
+        for start in range(0, len(rows), per_entry):
+            chunk = rows[start : start + per_entry]
+            batch = hasher.batch([x for x, _ in chunk], [y for _, y in chunk])
+            occurrences += batch.occurrences()
+            pipe.xadd(store.keys.stream, {"b": codec.encode_entry(batch)})
+        await pipe.execute()
+    return occurrences
+
+
+async def scan_state(store: ModelStore) -> dict[int, np.ndarray]:
+    """Every feature's stored row (rule fields, then count), read by scanning the buckets."""
+    rows: dict[int, np.ndarray] = {}
+    width = len(store.spec.rule.fields) + 1
+    for bucket in range(store.spec.buckets):
+        for field, value in (await store.redis.hgetall(store.keys.bucket(bucket))).items():
+            rows[int.from_bytes(field, "little")] = codec.unpack_state(value, width)[0]
+    return rows
+
+
+def recount_nonzero(store: ModelStore, rows: dict[int, np.ndarray], t: int) -> int:
+    """A full recount of nonzero weights at step ``t`` from scanned rows."""
+    if not rows:
+        return 0
+    state = np.array(list(rows.values()))[:, :-1]
+    return int(np.count_nonzero(store.spec.rule.weights(state, t, store.spec.params)))
