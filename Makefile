@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make run` (the service) and `make test` (every check).
+# Both create .venv and install the project into it first; nothing else needs to be there.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test lint typecheck unit bench bench-replay clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+install: $(STAMP)
+
+## The service on an embedded Redis (set OCTR_REDIS_URL to use your own), API on :8000.
+run: install
+	$(BIN)/online-ctr serve
+
+## Lint, types and the whole test suite (starts its own Redis, API, workers, Prometheus).
+test: install
+	bash deploy/ci-install.sh
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+## Throughput of the in-process replay next to River and Vowpal Wabbit.
+bench-replay: install
+	$(BIN)/python -m loadtests.bench_replay
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,110 @@
+"""Run the real ``online-ctr api`` and ``online-ctr worker`` processes against a test Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.embedded import free_port
+
+
+@dataclass
+class Service:
+    """A running API and its workers, with their logs."""
+
+    api_url: str
+    worker_metrics_urls: list[str]
+    env: dict[str, str]
+    log_dir: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, command: str, **env: str) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "online_ctr.cli", command],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes[name] = process
+        return process
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in sorted(self.log_dir.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:
+    """Poll ``check`` until true; fail with ``what`` after the deadline (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
+    """Start the API and ``workers`` worker processes on ``redis_url``; stopped after the test."""
+    services: list[Service] = []
+
+    def start(redis_url: str, workers: int = 1, **settings: str) -> Service:
+        api_port = free_port()
+        metric_ports = [free_port() for _ in range(workers)]
+        env = {
+            **os.environ,
+            "OCTR_REDIS_URL": redis_url,
+            "OCTR_PORT": str(api_port),
+            "OCTR_HEARTBEAT_INTERVAL_S": "0.2",
+            "OCTR_REDIS_TIMEOUT_S": "0.5",
+            **settings,
+        }
+        service = Service(
+            f"http://127.0.0.1:{api_port}",
+            [f"http://127.0.0.1:{port}/metrics" for port in metric_ports],
+            env,
+            tmp_path,
+        )
+        services.append(service)
+        service.start("api", "api")
+        for index, port in enumerate(metric_ports):
+            service.start(
+                f"worker{index}",
+                "worker",
+                OCTR_WORKER_METRICS_PORT=str(port),
+                OCTR_WORKER_NAME=f"worker{index}",
+            )
+        wait_until(
+            lambda: httpx.get(f"{service.api_url}/readyz").status_code == 200,
+            what=f"the service to be ready\n{service.logs()}",
+        )
+        return service
+
+    yield start
+    for service in services:
+        service.stop()
