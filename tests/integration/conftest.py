@@ -27,13 +27,13 @@ class Service:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, name: str, command: str, **env: str) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "online_ctr.cli", command],
-            env={**self.env, **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (self.log_dir / f"{name}.log").open("ab") as log:  # the child keeps its copy
+            process = subprocess.Popen(
+                [sys.executable, "-m", "online_ctr.cli", command],
+                env={**self.env, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.processes[name] = process
         return process
 
