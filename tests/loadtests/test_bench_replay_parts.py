@@ -7,6 +7,7 @@ real runs at the end check that every system computes the same log loss, not how
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -128,42 +129,63 @@ def test_replicate_repeats_in_order_and_cuts() -> None:
 
 
 def test_measurement_statistics() -> None:
-    m = Measurement("vw", "pyvw-text", "ftrl", 1, 1000, seconds=(4.0, 1.0, 2.0), log_loss=0.5)
-    assert m.median_seconds == 2.0
-    assert m.examples_per_second == 500.0
-    assert m.as_dict()["seconds"] == [4.0, 1.0, 2.0]
-    assert json.loads(json.dumps(m.as_dict()))["examples_per_second"] == 500.0
+    m = Measurement(
+        "vw", "pyvw-text", "ftrl", 1, 1000, seconds=(4.0, 1.0, 2.0), cpu_seconds=(5.0, 4.0, 8.0)
+    )
+    assert m.examples_per_second == 500.0  # the median run
+    assert m.examples_per_cpu_second == 200.0
+    report = json.loads(json.dumps(m.as_dict(), allow_nan=False))
+    assert report["seconds"] == [4.0, 1.0, 2.0]
+    assert (report["examples_per_second"], report["log_loss"]) == (500.0, None)
 
 
-@pytest.mark.parametrize(("cheap_s", "runs"), [(10.0, 3), (1.0, 1)])
-def test_measure_repeats_only_cheap_runs(cheap_s: float, runs: int) -> None:
-    calls: list[str] = []
-    seconds = iter([2.0, 3.0, 1.0])
+def test_stopwatch_counts_the_cpu_time_of_finished_children() -> None:
+    watch = bench_replay.Stopwatch()
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"
+    subprocess.run([sys.executable, "-c", busy], check=True)
+    run = watch.stop(0.5)
+    assert run.cpu_seconds >= 0.2
+    assert run.seconds >= 0.2
+    assert run.log_loss == 0.5
 
-    def job() -> Run:
-        calls.append("run")
-        return Run(next(seconds), 0.25)
+
+def _job(name: str, seconds: list[float], calls: list[str]) -> bench_replay.Job:
+    times = iter(seconds)
+
+    def run() -> Run:
+        calls.append(name)
+        return Run(next(times), 1.0, 0.25)
 
     def warm_up() -> Run:
-        calls.append("warm-up")
-        return Run(0.0, 0.0)
+        calls.append(f"warm {name}")
+        return Run(0.0, 0.0, None)
 
-    label = Measurement("river", "river", "ftrl", 1, 100)
-    m = bench_replay.measure(label, warm_up, job, repeats=3, cheap_s=cheap_s)
-    assert calls == ["warm-up"] + ["run"] * runs
-    assert m.seconds == (2.0, 3.0, 1.0)[:runs]
-    assert m.log_loss == 0.25
+    return bench_replay.Job(Measurement(name, name, "ftrl", 1, 100), warm_up, run)
 
 
-def _m(system: str, mode: str, b: int, seconds: float) -> Measurement:
-    return Measurement(system, mode, "ftrl", b, 1000, seconds=(seconds,))
+def test_measure_all_warms_up_then_runs_in_rounds_and_repeats_only_cheap_jobs() -> None:
+    calls: list[str] = []
+    jobs = [_job("cheap", [2.0, 3.0, 1.0], calls), _job("slow", [30.0], calls)]
+    reported: list[str] = []
+    measurements = bench_replay.measure_all(
+        jobs, repeats=3, cheap_s=10.0, report=lambda job: reported.append(job.label.system)
+    )
+    assert calls == ["warm cheap", "warm slow", "cheap", "slow", "cheap", "cheap"]
+    assert reported == calls[2:]
+    assert [m.seconds for m in measurements] == [(2.0, 3.0, 1.0), (30.0,)]
+    assert [m.cpu_seconds for m in measurements] == [(1.0, 1.0, 1.0), (1.0,)]
+    assert [m.log_loss for m in measurements] == [0.25, 0.25]
+
+
+def _m(system: str, mode: str, b: int, seconds: float, rule: str = "ftrl") -> Measurement:
+    return Measurement(system, mode, rule, b, 1000, seconds=(seconds,), cpu_seconds=(1.0,))
 
 
 def test_ratios_and_target() -> None:
     measurements = [
         _m("online-ctr", "replay", 1, 1.0),
         _m("online-ctr", "replay", 256, 0.1),
-        Measurement("online-ctr", "replay", "rda", 256, 1000, seconds=(0.01,)),
+        _m("online-ctr", "replay", 256, 0.01, rule="rda"),
         _m("river", "river", 1, 0.4),
         _m("vw", "pyvw-file", 1, 0.05),
     ]
@@ -175,12 +197,13 @@ def test_ratios_and_target() -> None:
             "ftrl_b256_over_pyvw-file": 0.5,
         }
     )
+    assert set(bench_replay.ratios(measurements, cpu=True).values()) == {1.0}
     goal = bench_replay.target(measurements)
-    assert goal == {"minimum": 5.0, "best_ratio_over_river": pytest.approx(4.0), "met": False}
+    assert goal == {"minimum": 5.0, "best_ratio": pytest.approx(4.0), "met": False}
     assert bench_replay.target(measurements, minimum=3.0)["met"]
     assert bench_replay.target(measurements[:1] + measurements[3:]) == {
         "minimum": 5.0,
-        "best_ratio_over_river": None,  # no batch of 256 or more was measured
+        "best_ratio": None,  # no batch of 256 or more was measured
         "met": False,
     }
 
@@ -188,9 +211,9 @@ def test_ratios_and_target() -> None:
 def test_format_table_has_one_line_per_measurement() -> None:
     table = bench_replay.format_table([_m("river", "river", 1, 0.5)]).splitlines()
     assert table[0].split() == [
-        "system", "mode", "rule", "B", "examples/s", "median", "s", "runs", "log", "loss",
+        "system", "mode", "rule", "B", "examples/s", "ex/CPU-s", "runs", "log", "loss",
     ]  # fmt: skip
-    assert table[1].split() == ["river", "river", "ftrl", "1", "2,000", "0.50", "1", "n/a"]
+    assert table[1].split() == ["river", "river", "ftrl", "1", "2,000", "1,000", "1", "n/a"]
 
 
 def test_parse_args_defaults_and_lists() -> None:
@@ -215,7 +238,9 @@ def test_every_system_scores_the_same_stream_alike(tmp_path: Path) -> None:
     ours = bench_replay.run_ours(rows, "ftrl", 1).log_loss
     vw_text = bench_replay.run_pyvw_text(rows, params).log_loss
     assert vw_text == pytest.approx(ours, abs=1e-6)  # same algorithm, float32 in VW
-    assert bench_replay.run_pyvw_file(data, params).log_loss == pytest.approx(vw_text, abs=1e-6)
+    assert bench_replay.run_pyvw_file(data, params, 300).log_loss == pytest.approx(
+        vw_text, abs=1e-6
+    )
     assert bench_replay.run_vw_cli(data, params, 300).log_loss == pytest.approx(vw_text, abs=1e-6)
     river = bench_replay.run_river(rows, params).log_loss
     assert river == pytest.approx(ours, abs=0.01)  # River's FTRL is one step behind
@@ -238,6 +263,6 @@ def test_main_prints_a_table_then_one_json_line(capsys: pytest.CaptureFixture[st
     }
     modes = ("river", "pyvw-text", "pyvw-file", "vw-cli")
     assert set(report["ratios"]) == {f"ftrl_b{b}_over_{m}" for b in (1, 64) for m in modes}
-    assert report["target"]["best_ratio_over_river"] is None  # no batch of 256 or more
+    assert report["target"]["best_ratio"] is None  # no batch of 256 or more
     assert all(r["log_loss"] == pytest.approx(0.5, abs=0.1) for r in report["results"])
     assert any(line.startswith("online-ctr  replay") for line in lines)
