@@ -1,0 +1,150 @@
+"""Domain errors, and the one handler that maps them (and Redis faults) to HTTP answers.
+
+Every error answers ``{"detail": "<plain sentence>"}``; a 422 adds ``errors``, one
+``{"field", "message"}`` per invalid field. Redis being unreachable, loading, out of memory or
+read-only is a 503 with ``Retry-After``: the client may retry, and nothing was accepted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis import exceptions as redis_errors
+from starlette.exceptions import HTTPException
+
+from service.api.messages import field_errors, summary
+from service.api.schemas import LimitExceededError
+from service.settings import Settings
+from service.store.state import ModelMismatchError
+
+logger = logging.getLogger(__name__)
+
+#: Redis errors that say "not now" rather than "never": answered 503 with Retry-After.
+TRANSIENT: tuple[type[Exception], ...] = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError (LOADING)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,
+    redis_errors.OutOfMemoryError,
+    redis_errors.MasterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+    ConnectionError,
+    TimeoutError,
+)
+_TRANSIENT_REPLIES = ("MISCONF", "BUSY", "NOREPLICAS", "LOADING", "OOM", "READONLY")
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a message for the client."""
+
+    status_code: ClassVar[int] = 500
+    retry: ClassVar[bool] = False
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class UnknownModelError(ApiError):
+    status_code = 404
+
+
+class UnsupportedMediaTypeError(ApiError):
+    status_code = 415
+
+
+class NotReadyError(ApiError):
+    status_code = 503
+    retry = True
+
+
+def redis_unavailable(error: Exception) -> bool:
+    """Whether ``error`` means Redis cannot serve right now (as opposed to a bug)."""
+    if isinstance(error, TRANSIENT):
+        return True
+    return isinstance(error, redis_errors.ResponseError) and str(error).startswith(
+        _TRANSIENT_REPLIES
+    )
+
+
+Answer = tuple[int, dict[str, object], Mapping[str, str] | None]
+
+
+def _invalid(errors: list[dict[str, str]]) -> Answer:
+    return 422, {"detail": f"invalid request: {summary(errors)}", "errors": errors}, None
+
+
+def _http(error: HTTPException, settings: Settings) -> Answer:
+    detail = error.detail
+    if error.status_code == 413:
+        detail = f"the request body is larger than {settings.max_body_bytes} bytes"
+    return error.status_code, {"detail": detail}, error.headers
+
+
+def describe(error: Exception, settings: Settings) -> Answer:
+    """Status, JSON body and headers for an error raised while serving."""
+    retry = {"Retry-After": str(settings.retry_after_s)}
+    if isinstance(error, ApiError):
+        return error.status_code, {"detail": error.detail}, retry if error.retry else None
+    if isinstance(error, RequestValidationError):
+        return _invalid(field_errors(error.errors()))
+    if isinstance(error, LimitExceededError):
+        return _invalid([{"field": error.field, "message": error.message}])
+    if isinstance(error, HTTPException):
+        return _http(error, settings)
+    if redis_unavailable(error):
+        logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
+        return 503, {"detail": f"Redis is unavailable ({error}); retry shortly"}, retry
+    if isinstance(error, ModelMismatchError):
+        logger.error("%s", error)
+        return 500, {"detail": str(error)}, None
+    logger.error("unexpected error while serving", exc_info=error)
+    return 500, {"detail": "internal error; see the service log"}, None
+
+
+def declares_json(content_type: str) -> bool:
+    """Whether a Content-Type is JSON (``application/json`` or ``application/*+json``)."""
+    kind, _, subtype = content_type.partition(";")[0].strip().lower().partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def _not_json(request: Request, error: RequestValidationError) -> UnsupportedMediaTypeError | None:
+    """A 415 for a body that failed validation because it was never declared JSON.
+
+    FastAPI parses only JSON-typed bodies; anything else fails validation, and this handler
+    (not an extra dependency on the hot path) tells the client the actual problem.
+    """
+    content_type = request.headers.get("content-type", "")
+    if declares_json(content_type) or not any(e["loc"][:1] == ("body",) for e in error.errors()):
+        return None
+    got = repr(content_type) if content_type else "no Content-Type"
+    return UnsupportedMediaTypeError(
+        f"send the body as JSON with 'Content-Type: application/json' (got {got})"
+    )
+
+
+async def handle_error(request: Request, error: Exception) -> JSONResponse:
+    """The application's exception handler: every domain error becomes its HTTP answer."""
+    if isinstance(error, RequestValidationError):
+        error = _not_json(request, error) or error
+    status, body, headers = describe(error, request.app.state.settings)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Route the errors this API maps through :func:`handle_error`."""
+    for kind in (
+        ApiError,
+        RequestValidationError,
+        LimitExceededError,
+        HTTPException,
+        redis_errors.RedisError,
+        ModelMismatchError,
+        OSError,
+    ):
+        app.add_exception_handler(kind, handle_error)

@@ -1,0 +1,31 @@
+"""``GET /healthz`` (the process answers) and ``GET /readyz`` (it can do its job)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import ServedDep
+from service.api.errors import NotReadyError
+from service.api.schemas import HealthResponse, ReadyResponse, error_responses
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> HealthResponse:
+    """Liveness: answers without touching Redis, so a Redis outage never restarts the API."""
+    return HealthResponse()
+
+
+@router.get("/readyz", responses=error_responses(503))
+async def readyz(served: ServedDep) -> ReadyResponse:
+    """Readiness: Redis answers and a worker heartbeat is recent enough; 503 says why not."""
+    age = await served.heartbeat_age()
+    if age is None:
+        raise NotReadyError(f"no worker has sent a heartbeat for model {served.name!r} yet")
+    if age > served.max_heartbeat_age_s:
+        raise NotReadyError(
+            f"the newest worker heartbeat for model {served.name!r} is {age:.1f}s old "
+            f"(limit {served.max_heartbeat_age_s:g}s): are the workers running?"
+        )
+    return ReadyResponse(heartbeat_age_s=age)

@@ -1,0 +1,31 @@
+"""``GET /metrics``: the Prometheus text exposition of this app's registry."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import RedisError
+
+from service.api.deps import RegistryDep, ServedDep
+from service.store.state import ModelMismatchError
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
+)
+async def metrics(served: ServedDep, registry: RegistryDep) -> Response:
+    """Refresh the model gauges from Redis, then render; with Redis down, render the rest."""
+    try:
+        await served.refresh_gauges()
+    except (RedisError, OSError, ModelMismatchError) as error:
+        # Scrapes must keep working in an outage: that is when they matter most.
+        logger.warning("model gauges not refreshed: %s", error)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,256 @@
+"""Request and response bodies, named by direction, and the per-request size limits.
+
+Types and static bounds are checked by pydantic (in its compiled core, so the hot path runs no
+Python per feature); the limits that come from settings are checked by :class:`Limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    Strict,
+    StringConstraints,
+    model_validator,
+)
+
+from online_ctr.features import Example
+
+#: Longest field name and string value accepted: generous for URLs and ids, yet it bounds
+#: what one feature may cost to hash and what a cached name may hold.
+MAX_NAME_CHARS = 256
+MAX_VALUE_CHARS = 1024
+
+# ``=`` would make a field ``a=b`` with value ``c`` collide with field ``a`` and value ``b=c``.
+FieldName = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"^[^=]+$")
+]
+# Strict: "1" stays a category and true is not a number.
+Text = Annotated[str, Strict(), StringConstraints(max_length=MAX_VALUE_CHARS)]
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+FeatureValue = Text | Number | list[Text]
+Features = Annotated[
+    dict[FieldName, FeatureValue],
+    Field(
+        min_length=1,
+        description=(
+            "field -> value: a string is the category `field=value`, a finite number is the "
+            "numeric feature `field` (0 = absent), a list of strings is one category per item."
+        ),
+        examples=[{"site": "news.example", "hour": 14.0, "tags": ["sports", "mobile"]}],
+    ),
+]
+Label = Annotated[int, Strict(), Field(ge=0, le=1, description="1: clicked, 0: not clicked.")]
+
+_STRICT = ConfigDict(extra="forbid")
+_ONE_SHAPE = "send either 'features' (one example) or 'examples' (a list of them), not both"
+
+FEATURES: dict[str, JsonValue] = {
+    "site": "news.example",
+    "hour": 14.0,
+    "tags": ["sports", "mobile"],
+}
+OTHER_FEATURES: dict[str, JsonValue] = {"site": "blog.example", "hour": 9.0}
+
+
+class PredictExample(BaseModel):
+    """One example to score."""
+
+    model_config = _STRICT
+    features: Features
+
+
+class PredictRequest(BaseModel):
+    """One example (``features``) or several (``examples``) to score."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"features": FEATURES},
+                {"examples": [{"features": FEATURES}, {"features": OTHER_FEATURES}]},
+            ]
+        },
+    )
+    features: Features | None = None
+    examples: Annotated[list[PredictExample], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> PredictRequest:
+        if (self.features is None) == (self.examples is None):
+            raise ValueError(_ONE_SHAPE)
+        return self
+
+    def rows(self) -> list[Example]:
+        """The examples' features, in order."""
+        if self.features is not None:
+            return [self.features]
+        return [example.features for example in self.examples or ()]
+
+
+class LearnExample(BaseModel):
+    """One labelled example."""
+
+    model_config = _STRICT
+    features: Features
+    label: Label
+
+
+class LearnRequest(BaseModel):
+    """One labelled example (``features`` and ``label``) or several (``examples``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"features": FEATURES, "label": 1},
+                {
+                    "examples": [
+                        {"features": FEATURES, "label": 1},
+                        {"features": OTHER_FEATURES, "label": 0},
+                    ]
+                },
+            ]
+        },
+    )
+    features: Features | None = None
+    label: Label | None = None
+    examples: Annotated[list[LearnExample], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> LearnRequest:
+        if (self.features is None) == (self.examples is None):
+            raise ValueError(_ONE_SHAPE)
+        if (self.features is None) != (self.label is None):
+            raise ValueError("'features' and 'label' go together; 'label' must be 0 or 1")
+        return self
+
+    def rows(self) -> list[Example]:
+        """The examples' features, in order."""
+        if self.features is not None:
+            return [self.features]
+        return [example.features for example in self.examples or ()]
+
+    def labels(self) -> list[int]:
+        """The examples' labels, in order."""
+        if self.label is not None:
+            return [self.label]
+        return [example.label for example in self.examples or ()]
+
+
+class LimitExceededError(ValueError):
+    """A request within the schema but over a configured size limit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How many examples a request, and features an example, may hold (from settings)."""
+
+    max_examples: int
+    max_features: int
+
+    def check(self, rows: Sequence[Example], single: bool) -> None:
+        """Raise :class:`LimitExceededError` for the first example over a limit."""
+        if len(rows) > self.max_examples:
+            raise LimitExceededError(
+                "examples", f"{len(rows)} examples; at most {self.max_examples} per request"
+            )
+        for index, features in enumerate(rows):
+            count = len(features)
+            for value in features.values():
+                if type(value) is list:  # each item is a feature of its own
+                    count += len(value) - 1
+            if count > self.max_features:
+                field = "features" if single else f"examples[{index}].features"
+                raise LimitExceededError(
+                    field,
+                    f"{count} features (list items count one each); at most "
+                    f"{self.max_features} per example",
+                )
+
+
+class Prediction(BaseModel):
+    """The model's click probability for one example, and its logit."""
+
+    probability: float = Field(description="P(click), in (0, 1).", examples=[0.031])
+    logit: float = Field(description="log(p / (1 - p)), clipped to +-35.", examples=[-3.44])
+
+
+class PredictResponse(Prediction):
+    """The prediction for a single example."""
+
+    model: str = Field(examples=["default"])
+
+
+class PredictBatchResponse(BaseModel):
+    """The predictions for several examples, in request order."""
+
+    predictions: list[Prediction]
+    model: str = Field(examples=["default"])
+
+
+class LearnResponse(BaseModel):
+    """How many examples were appended to the model's feedback stream."""
+
+    accepted: int = Field(examples=[1])
+
+
+class ModelInfoResponse(BaseModel):
+    """A model's rule, hyper-parameters and progress."""
+
+    name: str = Field(examples=["default"])
+    rule: str = Field(examples=["ftrl"])
+    params: dict[str, float] = Field(examples=[{"alpha": 0.1, "beta": 1.0, "l1": 1.0}])
+    hash_bits: int = Field(examples=[64])
+    global_step: int = Field(description="Examples learned so far.", examples=[120000])
+    nonzero_weights: int = Field(examples=[5400])
+    features_tracked: int = Field(description="Features with state.", examples=[18000])
+    progressive_logloss: float | None = Field(
+        description="Mean log loss of each example predicted just before learning it.",
+        examples=[0.47],
+    )
+    stream_lag: int = Field(description="Accepted /learn entries not applied yet.", examples=[3])
+    dead_letters: int = Field(examples=[0])
+
+
+class HealthResponse(BaseModel):
+    """The process is alive."""
+
+    status: Literal["ok"] = "ok"
+
+
+class ReadyResponse(BaseModel):
+    """Redis answers and a worker has sent a heartbeat recently."""
+
+    ready: bool = True
+    heartbeat_age_s: float = Field(examples=[0.8])
+
+
+class FieldError(BaseModel):
+    """One invalid part of a request."""
+
+    field: str = Field(examples=["examples[2].features.price"])
+    message: str = Field(examples=["must be a finite number, not NaN or Infinity"])
+
+
+class ErrorResponse(BaseModel):
+    """What every error answers; ``errors`` lists the invalid fields of a 422."""
+
+    detail: str
+    errors: list[FieldError] | None = None
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the given error statuses."""
+    return {status: {"model": ErrorResponse} for status in statuses}

@@ -1,0 +1,88 @@
+"""The FastAPI application: ``create_app(settings)`` assembles it; the lifespan connects Redis.
+
+Nothing happens at import time. The app starts even when Redis is down (the model is created
+in Redis on first use) and recovers by itself when Redis comes back; only a model in Redis
+that was created with other settings stops it from starting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+from prometheus_client import REGISTRY, CollectorRegistry
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from service.api import errors
+from service.api.middleware import RequestMetricsMiddleware
+from service.api.routes import health, learn, metrics, models, predict
+from service.api.served import ServedModel
+from service.metrics import Metrics
+from service.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+
+def connect(settings: Settings) -> aioredis.Redis:
+    """A Redis client whose every call fails within ``redis_timeout_s`` instead of hanging.
+
+    No retries: a retry would multiply the time a request can wait, and the client of the API
+    gets a 503 with Retry-After instead.
+    """
+    return aioredis.Redis.from_url(
+        str(settings.redis_url),
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Connect to Redis and build the served model; close the connections on shutdown."""
+    settings: Settings = app.state.settings
+    redis = connect(settings)
+    try:
+        served = ServedModel(settings, redis, app.state.metrics)
+        try:
+            await served.ensure()
+        except (aioredis.RedisError, OSError) as error:
+            if not errors.redis_unavailable(error):
+                raise
+            logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
+        app.state.served = served
+        yield
+    finally:
+        await redis.aclose()
+
+
+def create_app(
+    settings: Settings | None = None, registry: CollectorRegistry | None = None
+) -> FastAPI:
+    """The API for ``settings`` (default: from the environment), its metrics in ``registry``.
+
+    Tests pass a private registry; the default one can hold only one app's metrics.
+    """
+    settings = settings or get_settings()
+    if settings.redis_url is None:
+        raise ValueError("the API needs OCTR_REDIS_URL (or REDIS_URL)")
+    registry = REGISTRY if registry is None else registry
+    app = FastAPI(
+        title="online-ctr",
+        summary="Real-time click-through-rate prediction, learning online from feedback.",
+        version="0.1.0",
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.metrics = Metrics(registry)
+    errors.install(app)
+    app.add_middleware(RequestMetricsMiddleware, requests=app.state.metrics.http_requests)
+    for module in (predict, learn, models, health, metrics):
+        app.include_router(module.router)
+    return app
