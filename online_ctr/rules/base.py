@@ -97,7 +97,7 @@ def first_zero_step(
     The estimate comes from solving ``penalty(s) = |w|`` in real numbers; rounding can put it
     one step off the first ``s > t`` at which ``weights(state, s)`` is exactly zero. Weights are
     monotone in ``s`` for untouched features, so a short walk in each direction settles it.
-    Rows whose weight is already zero at ``t``, or whose estimate is ``inf``, get ``inf``/``t``.
+    Rows whose estimate is ``inf`` get ``inf``; the contract only covers weights nonzero at ``t``.
     """
     finite = np.isfinite(estimate)
     s = np.where(finite, np.maximum(np.ceil(estimate), t + 1), NEVER)

@@ -49,7 +49,7 @@ class TGParams:
     beta: float = 1.0
     l1: float = 1e-4
     theta: float = math.inf
-    k: int = 1
+    k: int = 10
 
     def __post_init__(self) -> None:
         require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
