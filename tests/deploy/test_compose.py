@@ -156,8 +156,10 @@ def test_prometheus_scrapes_the_api_and_every_worker_replica(
 
 
 def test_the_image_context_holds_every_package(stack: dict[str, Any]) -> None:
-    assert stack["services"]["api"]["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert stack["services"]["worker"]["image"] == stack["services"]["api"]["image"]
+    api, worker = stack["services"]["api"], stack["services"]["worker"]
+    assert api["build"] == worker["build"]
+    assert api["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert api["image"] == worker["image"]
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = {
         name.rstrip("*") for name in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
