@@ -10,10 +10,11 @@ and ``y_i`` in {0, 1}. It is L-BFGS with four changes (Section 3.2, Algorithm 1)
    ``w' = pi(w + alpha p; xi)``, so a coordinate that would cross zero becomes zero;
 4. the pairs ``(s, y)`` use the gradient of the loss ``l`` alone, without the L1 term.
 
-One bias feature, three positives out of four, ``C = 1/2``: the optimum solves
-``4 sigma(w) - 3 + C = 0``, so ``w = log(5/3)``.
+Four examples with only the bias feature, three of them clicks, ``C = 1/2``: the optimum
+solves ``4 sigma(w) - 3 + C = 0``, so ``w = log(5/3)``.
 
->>> design = Design.from_csr([0, 1, 2, 3, 4], [0, 0, 0, 0], [1.0] * 4, [1.0, 1.0, 1.0, 0.0])
+>>> from online_ctr.features import FeatureHasher
+>>> design = design_from_batch(FeatureHasher().batch([{}] * 4, labels=[1, 1, 1, 0]))
 >>> result = minimize(design, C=0.5, tol=1e-12)
 >>> bool(abs(result.w[0] - np.log(5 / 3)) < 1e-8), result.converged
 (True, True)
@@ -28,20 +29,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from online_ctr.features import Batch
 from online_ctr.learner import unique_features
 from online_ctr.rules.base import Array
 
-#: Sufficient-decrease constant gamma of the line search; the paper allows any value in (0, 1)
-#: and a small one accepts a step as soon as it decreases f at all noticeably.
-GAMMA = 1e-4
-#: Backtracking factor beta: alpha = beta^n, n = 0, 1, 2, ...
-BETA = 0.5
+#: The line search's gamma and beta: the paper allows any values in (0, 1); these are the
+#: authors' released code's (accept any noticeable decrease, else halve the step).
+GAMMA, BETA = 1e-4, 0.5
 #: After this many halvings alpha ~ 1e-18: w + alpha p rounds to w, so the search has stalled.
 MAX_BACKTRACKS = 60
-#: Iterations the relative objective decrease is averaged over, as in the paper's experiments.
+#: Steps the relative decrease of f is averaged over: one step's decrease is too noisy a test
+#: (the authors' released code also waits for five steps).
 WINDOW = 5
 
 
@@ -59,24 +59,8 @@ class Design:
     def __post_init__(self) -> None:
         if not np.isin(self.labels, (0.0, 1.0)).all():
             raise ValueError("labels must be 0 or 1")
-        object.__setattr__(
-            self, "rows", np.repeat(np.arange(self.n_examples), np.diff(self.indptr))
-        )
-
-    @classmethod
-    def from_csr(
-        cls, indptr: ArrayLike, columns: ArrayLike, values: ArrayLike, labels: ArrayLike
-    ) -> Design:
-        """A design from plain CSR arrays; feature ids are the column numbers."""
-        columns = np.asarray(columns, dtype=np.intp)
-        width = int(columns.max()) + 1 if columns.size else 0
-        return cls(
-            np.asarray(indptr, dtype=np.int64),
-            columns,
-            np.asarray(values, dtype=np.float64),
-            np.asarray(labels, dtype=np.float64),
-            np.arange(width, dtype=np.uint64),
-        )
+        rows = np.repeat(np.arange(self.n_examples), np.diff(self.indptr))
+        object.__setattr__(self, "rows", rows)  # frozen: set once, reused by every product
 
     @property
     def n_examples(self) -> int:
@@ -149,18 +133,24 @@ def orthant(w: Array, v: Array) -> Array:
     return np.where(w != 0.0, np.sign(w), np.sign(v))
 
 
+def _dot(a: Array, b: Array) -> float:
+    """``a . b`` without BLAS: for vectors this short OpenBLAS's threads cost more than they
+    save, and on a busy machine their spinning made each product hundreds of times slower."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def two_loop(v: Array, pairs: Sequence[tuple[Array, Array, float]]) -> Array:
     """``H v`` by the L-BFGS two-loop recursion over ``(s, y, 1 / y.s)``, oldest first."""
     q = v.copy()
     a = []
     for s, y, rho in reversed(pairs):
-        a.append(rho * float(s @ q))
+        a.append(rho * _dot(s, q))
         q -= a[-1] * y
     if pairs:  # H_0 = (s.y / y.y) I from the newest pair, the usual scaling
         s, y, rho = pairs[-1]
-        q *= 1.0 / (rho * float(y @ y))
+        q *= 1.0 / (rho * _dot(y, y))
     for (s, y, rho), a_i in zip(pairs, reversed(a), strict=True):
-        q += (a_i - rho * float(y @ q)) * s
+        q += (a_i - rho * _dot(y, q)) * s
     return q
 
 
@@ -189,11 +179,13 @@ def line_search(
     """
     xi = orthant(point.w, v)
     for _ in range(MAX_BACKTRACKS):
-        w = project(point.w + alpha * p, xi)
+        w = point.w + alpha * p
+        if C > 0:  # at C = 0 f is smooth everywhere: no orthant to keep (as in L-BFGS)
+            w = project(w, xi)
         if np.array_equal(w, point.w):  # alpha p below rounding: no step left to try
             return None
         new = _evaluate(design, w, C)
-        if new.f <= point.f - GAMMA * float(v @ (w - point.w)):
+        if new.f <= point.f - GAMMA * _dot(v, w - point.w):
             return new
         alpha *= BETA
     return None
@@ -202,13 +194,13 @@ def line_search(
 def _remember(pairs: deque[tuple[Array, Array, float]], s: Array, y: Array) -> None:
     """Keep ``(s, y)`` unless ``y.s <= 0``: a convex ``l`` gives ``y.s >= 0``, and a pair with
     no curvature (a step along a flat direction, or lost to rounding) would divide by zero."""
-    ys = float(y @ s)
+    ys = _dot(y, s)
     if ys > 0.0:
         pairs.append((s, y, 1.0 / ys))
 
 
 def _settled(history: list[float], tol: float) -> bool:
-    """The paper's test: the relative decrease of ``f``, averaged over ``WINDOW`` steps."""
+    """Whether the relative decrease of ``f``, averaged over ``WINDOW`` steps, is within ``tol``."""
     if len(history) <= WINDOW:
         return False
     decrease = (history[-1 - WINDOW] - history[-1]) / WINDOW
@@ -234,16 +226,19 @@ def minimize(
     point = _evaluate(design, np.zeros(design.n_features), C)
     pairs: deque[tuple[Array, Array, float]] = deque(maxlen=m)
     history = [point.f]
-    v0_norm = float(np.linalg.norm(pseudo_gradient(point.w, point.g, C)))
+    v0 = pseudo_gradient(point.w, point.g, C)
+    v0_norm = np.sqrt(_dot(v0, v0))
     converged = False
     while len(history) <= max_iter:
         v = -pseudo_gradient(point.w, point.g, C)
-        if float(np.linalg.norm(v)) <= gtol * v0_norm:
+        if np.sqrt(_dot(v, v)) <= gtol * v0_norm:
             converged = True
             break
-        p = project(two_loop(v, pairs), v)
+        p = two_loop(v, pairs)
+        if C > 0:  # at C = 0, v is -grad f and OWL-QN is L-BFGS, as in the authors' code
+            p = project(p, v)
         # With no pairs H = I carries no scale: start at a unit-length step instead of |v|.
-        alpha = 1.0 if pairs else min(1.0, 1.0 / float(np.linalg.norm(p)))
+        alpha = 1.0 if pairs else min(1.0, 1.0 / np.sqrt(_dot(p, p)))
         new = line_search(design, point, v, p, C, alpha)
         if new is None:
             break
@@ -253,6 +248,5 @@ def minimize(
         if _settled(history, tol):
             converged = True
             break
-    w = point.w
-    nonzero = int(np.count_nonzero(w))
-    return OWLQNResult(w, point.f, point.loss, len(history) - 1, converged, nonzero)
+    nonzero = int(np.count_nonzero(point.w))
+    return OWLQNResult(point.w, point.f, point.loss, len(history) - 1, converged, nonzero)
