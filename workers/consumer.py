@@ -55,6 +55,14 @@ class Worker:
         self._last_heartbeat = 0.0
         self._last_reclaim = 0.0
         self._label = {"model": store.spec.name}
+        # Every series exists from the start (at 0), so dashboards and alerts see it.
+        for counter in (
+            metrics.learned_examples,
+            metrics.progressive_logloss,
+            metrics.dead_lettered,
+            metrics.commit_conflicts,
+        ):
+            counter.labels(**self._label)
         self.cache = StateCache(len(store.spec.rule.fields) + 1, config.cache_features)
         # redis-py turns every stream entry into a dict in Python (~8 us each, profiled);
         # the raw reply is plain nested lists that _messages() unpacks for a fraction.
@@ -67,6 +75,10 @@ class Worker:
     def stop(self) -> None:
         """Stop taking new entries; the batch in flight still commits."""
         self._stopping = True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     async def run(self) -> None:
         """Work until :meth:`stop`; Redis outages are waited out, not fatal."""

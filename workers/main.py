@@ -32,15 +32,17 @@ def worker_config(settings: Settings) -> WorkerConfig:
     )
 
 
-async def _ensure_model(store: ModelStore, retry_s: float) -> None:
-    """Create or check the model, waiting for Redis if it is not up yet."""
-    while True:
+async def _ensure_model(store: ModelStore, worker: Worker, retry_s: float) -> bool:
+    """Create or check the model, waiting for Redis if it is not up yet; False if the
+    worker was stopped while waiting."""
+    while not worker.stopping:
         try:
             await store.ensure()
-            return
+            return True
         except (RedisError, OSError) as error:
             logger.warning("waiting for redis: %s", error)
             await asyncio.sleep(retry_s)
+    return False
 
 
 async def run_worker(settings: Settings, metrics: Metrics) -> None:
@@ -52,9 +54,9 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.stop)
     try:
-        await _ensure_model(store, settings.retry_after_s)
-        logger.info("worker %s learning model %r", worker.config.consumer, settings.model)
-        await worker.run()
+        if await _ensure_model(store, worker, settings.retry_after_s):
+            logger.info("worker %s learning model %r", worker.config.consumer, settings.model)
+            await worker.run()
     finally:
         await client.aclose()
     logger.info("worker %s stopped", worker.config.consumer)
