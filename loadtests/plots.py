@@ -1,0 +1,148 @@
+"""The benchmark's figures: curves over the stream and the sparsity-accuracy frontier.
+
+Each function draws one PNG with matplotlib's file-only backend and returns its path. Every
+system keeps one colour in every figure, so the figures read together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: One colour per system, the same in every figure.
+COLOURS = {
+    "ftrl": "#d62728",
+    "rda": "#1f77b4",
+    "fobos": "#2ca02c",
+    "tg": "#9467bd",
+    "truncation": "#8c564b",
+    "l1sgd": "#7f7f7f",
+    "vw": "#ff7f0e",
+    "river": "#17becf",
+}
+
+#: Line styles of the reference systems (ours are solid).
+STYLES = {"vw": "--", "river": ":"}
+
+DPI = 110
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One line: a label, x and y."""
+
+    system: str
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _line(axis: Any, curve: Curve, **extra: Any) -> None:
+    axis.plot(
+        curve.x,
+        curve.y,
+        label=curve.label,
+        color=COLOURS.get(curve.system, "black"),
+        linestyle=STYLES.get(curve.system, "-"),
+        linewidth=1.4,
+        **extra,
+    )
+
+
+def loss_limits(curves: Sequence[Curve], skip_share: float = 0.05) -> tuple[float, float]:
+    """Y limits that show the curves after their first few noisy points, with a margin.
+
+    >>> loss_limits([Curve("a", "a", [1, 2, 3], [9.0, 0.5, 0.4])], skip_share=0.4)
+    (0.39, 0.51)
+    """
+    tails = [y for c in curves for y in c.y[int(len(c.y) * skip_share) :]]
+    low, high = min(tails), max(tails)
+    margin = (high - low) * 0.1 or abs(high) * 0.01
+    return round(low - margin, 10), round(high + margin, 10)
+
+
+def stream_figure(
+    path: Path, title: str, losses: Sequence[Curve], nonzeros: Sequence[Curve]
+) -> Path:
+    """Two panels over the stream: progressive log loss, then nonzero weights (log scale)."""
+    plt = _pyplot()
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 8), sharex=True)
+    for curve in losses:
+        _line(top, curve)
+    top.set_ylim(*loss_limits(losses))
+    top.set_ylabel("progressive log loss (mean so far, nats)")
+    top.set_title(title)
+    top.legend(fontsize=8, ncol=2)
+    for curve in nonzeros:
+        _line(bottom, curve)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("nonzero weights (count, log scale)")
+    bottom.set_xlabel("examples learned (stream position)")
+    bottom.legend(fontsize=8, ncol=2)
+    for axis in (top, bottom):
+        axis.grid(True, which="both", alpha=0.3)
+    return _save(plt, figure, path)
+
+
+def frontier_figure(
+    path: Path,
+    panels: Mapping[str, Sequence[Curve]],
+    marks: Mapping[str, Sequence[Curve]] | None = None,
+) -> Path:
+    """One panel per dataset: final log loss against nonzero weights, one line per rule.
+
+    ``marks`` are single points drawn as stars (VW, River: one setting each).
+    """
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(panels), 1, figsize=(9, 4.6 * len(panels)), squeeze=False)
+    for axis, (dataset, curves) in zip(axes[:, 0], panels.items(), strict=True):
+        for curve in curves:
+            _line(axis, curve, marker="o", markersize=4)
+        for mark in (marks or {}).get(dataset, ()):
+            colour = COLOURS.get(mark.system, "black")
+            axis.plot(mark.x, mark.y, "*", color=colour, markersize=11, label=mark.label)
+        low, high = frontier_limits([y for c in curves for y in c.y])
+        axis.set_ylim(low, high)
+        axis.set_xscale("log")
+        axis.set_xlabel("nonzero weights at the end of the stream (count, log scale)")
+        axis.set_ylabel("progressive log loss (nats)")
+        axis.set_title(
+            f"{dataset}: sparsity vs accuracy (lower left is better; worse runs off top)"
+        )
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8)
+    return _save(plt, figure, path)
+
+
+def frontier_limits(losses: Sequence[float], span: float = 0.12) -> tuple[float, float]:
+    """Y limits from the best log loss to ``span`` (relative) above it, or the worst if lower.
+
+    Sweeps end in runs far worse than the rest (too much l1); showing them all would flatten
+    the region where the rules differ. The tables keep every number.
+
+    >>> frontier_limits([0.5, 0.52, 0.9])
+    (0.4976, 0.5624)
+    """
+    best, worst = min(losses), max(losses)
+    high = min(worst, best * (1 + span))
+    margin = (high - best) * 0.04
+    return round(best - margin, 10), round(high + margin, 10)
+
+
+def _save(plt: Any, figure: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return path
