@@ -58,11 +58,13 @@ def cell(value: Cell, digits: int = 4) -> str:
     ['n/a', '12,345', '3.21e-05', '2.5000', 'n/a', 'x']
     >>> cell(-12345.6), cell(0.0)
     ('-12,346', '0.0000')
+    >>> print(cell("a|b"))
+    a\\|b
     """
     if value is None:
         return "n/a"
     if isinstance(value, bool | str):
-        return str(value)
+        return str(value).replace("|", "\\|")  # a bare pipe would end the cell
     if isinstance(value, int):
         return f"{value:,}"
     if not math.isfinite(value):
