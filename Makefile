@@ -28,6 +28,10 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/pytest
 
+## Every benchmark side by side (quality, learning, serving, freshness, memory) -> docs/benchmarks.md.
+bench: install
+	$(BIN)/python -m loadtests.bench
+
 ## Throughput of the in-process replay next to River and Vowpal Wabbit.
 bench-replay: install
 	$(BIN)/python -m loadtests.bench_replay
