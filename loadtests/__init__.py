@@ -1,0 +1,1 @@
+"""Benchmarks and load tests, each run as ``python -m loadtests.<module>``."""

@@ -149,12 +149,12 @@ def test_stopwatch_counts_the_cpu_time_of_finished_children() -> None:
     assert run.log_loss == 0.5
 
 
-def _job(name: str, seconds: list[float], calls: list[str]) -> bench_replay.Job:
-    times = iter(seconds)
+def _job(name: str, cpu_seconds: list[float], calls: list[str]) -> bench_replay.Job:
+    times = iter(cpu_seconds)
 
     def run() -> Run:
         calls.append(name)
-        return Run(next(times), 1.0, 0.25)
+        return Run(100.0, next(times), 0.25)  # a loaded machine: wall time says nothing
 
     def warm_up() -> Run:
         calls.append(f"warm {name}")
@@ -172,8 +172,8 @@ def test_measure_all_warms_up_then_runs_in_rounds_and_repeats_only_cheap_jobs() 
     )
     assert calls == ["warm cheap", "warm slow", "cheap", "slow", "cheap", "cheap"]
     assert reported == calls[2:]
-    assert [m.seconds for m in measurements] == [(2.0, 3.0, 1.0), (30.0,)]
-    assert [m.cpu_seconds for m in measurements] == [(1.0, 1.0, 1.0), (1.0,)]
+    assert [m.cpu_seconds for m in measurements] == [(2.0, 3.0, 1.0), (30.0,)]
+    assert [m.seconds for m in measurements] == [(100.0,) * 3, (100.0,)]
     assert [m.log_loss for m in measurements] == [0.25, 0.25]
 
 
