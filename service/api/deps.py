@@ -43,6 +43,8 @@ def not_served(name: str, served: ServedModel) -> UnknownModelError:
 def requested_model(request: Request) -> ServedModel:
     """The model named by ``?model=`` (default: the served one), or a 404 error."""
     served: ServedModel = request.app.state.served
+    if not request.scope["query_string"]:  # the common case: no need to parse anything
+        return served
     name = request.query_params.get("model")
     if name is not None and name != served.name:
         raise not_served(name, served)

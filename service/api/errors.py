@@ -82,7 +82,7 @@ def _invalid(errors: list[dict[str, str]]) -> Answer:
 def _http(error: HTTPException, settings: Settings) -> Answer:
     detail = error.detail
     if error.status_code == 413:
-        detail = f"the request body is larger than {settings.max_body_bytes} bytes"
+        detail = f"the request body is larger than the limit of {settings.max_body_bytes} bytes"
     return error.status_code, {"detail": detail}, error.headers
 
 

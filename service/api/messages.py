@@ -16,6 +16,7 @@ from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 
 _SOURCES = ("body", "query", "path", "header")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
+_SHOWN_NAME_CHARS = 40
 _VALUE_KINDS = "must be a string, a finite number or a list of strings"
 _NAME_MESSAGES = {
     "string_too_short": "field names must not be empty",
@@ -83,7 +84,7 @@ def _explain(loc: list[str | int], error: Mapping[str, Any]) -> tuple[str, str]:
     if kind == "json_invalid":
         reason = error.get("ctx", {}).get("error", "malformed")
         return "body", f"is not valid JSON ({reason} at character {loc[0] if loc else 0})"
-    if loc and loc[-1] == "label" and kind != "missing":
+    if loc and loc[-1] == "label" and kind not in ("missing", "extra_forbidden"):
         return _path(loc), "must be 0 or 1 (a number, not true/false or a string)"
     if kind == "value_error":
         message = str(error["msg"]).removeprefix("Value error, ")
@@ -135,11 +136,14 @@ def _describe(value: object) -> str:
 
 
 def _path(loc: Sequence[str | int]) -> str:
-    """``examples[2].features.site``; odd field names are quoted: ``features["a=b"]``."""
+    """``examples[2].features.site``; odd field names are quoted: ``features["a=b"]``, and
+    long ones cut (the answer should not echo a 100 kB name back)."""
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif len(part) > _SHOWN_NAME_CHARS:
+            text += f"[{json.dumps(part[:_SHOWN_NAME_CHARS] + '...')}]"
         elif _PLAIN_KEY.match(part):
             text += f".{part}" if text else part
         else:

@@ -9,17 +9,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import redis.asyncio as aioredis
 
-from online_ctr.features import Example, FeatureHasher
+from online_ctr.features import Batch, Example, FeatureHasher
 from online_ctr.learner import logits, sigmoid, unique_features
-from online_ctr.rules.base import Array
+from service.api.coalesce import Coalescer
 from service.api.schemas import Limits
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store.state import ModelInfo, ModelStore, spec_from
 
 logger = logging.getLogger(__name__)
+
+#: Most examples scored in one pass (one Lua script call): bounds how long Redis is busy.
+MAX_PASS_EXAMPLES = 4096
+#: Logits and probabilities of a request's examples, as plain floats (what JSON needs).
+Scores = tuple[list[float], list[float]]
 
 
 class ServedModel:
@@ -47,6 +53,7 @@ class ServedModel:
             metrics.stream_lag.labels(self.name),
         )
         self._ensured = False
+        self._scorer = Coalescer(self._score, len, MAX_PASS_EXAMPLES)
 
     async def ensure(self) -> None:
         """Create the model in Redis unless done; ModelMismatchError if it differs there."""
@@ -55,13 +62,32 @@ class ServedModel:
             self._ensured = True
             logger.info("model %r ready in Redis", self.name)
 
-    async def predict(self, rows: Sequence[Example]) -> tuple[Array, Array]:
-        """Logits and probabilities of the examples, with the weights as of now."""
+    async def predict(self, rows: Sequence[Example]) -> Scores:
+        """Logits and probabilities of the examples, with the weights as of now.
+
+        Concurrent requests are scored together (see :mod:`service.api.coalesce`).
+        """
+        return await self._scorer.submit(rows)
+
+    async def _score(self, requests: list[Sequence[Example]]) -> list[Scores]:
+        """Score several requests' examples in one pass: one Redis read, one numpy pass.
+
+        Each request is hashed on its own, so its answer does not depend on which other
+        requests share the pass (the hasher may reorder a batch's features, which changes
+        float sums in the last bits).
+        """
         await self.ensure()
-        batch = self.hasher.batch(rows)
+        batch = _concat([self.hasher.batch(rows) for rows in requests])
         features = unique_features(batch)
         s = logits(batch, features, await self.store.weights(features.ids))
-        return s, sigmoid(s)
+        s_all, p_all = s.tolist(), sigmoid(s).tolist()
+        self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
+        scores, start = [], 0
+        for rows in requests:
+            end = start + len(rows)
+            scores.append((s_all[start:end], p_all[start:end]))
+            start = end
+        return scores
 
     async def learn(self, rows: Sequence[Example], labels: Sequence[int]) -> int:
         """Append the labelled examples to the feedback stream as one entry."""
@@ -87,3 +113,18 @@ class ServedModel:
         nonzero.set(info.nonzero_weights)
         tracked.set(info.features_tracked)
         lag.set(info.stream_lag)
+
+
+def _concat(batches: list[Batch]) -> Batch:
+    """Unlabelled batches as one, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
+    return Batch(
+        indptr=np.concatenate(
+            [[0]] + [b.indptr[1:] + o for b, o in zip(batches, offsets, strict=True)]
+        ).astype(np.int64),
+        ids=np.concatenate([batch.ids for batch in batches]),
+        values=np.concatenate([batch.values for batch in batches]),
+        labels=np.empty(0),
+    )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from fastapi import APIRouter, Request, Response
+from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested_model
 from service.api.schemas import (
@@ -35,23 +35,13 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     single = body.features is not None
     model.limits.check(rows, single)
     s, p = await model.predict(rows)
-    model.predictions.inc(len(rows))
-    # The answer is plain floats and a name: encoded directly rather than through a response
-    # model, whose validation would cost more than the encoding (response_model documents it).
+    # Plain floats and a name, encoded directly: a response model's validation would cost
+    # more than the encoding (``response_model`` above documents the shape).
     if single:
-        answer: dict[str, object] = {
-            "probability": float(p[0]),
-            "logit": float(s[0]),
-            "model": model.name,
-        }
+        answer: dict[str, object] = {"probability": p[0], "logit": s[0], "model": model.name}
     else:
-        answer = {
-            "predictions": [
-                {"probability": probability, "logit": logit}
-                for probability, logit in zip(p.tolist(), s.tolist(), strict=True)
-            ],
-            "model": model.name,
-        }
-    response = Response(json.dumps(answer, allow_nan=False), media_type="application/json")
+        predictions = [{"probability": pi, "logit": si} for pi, si in zip(p, s, strict=True)]
+        answer = {"predictions": predictions, "model": model.name}
+    response = Response(to_json(answer, inf_nan_mode="null"), media_type="application/json")
     model.predict_latency.observe(time.perf_counter() - started)
     return response
