@@ -1,0 +1,108 @@
+"""POST /learn against a real Redis: exactly the examples sent, one stream entry per request."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from online_ctr.features import Batch, Example, FeatureHasher, Value
+from online_ctr.readers import read_examples
+from service.app import create_app
+from service.settings import Settings
+from service.store.codec import decode_entry
+from service.store.keys import ModelKeys
+from tests.conftest import CRITEO
+
+with warnings.catch_warnings():
+    # Starlette would rather have the httpx2 package; the installed httpx works the same.
+    warnings.simplefilter("ignore", UserWarning)
+    from fastapi.testclient import TestClient
+
+ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 50))
+MIXED: dict[str, Value] = {
+    "site": "news",
+    "price": -2.5,
+    "tags": ["a", "b", "a"],
+    "zero": 0,
+    "n": 3,
+}
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(redis_url=redis_url, state_buckets=64, hash_bits=20)
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, CollectorRegistry())) as client:
+        yield client
+
+
+@pytest.fixture
+def entries(redis_url: str) -> Iterator[Any]:
+    """Read the model's stream: a list of decoded batches, oldest first."""
+    client: Any = redis.Redis.from_url(redis_url)
+
+    def read() -> list[Batch]:
+        stream = client.xrange(ModelKeys("default").stream)
+        assert all(set(fields) == {b"b"} for _, fields in stream)
+        return [decode_entry(fields[b"b"]) for _, fields in stream]
+
+    yield read
+    client.close()
+
+
+def assert_same_batch(got: Batch, expected: Batch) -> None:
+    for name in ("indptr", "ids", "values", "labels"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+
+
+def test_single_example_is_one_entry(client: TestClient, entries: Any) -> None:
+    reply = client.post("/learn", json={"features": MIXED, "label": 1})
+    assert (reply.status_code, reply.json()) == (202, {"accepted": 1})
+    (entry,) = entries()
+    assert_same_batch(entry, FeatureHasher(20).batch([MIXED], [1]))
+
+
+def test_batch_is_one_entry_holding_every_example_in_order(
+    client: TestClient, entries: Any
+) -> None:
+    rows: list[tuple[Example, int]] = [*ROWS, (MIXED, 0)]
+    body = {"examples": [{"features": x, "label": y} for x, y in rows]}
+    reply = client.post("/learn", json=body)
+    assert (reply.status_code, reply.json()) == (202, {"accepted": len(rows)})
+    (entry,) = entries()
+    assert_same_batch(entry, FeatureHasher(20).batch([x for x, _ in rows], [y for _, y in rows]))
+
+
+def test_each_request_appends_one_entry(client: TestClient, entries: Any) -> None:
+    for x, y in ROWS[:5]:
+        assert client.post("/learn", json={"features": x, "label": y}).status_code == 202
+    client.post("/learn", json={"examples": [{"features": x, "label": y} for x, y in ROWS[5:9]]})
+    assert [len(batch) for batch in entries()] == [1, 1, 1, 1, 1, 4]
+
+
+def test_nothing_is_appended_for_a_refused_request(client: TestClient, entries: Any) -> None:
+    bad = [
+        {"examples": [{"features": {"a": "b"}, "label": 1}, {"features": {"a": "b"}, "label": 2}]},
+        {"features": {"a": "b"}, "label": 1, "examples": [{"features": {"a": "b"}, "label": 1}]},
+    ]
+    for body in bad:
+        assert client.post("/learn", json=body).status_code == 422
+    reply = client.post("/learn", json={"features": {"a": "b"}, "label": 1}, params={"model": "x"})
+    assert reply.status_code == 404
+    assert entries() == []
+
+
+def test_learning_never_happens_on_the_request_path(client: TestClient) -> None:
+    client.post("/learn", json={"examples": [{"features": x, "label": y} for x, y in ROWS]})
+    info = client.get("/models/default").json()
+    assert (info["global_step"], info["stream_lag"], info["features_tracked"]) == (0, 1, 0)

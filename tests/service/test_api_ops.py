@@ -1,0 +1,198 @@
+"""GET /models/{name}, /healthz, /readyz, /metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import redis
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
+from online_ctr.readers import read_examples
+from online_ctr.rules import get_rule
+from service.app import create_app
+from service.metrics import Metrics
+from service.settings import Settings
+from service.store.keys import ModelKeys
+from service.store.state import ModelStore, spec_from
+from tests.conftest import CRITEO
+from workers.consumer import Worker, WorkerConfig
+
+with warnings.catch_warnings():
+    # Starlette would rather have the httpx2 package; the installed httpx works the same.
+    warnings.simplefilter("ignore", UserWarning)
+    from fastapi.testclient import TestClient
+
+ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 200))
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(redis_url=redis_url, state_buckets=64, rule="rda", l1=0.001)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, registry)) as client:
+        yield client
+
+
+def store_of(settings: Settings, client: aioredis.Redis) -> ModelStore:
+    spec = spec_from(
+        settings.model,
+        settings.rule,
+        settings.rule_params(),
+        settings.hash_bits,
+        settings.state_buckets,
+    )
+    return ModelStore(client, spec)
+
+
+async def in_redis(settings: Settings, work: str) -> None:
+    """Run the real worker until the stream is empty, or send one heartbeat."""
+    client = aioredis.Redis.from_url(str(settings.redis_url))
+    store = store_of(settings, client)
+    if work == "learn":
+        worker = Worker(store, WorkerConfig(consumer="w1"), Metrics(CollectorRegistry()))
+        await worker.run_until_idle()
+    else:
+        await store.heartbeat("w1")
+    await client.aclose()
+
+
+def test_model_info_before_and_after_learning(client: TestClient, settings: Settings) -> None:
+    info = client.get("/models/default").json()
+    params = vars(settings.rule_params())
+    assert info == {
+        "name": "default",
+        "rule": "rda",
+        "params": params,
+        "hash_bits": 64,
+        "global_step": 0,
+        "nonzero_weights": 0,
+        "features_tracked": 0,
+        "progressive_logloss": None,
+        "stream_lag": 0,
+        "dead_letters": 0,
+    }
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
+    client.post("/learn", json=body)
+    assert client.get("/models/default").json()["stream_lag"] == 1
+    asyncio.run(in_redis(settings, "learn"))
+
+    reference = InMemoryModel(get_rule("rda"), settings.rule_params())
+    step = reference.learn(FeatureHasher().batch([x for x, _ in ROWS], [y for _, y in ROWS]))
+    info = client.get("/models/default").json()
+    assert info["global_step"] == len(ROWS)
+    assert info["features_tracked"] == reference.features_tracked()
+    assert info["nonzero_weights"] == reference.nonzero_weights() > 0
+    np.testing.assert_allclose(info["progressive_logloss"], step.losses.mean(), rtol=1e-12)
+    assert (info["stream_lag"], info["dead_letters"]) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["other", "no such model!"])
+def test_other_models_are_404(client: TestClient, name: str) -> None:
+    reply = client.get(f"/models/{name}")
+    assert reply.status_code == 404
+    assert reply.json()["detail"] == (
+        f"model {name!r} is not served here; this process serves 'default'"
+    )
+
+
+def test_healthz(client: TestClient) -> None:
+    reply = client.get("/healthz")
+    assert (reply.status_code, reply.json()) == (200, {"status": "ok"})
+
+
+def test_readyz_needs_a_recent_worker_heartbeat(client: TestClient, settings: Settings) -> None:
+    reply = client.get("/readyz")
+    assert reply.status_code == 503
+    assert reply.headers["Retry-After"] == "1"
+    assert reply.json() == {"detail": "no worker has sent a heartbeat for model 'default' yet"}
+
+    asyncio.run(in_redis(settings, "heartbeat"))
+    reply = client.get("/readyz")
+    assert reply.status_code == 200
+    assert reply.json()["ready"] is True
+    assert 0 <= reply.json()["heartbeat_age_s"] < settings.ready_max_heartbeat_age_s
+
+    sync = redis.Redis.from_url(str(settings.redis_url))
+    seconds, _ = sync.time()
+    sync.zadd(ModelKeys("default").workers, {"w1": seconds - 100})
+    sync.close()
+    reply = client.get("/readyz")
+    assert reply.status_code == 503
+    assert "heartbeat for model 'default' is 100" in reply.json()["detail"]
+    assert "(limit 15s)" in reply.json()["detail"]
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_refreshes_the_model_gauges(client: TestClient, settings: Settings) -> None:
+    client.post("/learn", json={"examples": [{"features": x, "label": y} for x, y in ROWS]})
+    client.post("/learn", json={"features": ROWS[0][0], "label": 1})
+    model = (("model", "default"),)
+    reply = client.get("/metrics")
+    assert reply.headers["content-type"].startswith("text/plain")
+    assert samples(reply.text)[("online_ctr_stream_lag_entries", model)] == 2
+
+    asyncio.run(in_redis(settings, "learn"))
+    info = client.get("/models/default").json()
+    values = samples(client.get("/metrics").text)
+    assert values[("online_ctr_stream_lag_entries", model)] == 0
+    assert values[("online_ctr_nonzero_weights", model)] == info["nonzero_weights"] > 0
+    assert values[("online_ctr_features_tracked", model)] == info["features_tracked"]
+
+
+def test_every_answer_is_counted_by_route_template(
+    client: TestClient, registry: CollectorRegistry
+) -> None:
+    client.get("/models/default")
+    client.get("/models/zzz")
+    client.get("/models/yyy")
+    client.get("/no/such/path")
+    client.post("/predict", content=b"{}", headers={"content-type": "text/plain"})
+    client.get("/readyz")
+
+    def count(method: str, route: str, status_class: str) -> float | None:
+        labels = {"method": method, "route": route, "status_class": status_class}
+        return registry.get_sample_value("online_ctr_http_requests_total", labels)
+
+    assert count("GET", "/models/{name}", "2xx") == 1
+    assert count("GET", "/models/{name}", "4xx") == 2
+    assert count("GET", "unmatched", "4xx") == 1
+    assert count("POST", "/predict", "4xx") == 1
+    assert count("GET", "/readyz", "5xx") == 1
+
+
+def test_openapi_documents_the_endpoints_with_examples(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    paths = document["paths"]
+    assert {"/predict", "/learn", "/models/{name}", "/healthz", "/readyz", "/metrics"} <= set(paths)
+    for path in ("/predict", "/learn"):
+        operation = paths[path]["post"]
+        assert [p["name"] for p in operation["parameters"]] == ["model"]
+        assert {"404", "413", "415", "422", "503"} <= set(operation["responses"])
+    schemas = document["components"]["schemas"]
+    assert len(schemas["PredictRequest"]["examples"]) == 2
+    assert schemas["LearnRequest"]["examples"][0]["label"] == 1
+    assert client.get("/docs").status_code == 200
