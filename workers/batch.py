@@ -16,10 +16,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.features import Batch
-from online_ctr.learner import Features, Scored, score, unique_features
+from online_ctr.learner import Scored, score, unique_features
 from online_ctr.nonzero import nonzero_change
-from service.store.codec import EntryError, decode_entries
-from service.store.state import Commit, ModelStore, Placement, Read, StateChange
+from service.store.codec import EntryError, decode_entries, encode_buckets
+from service.store.state import Commit, ModelStore, StateChange
 from workers.cache import StateCache
 
 logger = logging.getLogger(__name__)
@@ -60,51 +60,47 @@ def decode(messages: list[tuple[bytes, dict[bytes, bytes]]]) -> Decoded:
 
 
 def state_change(
-    store: ModelStore,
-    features: Features,
-    placement: Placement,
-    read: Read,
-    scored: Scored,
-    loss: float,
+    store: ModelStore, cache: StateCache, rows: NDArray[np.intp], scored: Scored, loss: float
 ) -> StateChange:
-    """What applying a scored batch on top of ``read`` changes, for the commit script."""
+    """Apply a scored batch to the cached state of its features (``rows`` of the cache, at
+    the cache's version) and describe the change for the commit script. The cache then holds
+    the uncommitted rows: it must be forgotten unless the commit succeeds."""
+    assert cache.version is not None, "state_change() needs the state the batch was read at"
     spec = store.spec
+    t, epoch = cache.version
     examples = len(scored.losses)
-    new_t = read.t + examples
-    new_rule_state = spec.rule.update(read.rule_state, scored.g, scored.g2, new_t, spec.params)
+    old = cache.table.data[rows]
+    new_rule_state = spec.rule.update(old[:, :-1], scored.g, scored.g2, t + examples, spec.params)
+    ids = cache.table.ids[rows]
     nonzero = nonzero_change(
-        spec.rule, spec.params, features.ids, read.rule_state, read.t, new_rule_state, new_t
+        spec.rule, spec.params, ids, old[:, :-1], t, new_rule_state, t + examples
     )
-    counts = read.state[:, -1] + scored.counts
+    cache.table.data[rows] = np.column_stack((new_rule_state, old[:, -1] + scored.counts))
+    members = cache.members(np.unique(cache.bucket_of(ids)))
+    runs, values = encode_buckets(
+        cache.table.ids[members],
+        cache.table.data[members],
+        cache.bucket_of(cache.table.ids[members]),
+    )
     return StateChange(
-        placement=placement,
-        t=read.t,
-        epoch=read.epoch,
+        t=t,
+        epoch=epoch,
         examples=examples,
         logloss_sum=loss,
-        state=np.column_stack((new_rule_state, counts)),
+        bucket_runs=runs,
+        bucket_values=values,
         leaving=nonzero.leaving,
         entering=nonzero.entering,
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
-        tracked_delta=int((~read.known).sum()),
+        tracked_delta=int((old[:, -1] == 0).sum()),
     )
 
 
-async def current_state(store: ModelStore, cache: StateCache, ids: NDArray[np.uint64]) -> Read:
-    """The state of ``ids`` now: from the cache where it is exact, the rest from Redis."""
-    rows = cache.rows(ids)
-    missing = rows < 0
-    read = await store.read(store.place(ids[missing]))
-    if cache.matches(read):
-        state = np.empty((len(ids), read.state.shape[1]))
-        state[~missing] = cache.table.data[rows[~missing]]
-        state[missing] = read.state
-        return Read(read.t, read.epoch, state)
-    if missing.all():
-        return read
-    cache.forget()
-    return await store.read(store.place(ids))
+async def load_state(store: ModelStore, cache: StateCache, buckets: NDArray[np.intp]) -> None:
+    """Bring the cache to the model's current version for these buckets."""
+    if not cache.load(await store.read(cache.unknown(buckets))):
+        cache.load(await store.read(buckets))
 
 
 async def apply(
@@ -118,19 +114,24 @@ async def apply(
     batch = decoded.batch
     assert batch is not None, "apply() needs at least one decoded entry"
     features = unique_features(batch)
-    placement = store.place(features.ids)
+    buckets = np.unique(cache.bucket_of(features.ids))
     spec = store.spec
-    read = await current_state(store, cache, features.ids)
-    scored = score(spec.rule, spec.params, read.rule_state, read.t, batch, features)
+    await load_state(store, cache, buckets)
+    rows = cache.table.rows(features.ids, create=True)
+    assert cache.version is not None
+    state = cache.table.data[rows, :-1]
+    scored = score(spec.rule, spec.params, state, cache.version[0], batch, features)
     loss = float(scored.losses.sum())
     for _ in range(MAX_COMMIT_ATTEMPTS):
-        change = state_change(store, features, placement, read, scored, loss)
+        change = state_change(store, cache, rows, scored, loss)
         result = await store.commit(change, consumer, decoded.entry_ids)
         if result.status == "ok":
-            cache.remember(features.ids, change.state, result.t, read.epoch)
+            cache.version = (result.t, change.epoch)
+            return result, scored
+        cache.forget()
         if result.status != "conflict":
             return result, scored
         on_conflict()
-        cache.forget()
-        read = await store.read(placement)
-    return Commit(status="conflict", t=read.t), scored
+        await load_state(store, cache, buckets)
+        rows = cache.table.rows(features.ids, create=True)
+    return Commit(status="conflict", t=-1), scored

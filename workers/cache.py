@@ -1,8 +1,8 @@
-"""A worker's own copy of the state rows it last read or wrote.
+"""A worker's own copy of the state buckets it has read or written.
 
 Every commit moves the model's step, so right after this worker's commit to step ``t`` its
-copy of the rows it wrote is exact for as long as the model is still at step ``t`` (and the
-same epoch). Then only features it has not seen need reading from Redis. The commit script
+copy of the buckets it knows is exact for as long as the model is still at step ``t`` (and the
+same epoch). Then only buckets it has not seen need reading from Redis. The commit script
 checks the step anyway, so a stale copy can cost a retry, never a wrong update.
 """
 
@@ -11,38 +11,52 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.rules.base import Array
 from online_ctr.table import StateTable
 from service.store.state import Read
 
 
 class StateCache:
-    """Rows (rule fields then count) by feature id, exact as of ``(t, epoch)``."""
+    """Rows (rule fields then count) of whole buckets, exact as of ``version``."""
 
-    def __init__(self, width: int, max_features: int) -> None:
+    def __init__(self, width: int, buckets: int, max_features: int) -> None:
         self.max_features = max_features
         self.table = StateTable(width)
+        self._mask = np.uint64(buckets - 1)
+        self.known = np.zeros(buckets, dtype=bool)
         self.version: tuple[int, str] | None = None
 
-    def rows(self, ids: NDArray[np.uint64]) -> NDArray[np.intp]:
-        """Rows of the cached ids, -1 for the others (all of them while nothing is exact)."""
-        if self.version is None:
-            return np.full(len(ids), -1, dtype=np.intp)
-        return self.table.rows(ids, create=False)
+    def unknown(self, buckets: NDArray[np.intp]) -> NDArray[np.intp]:
+        """Which of these buckets must be read from Redis."""
+        if self.version is None or len(self.table) > self.max_features:
+            self.forget()  # also a bound on memory: the next batches re-read what they need
+            return buckets
+        return buckets[~self.known[buckets]]
 
-    def matches(self, read: Read) -> bool:
-        """Whether the model is still at the step and epoch the cache is exact for."""
-        return self.version == (read.t, read.epoch)
+    def load(self, read: Read) -> bool:
+        """Take in buckets read from Redis; False (and nothing kept) if the model has moved
+        since the version the cache holds, so every bucket must be read again."""
+        if self.version not in (None, (read.t, read.epoch)):
+            self.forget()
+            return False
+        rows = self.table.rows(read.ids, create=True)  # may reallocate table.data
+        self.table.data[rows] = read.rows
+        self.known[read.buckets] = True
+        self.version = (read.t, read.epoch)
+        return True
 
-    def remember(self, ids: NDArray[np.uint64], state: Array, t: int, epoch: str) -> None:
-        """Keep the rows just committed, now exact as of step ``t``."""
-        if len(self.table) + len(ids) > self.max_features:
-            self.table.clear()  # a bound on memory: the next batches re-read what they need
-        rows = self.table.rows(ids, create=True)  # may reallocate table.data
-        self.table.data[rows] = state
-        self.version = (t, epoch)
+    def members(self, buckets: NDArray[np.intp]) -> NDArray[np.intp]:
+        """Rows of every stored feature (count > 0) of these buckets."""
+        size = len(self.table)
+        wanted = np.zeros(len(self.known), dtype=bool)
+        wanted[buckets] = True
+        bucket_of = self.bucket_of(self.table.ids[:size])
+        return np.flatnonzero(wanted[bucket_of] & (self.table.data[:size, -1] > 0))
+
+    def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.intp]:
+        return (ids & self._mask).astype(np.intp)
 
     def forget(self) -> None:
-        """Someone else committed: nothing here is known to be exact any more."""
+        """Nothing here is known to be exact any more."""
         self.table.clear()
+        self.known[:] = False
         self.version = None

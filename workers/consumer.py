@@ -63,7 +63,7 @@ class Worker:
             metrics.commit_conflicts,
         ):
             counter.labels(**self._label)
-        self.cache = StateCache(len(store.spec.rule.fields) + 1, config.cache_features)
+        self.cache = StateCache(store.spec.width, store.spec.buckets, config.cache_features)
         # redis-py turns every stream entry into a dict in Python (~8 us each, profiled);
         # the raw reply is plain nested lists that _messages() unpacks for a fraction.
         store.redis.set_response_callback("XREADGROUP", _raw)

@@ -100,15 +100,42 @@ def decode_entries(blobs: list[bytes]) -> Batch:
 
 
 def pack_ids(ids: NDArray[np.uint64]) -> bytes:
-    """Feature ids as the 8-byte hash fields they are stored under."""
+    """Feature ids as the 8-byte members of the expiry set."""
     return ids.astype("<u8").tobytes()
 
 
-def pack_state(rows: NDArray[np.float64]) -> bytes:
-    """State rows (fields then count), row after row, as float64."""
-    return np.ascontiguousarray(rows, dtype="<f8").tobytes()
+def record_dtype(width: int) -> np.dtype[np.void]:
+    """A state record: the feature id, then ``width`` float64 values (rule fields, count)."""
+    return np.dtype([("id", "<u8"), ("row", "<f8", (width,))])
 
 
-def unpack_state(blob: bytes, width: int) -> NDArray[np.float64]:
-    """The inverse of :func:`pack_state`."""
-    return np.frombuffer(blob, "<f8").reshape(-1, width).astype(np.float64)
+def encode_buckets(
+    ids: NDArray[np.uint64], rows: NDArray[np.float64], buckets: NDArray[np.intp]
+) -> tuple[bytes, bytes]:
+    """State buckets as stored: per bucket its records sorted by id, concatenated.
+
+    Returns ``runs`` (per bucket, ascending: its number and its size in bytes, two u32) and
+    the bucket values back to back.
+    """
+    order = np.lexsort((ids, buckets))
+    records = np.empty(len(ids), record_dtype(rows.shape[1]))
+    records["id"] = ids[order]
+    records["row"] = rows[order]
+    used, counts = np.unique(buckets[order], return_counts=True)
+    runs = np.column_stack((used, counts * records.dtype.itemsize)).astype("<u4")
+    return runs.tobytes(), records.tobytes()
+
+
+def decode_buckets(
+    values: list[bytes], buckets: NDArray[np.intp], width: int
+) -> tuple[NDArray[np.uint64], NDArray[np.float64], NDArray[np.intp]]:
+    """The records of stored buckets (empty bytes for a bucket never written): their ids,
+    rows and bucket numbers."""
+    dtype = record_dtype(width)
+    records = np.frombuffer(b"".join(values), dtype)
+    sizes = np.array([len(v) for v in values], dtype=np.intp) // dtype.itemsize
+    return (
+        records["id"].astype(np.uint64),
+        records["row"].astype(np.float64),
+        np.repeat(buckets, sizes),
+    )

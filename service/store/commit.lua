@@ -1,14 +1,14 @@
 -- Apply a computed batch and acknowledge its stream entries, atomically.
--- The batch was computed from the state at step ARGV[3]; if any other batch committed since,
--- the step has moved and nothing is written ("conflict": recompute from fresh state). If any
--- of the entries is no longer pending for this consumer (another worker reclaimed it), nothing
--- is written either ("fenced"): the batch now belongs to someone else.
+-- The batch was computed from the model at step ARGV[3] (epoch ARGV[4]); if any other batch
+-- committed since, the step has moved and nothing is written ("conflict": recompute from
+-- fresh state). If any of the entries is no longer pending for this consumer (another worker
+-- reclaimed it), nothing is written either ("fenced"): the batch now belongs to someone else.
 -- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures.
--- ARGV: 1 group, 2 consumer, 3 expected t, 4 examples in batch, 5 log-loss sum,
---       6 ids (8 bytes each, grouped by bucket), 7 per bucket two u32 (number, ids in it),
---       8 new values, 9 bytes per value, 10 ids leaving the expiry set, 11 ids entering it,
---       12 their expiry steps (f64), 13 change of nnz_stable, 14 change of tracked,
---       15 bucket key prefix, 16 the stream entry ids, space-separated, 17 expected epoch.
+-- ARGV: 1 group, 2 consumer, 3 expected t, 4 expected epoch, 5 examples in the batch,
+--       6 its log-loss sum, 7 per bucket written two u32 (number, size in bytes), 8 the new
+--       bucket values back to back, 9 ids leaving the expiry set, 10 ids entering it, 11 their
+--       expiry steps (f64), 12 change of nnz_stable, 13 change of tracked, 14 bucket key
+--       prefix, 15 the stream entry ids, space-separated.
 -- Bucket keys are built from the prefix, as in read_state.lua (same hash tag, same slot).
 local meta, stream, expiry, failures = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -22,15 +22,16 @@ local function each_chunk(items, size, command, ...)
     redis.call(command, unpack(args))
   end
 end
+
 local group, consumer = ARGV[1], ARGV[2]
 local version = redis.call('HMGET', meta, 't', 'epoch')
 local t = tonumber(version[1] or '0')
-if t ~= tonumber(ARGV[3]) or (version[2] or '') ~= ARGV[17] then
+if t ~= tonumber(ARGV[3]) or (version[2] or '') ~= ARGV[4] then
   return {'conflict', tostring(t)}
 end
 
 local entries = {}
-for id in string.gmatch(ARGV[16], '%S+') do entries[#entries + 1] = id end
+for id in string.gmatch(ARGV[15], '%S+') do entries[#entries + 1] = id end
 if #entries > 0 then
   local mine = {}
   local pending = redis.call('XPENDING', stream, group, entries[1], entries[#entries],
@@ -41,25 +42,15 @@ if #entries > 0 then
   end
 end
 
-local ids, runs, values, width = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
-local prefix = ARGV[15]
-local pos = 0
+local runs, values, prefix = ARGV[7], ARGV[8], ARGV[14]
+local at = 1
 for b = 1, #runs / 8 do
-  local bucket, count = struct.unpack('<I4I4', runs, 8 * b - 7)
-  for first = 1, count, 500 do
-    local last = math.min(first + 499, count)
-    local args = {}
-    for i = first, last do
-      local j = pos + i
-      args[#args + 1] = string.sub(ids, 8 * j - 7, 8 * j)
-      args[#args + 1] = string.sub(values, width * (j - 1) + 1, width * j)
-    end
-    redis.call('HSET', prefix .. bucket, unpack(args))
-  end
-  pos = pos + count
+  local bucket, size = struct.unpack('<I4I4', runs, 8 * b - 7)
+  redis.call('SET', prefix .. bucket, string.sub(values, at, at + size - 1))
+  at = at + size
 end
 
-local leaving, entering, steps = ARGV[10], ARGV[11], ARGV[12]
+local leaving, entering, steps = ARGV[9], ARGV[10], ARGV[11]
 local members = {}
 for j = 1, #leaving / 8 do members[j] = string.sub(leaving, 8 * j - 7, 8 * j) end
 each_chunk(members, 1000, 'ZREM', expiry)
@@ -71,12 +62,12 @@ for j = 1, #entering / 8 do
 end
 each_chunk(scored, 1000, 'ZADD', expiry)
 
-local new_t = t + tonumber(ARGV[4])
+local new_t = t + tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))
 redis.call('HSET', meta, 't', string.format('%.17g', new_t))
-local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
-local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[13])
-local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[14])
+local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[6])
+local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[12])
+local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[13])
 each_chunk(entries, 1000, 'XACK', stream, group)
 each_chunk(entries, 1000, 'XDEL', stream)
 each_chunk(entries, 1000, 'HDEL', failures)

@@ -9,8 +9,9 @@ key                           type    contents
 ``octr:{m}:meta``             hash    rule, params (JSON), hash_bits, buckets, fields, ``t``
                                       (examples learned), ``tracked``, ``nnz_stable``,
                                       ``logloss_sum``
-``octr:{m}:s:<b>``            hash    state bucket ``b``: field = feature id (8 bytes, little
-                                      endian), value = float64 x (rule fields + count)
+``octr:{m}:s:<b>``            string  state bucket ``b`` (feature id mod bucket count): its
+                                      records sorted by id, each the id (u64) then float64
+                                      rule fields and the occurrence count, little endian
 ``octr:{m}:expiry``           zset    nonzero features whose weight reaches 0 untouched, by
                                       that step; the nonzero count is ``nnz_stable`` + its size
 ``octr:{m}:stream``           stream  accepted feedback not yet applied (entries are deleted

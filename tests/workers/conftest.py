@@ -68,13 +68,15 @@ async def send(store: ModelStore, rows: Iterable[tuple[Example, int]], per_entry
 
 
 async def scan_state(store: ModelStore) -> dict[int, np.ndarray]:
-    """Every feature's stored row (rule fields, then count), read by scanning the buckets."""
-    rows: dict[int, np.ndarray] = {}
-    width = len(store.spec.rule.fields) + 1
-    for bucket in range(store.spec.buckets):
-        for field, value in (await store.redis.hgetall(store.keys.bucket(bucket))).items():
-            rows[int.from_bytes(field, "little")] = codec.unpack_state(value, width)[0]
-    return rows
+    """Every feature's stored row (rule fields, then count), read bucket by bucket."""
+    values = [
+        await store.redis.get(store.keys.bucket(bucket)) or b""
+        for bucket in range(store.spec.buckets)
+    ]
+    numbers = np.arange(store.spec.buckets, dtype=np.intp)
+    ids, rows, _ = codec.decode_buckets(values, numbers, store.spec.width)
+    assert len(set(ids.tolist())) == len(ids), "a feature is stored twice"
+    return dict(zip(ids.tolist(), rows, strict=True))
 
 
 def recount_nonzero(store: ModelStore, rows: dict[int, np.ndarray], t: int) -> int:

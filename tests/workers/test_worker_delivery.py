@@ -82,7 +82,7 @@ async def test_a_slow_worker_whose_batch_was_reclaimed_cannot_commit_it(
     await asyncio.sleep(0.1)
     fast = make_worker(store, "fast", batch_size=50, reclaim_idle_ms=50)
     await fast.run_until_idle()
-    result, _ = await apply(store, StateCache(3, 1000), "slow", decode(taken))
+    result, _ = await apply(store, StateCache(store.spec.width, store.spec.buckets, 1000), "slow", decode(taken))
     assert result.status == "fenced"
     await assert_applied_once(store, occurrences, 50)
 
