@@ -1,0 +1,46 @@
+"""The framework's ceiling for ``/predict``: a bare FastAPI app that parses the same request
+body into the same pydantic model and answers a constant of the same response model.
+
+Run it as ``python -m loadtests.bare_app``: it is served exactly as ``online-ctr api`` serves
+the real app (the same ``uvicorn.run`` keywords, host and port from ``OCTR_HOST``/``OCTR_PORT``;
+one worker process, uvicorn's default loop and HTTP implementation, access log off), so the
+ratio of the two throughputs is what our own work costs. ``POST /noop`` answers without
+reading the body at all: the load generator's reference, to show it is not the bottleneck.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from service.api.schemas import PredictRequest, PredictResponse
+
+CONSTANT = PredictResponse(probability=0.5, logit=0.0, model="default")
+
+
+def create_bare_app() -> FastAPI:
+    """Two routes: ``/predict`` (parse, validate, constant) and ``/noop`` (constant)."""
+    app = FastAPI(title="online-ctr bare ceiling")
+
+    @app.post("/predict")
+    async def predict(body: PredictRequest) -> PredictResponse:
+        return CONSTANT
+
+    @app.post("/noop")
+    async def noop() -> dict[str, bool]:
+        return {"ok": True}
+
+    return app
+
+
+def main() -> None:
+    """Serve the bare app with the same uvicorn settings as ``online-ctr api``."""
+    import uvicorn
+
+    from service.settings import get_settings
+
+    settings = get_settings()
+    uvicorn.run(create_bare_app(), host=settings.host, port=settings.port, access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Feedback for the benchmarks: the Criteo head file as stream entries, written to Redis the
+way ``POST /learn`` writes them, and waiting for the workers to apply them.
+
+>>> from service.store.codec import decode_entry
+>>> blob = entries([({"C1": "68fd1e64"}, 1)])[0]
+>>> decode_entry(blob).labels.tolist()
+[1.0]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from itertools import cycle, islice
+from pathlib import Path
+
+import redis
+
+from online_ctr.features import Example, FeatureHasher
+from online_ctr.readers import read_examples
+from service.store.codec import encode_entry
+from service.store.keys import ModelKeys
+
+#: ``../shared/data`` beside the repository, where the data README says it is.
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+CRITEO = Path("criteo/criteo_kaggle_train_head10k.tsv")
+AVAZU = Path("avazu/avazu_train_head10k.csv")
+MODEL = ModelKeys("default")
+
+Row = tuple[dict[str, str | float], int]
+
+
+def criteo_rows(data_dir: Path, limit: int | None = None) -> list[Row]:
+    """The Criteo head file as ``(example, label)`` rows, in file order."""
+    return list(read_examples(data_dir / CRITEO, "criteo", limit=limit))
+
+
+def entries(rows: Sequence[tuple[Example, int]]) -> list[bytes]:
+    """One stream entry per row, as the API encodes a single-example ``/learn``."""
+    hasher = FeatureHasher()
+    return [encode_entry(hasher.batch([example], [label])) for example, label in rows]
+
+
+def feed(client: redis.Redis, blobs: Sequence[bytes], count: int, chunk: int = 2000) -> None:
+    """XADD ``count`` entries, cycling through ``blobs``, in pipelined chunks."""
+    stream = cycle(blobs)
+    for start in range(0, count, chunk):
+        with client.pipeline(transaction=False) as pipe:
+            for blob in islice(stream, min(chunk, count - start)):
+                pipe.xadd(MODEL.stream, {"b": blob})
+            pipe.execute()
+
+
+def global_step(client: redis.Redis) -> int:
+    """Examples the model has learned (``t`` in its meta hash, read with HGET)."""
+    value = client.hget(MODEL.meta, "t")
+    return int(value) if value else 0
+
+
+def wait_for_step(
+    client: redis.Redis, target: int, timeout_s: float, check: Callable[[], None] = lambda: None
+) -> float:
+    """Poll every 5 ms until the model has learned ``target`` examples; the time it happened.
+
+    ``check`` is called at every poll (to raise if a worker died); ``RuntimeError`` if the
+    step does not get there within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while (step := global_step(client)) < target:
+        check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the workers learned {step} of {target} examples in {timeout_s}s")
+        time.sleep(0.005)
+    return time.perf_counter()
+
+
+def progressive_logloss(client: redis.Redis) -> float | None:
+    """The workers' mean progressive log loss so far."""
+    t, total = client.hmget(MODEL.meta, ["t", "logloss_sum"])
+    return float(total) / int(t) if t and int(t) else None
