@@ -1,8 +1,8 @@
 """OWL-QN: L1-regularized logistic regression in batch, the reference the online rules answer to.
 
 Andrew & Gao, "Scalable Training of L1-Regularized Log-Linear Models", ICML 2007. Minimizes
-``f(w) = l(w) + C ||w||_1`` with ``l(w) = sum_i log(1 + exp(s_i)) - y_i s_i``, ``s_i = w . x_i``
-and ``y_i`` in {0, 1}. It is L-BFGS with four changes (Section 3.2, Algorithm 1):
+``f(w) = l(w) + C ||w||_1``, ``l(w) = sum_i log(1 + exp(-(2 y_i - 1) w . x_i))`` for labels
+``y_i`` in {0, 1}: L-BFGS with four changes (Section 3.2, Algorithm 1):
 
 1. the pseudo-gradient ``diamond f`` replaces the gradient, and ``v = -diamond f``;
 2. the direction ``p = pi(H v; v)`` keeps only the coordinates that agree in sign with ``v``;
@@ -43,6 +43,9 @@ MAX_BACKTRACKS = 60
 #: Steps the relative decrease of f is averaged over: one step's decrease is too noisy a test
 #: (the authors' released code also waits for five steps).
 WINDOW = 5
+
+#: The L-BFGS memory: ``(s, y, 1 / y.s)``, oldest first.
+Pairs = deque[tuple[Array, Array, float]]
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,11 @@ class OWLQNResult:
 
 
 def loss_and_gradient(design: Design, w: Array) -> tuple[float, Array]:
-    """``l(w)`` and ``grad l(w)``, stable for any logit (no clipping, no ``log(1 - p)``)."""
+    """``l(w)`` and ``grad l(w)``, accurate for any logit (no clipping, no ``log(1 - p)``)."""
     s = design.dot(w)
-    loss = float(np.sum(np.logaddexp(0.0, s) - design.labels * s))
+    # loss_i = log(1 + exp(-s)) for a click, log(1 + exp(s)) otherwise: one logaddexp, which
+    # neither overflows nor cancels (softplus(s) - s would lose a confident click's loss).
+    loss = float(np.sum(np.logaddexp(0.0, (1.0 - 2.0 * design.labels) * s)))
     p = np.exp(-np.logaddexp(0.0, -s))  # sigmoid(s) without overflow on either side
     return loss, design.transpose_dot(p - design.labels)
 
@@ -155,7 +160,7 @@ def two_loop(v: Array, pairs: Sequence[tuple[Array, Array, float]]) -> Array:
 
 
 @dataclass(frozen=True)
-class _Point:
+class Point:
     """An iterate with ``f``, ``l`` and ``grad l`` there."""
 
     w: Array
@@ -164,18 +169,19 @@ class _Point:
     g: Array
 
 
-def _evaluate(design: Design, w: Array, C: float) -> _Point:
+def evaluate(design: Design, w: Array, C: float) -> Point:
+    """The iterate ``w`` with ``f``, ``l`` and ``grad l`` computed."""
     loss, g = loss_and_gradient(design, w)
-    return _Point(w, loss + C * float(np.abs(w).sum()), loss, g)
+    return Point(w, loss + C * float(np.abs(w).sum()), loss, g)
 
 
 def line_search(
-    design: Design, point: _Point, v: Array, p: Array, C: float, alpha: float
-) -> _Point | None:
+    design: Design, point: Point, v: Array, p: Array, C: float, alpha: float
+) -> Point | None:
     """Backtrack ``alpha beta^n`` until ``f(w') <= f(w) - gamma v.(w' - w)``; None if stalled.
 
-    ``w' = pi(w + alpha p; xi)`` stays in the orthant ``xi`` where ``f`` is smooth. The test
-    uses the step actually taken, ``w' - w``, not ``alpha p``: projection may shorten it.
+    ``w' = pi(w + alpha p; xi)`` stays where ``f`` is smooth; ``w' - w`` may fall short of
+    ``alpha p``, and the test uses the step actually taken.
     """
     xi = orthant(point.w, v)
     for _ in range(MAX_BACKTRACKS):
@@ -184,16 +190,15 @@ def line_search(
             w = project(w, xi)
         if np.array_equal(w, point.w):  # alpha p below rounding: no step left to try
             return None
-        new = _evaluate(design, w, C)
+        new = evaluate(design, w, C)
         if new.f <= point.f - GAMMA * _dot(v, w - point.w):
             return new
         alpha *= BETA
     return None
 
 
-def _remember(pairs: deque[tuple[Array, Array, float]], s: Array, y: Array) -> None:
-    """Keep ``(s, y)`` unless ``y.s <= 0``: a convex ``l`` gives ``y.s >= 0``, and a pair with
-    no curvature (a step along a flat direction, or lost to rounding) would divide by zero."""
+def _remember(pairs: Pairs, s: Array, y: Array) -> None:
+    """Keep ``(s, y)`` unless ``y.s <= 0`` (convex ``l``: only a flat or rounded-off step)."""
     ys = _dot(y, s)
     if ys > 0.0:
         pairs.append((s, y, 1.0 / ys))
@@ -205,6 +210,25 @@ def _settled(history: list[float], tol: float) -> bool:
         return False
     decrease = (history[-1 - WINDOW] - history[-1]) / WINDOW
     return decrease <= tol * max(abs(history[-1]), np.finfo(float).tiny)
+
+
+def direction(v: Array, pairs: Sequence[tuple[Array, Array, float]], C: float) -> Array:
+    """``p = pi(H v; v)``: the quasi-Newton step where it agrees in sign with ``v``, else 0."""
+    d = two_loop(v, pairs)
+    # At C = 0, v is -grad f and OWL-QN is plain L-BFGS, as in the authors' code.
+    return project(d, v) if C > 0 else d
+
+
+def iterate(design: Design, point: Point, pairs: Pairs, C: float) -> Point | None:
+    """One step of Algorithm 1 from ``point``, remembering its ``(s, y)``; None if stalled."""
+    v = -pseudo_gradient(point.w, point.g, C)
+    p = direction(v, pairs, C)
+    # With no pairs H = I carries no scale: start at a unit-length step instead of |v|.
+    alpha = 1.0 if pairs else min(1.0, 1.0 / np.sqrt(_dot(p, p)))
+    new = line_search(design, point, v, p, C, alpha)
+    if new is not None:
+        _remember(pairs, new.w - point.w, new.g - point.g)  # grad l, never grad f
+    return new
 
 
 def minimize(
@@ -223,26 +247,20 @@ def minimize(
     """
     if C < 0 or m < 1:
         raise ValueError(f"need C >= 0 and m >= 1, got C={C}, m={m}")
-    point = _evaluate(design, np.zeros(design.n_features), C)
-    pairs: deque[tuple[Array, Array, float]] = deque(maxlen=m)
+    point = evaluate(design, np.zeros(design.n_features), C)
+    pairs: Pairs = deque(maxlen=m)
     history = [point.f]
-    v0 = pseudo_gradient(point.w, point.g, C)
-    v0_norm = np.sqrt(_dot(v0, v0))
+    v = pseudo_gradient(point.w, point.g, C)
+    v_0 = np.sqrt(_dot(v, v))
     converged = False
     while len(history) <= max_iter:
-        v = -pseudo_gradient(point.w, point.g, C)
-        if np.sqrt(_dot(v, v)) <= gtol * v0_norm:
+        v = pseudo_gradient(point.w, point.g, C)
+        if np.sqrt(_dot(v, v)) <= gtol * v_0:
             converged = True
             break
-        p = two_loop(v, pairs)
-        if C > 0:  # at C = 0, v is -grad f and OWL-QN is L-BFGS, as in the authors' code
-            p = project(p, v)
-        # With no pairs H = I carries no scale: start at a unit-length step instead of |v|.
-        alpha = 1.0 if pairs else min(1.0, 1.0 / np.sqrt(_dot(p, p)))
-        new = line_search(design, point, v, p, C, alpha)
+        new = iterate(design, point, pairs, C)
         if new is None:
             break
-        _remember(pairs, new.w - point.w, new.g - point.g)
         point = new
         history.append(point.f)
         if _settled(history, tol):
