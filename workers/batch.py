@@ -35,17 +35,18 @@ class Decoded:
     entry_ids: list[str] = field(default_factory=list)
     batch: Batch | None = None
     failures: dict[str, str] = field(default_factory=dict)
+    claims: str = ""  # the model's claims counter before the entries were taken
 
 
-def decode(messages: list[tuple[bytes, dict[bytes, bytes]]]) -> Decoded:
+def decode(messages: list[tuple[bytes, dict[bytes, bytes]]], claims: str = "") -> Decoded:
     """Decode stream messages together; a bad entry is set aside with the reason."""
     ids = [raw_id.decode() for raw_id, _ in messages]
     blobs = [fields.get(b"b", b"") for _, fields in messages]
     try:
-        return Decoded(ids, decode_entries(blobs)) if ids else Decoded()
+        return Decoded(ids, decode_entries(blobs), claims=claims) if ids else Decoded()
     except EntryError:
         pass  # find the bad entries one by one; the rest still make a batch
-    decoded = Decoded()
+    decoded = Decoded(claims=claims)
     good: list[bytes] = []
     for entry_id, blob in zip(ids, blobs, strict=True):
         try:
@@ -124,7 +125,7 @@ async def apply(
     loss = float(scored.losses.sum())
     for _ in range(MAX_COMMIT_ATTEMPTS):
         change = state_change(store, cache, rows, scored, loss)
-        result = await store.commit(change, consumer, decoded.entry_ids)
+        result = await store.commit(change, consumer, decoded.entry_ids, decoded.claims)
         if result.status == "ok":
             cache.version = (result.t, change.epoch)
             return result, scored

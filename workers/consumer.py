@@ -14,20 +14,18 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from service.metrics import Metrics
-from service.store.keys import GROUP
 from service.store.state import Commit, ModelStore
 from workers.batch import Decoded, apply, decode
 from workers.cache import StateCache
+from workers.stream import FeedbackStream, Fetched, Message
 
 logger = logging.getLogger(__name__)
-
-Messages = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 @dataclass(frozen=True)
@@ -64,9 +62,7 @@ class Worker:
         ):
             counter.labels(**self._label)
         self.cache = StateCache(store.spec.width, store.spec.buckets, config.cache_features)
-        # redis-py turns every stream entry into a dict in Python (~8 us each, profiled);
-        # the raw reply is plain nested lists that _messages() unpacks for a fraction.
-        store.redis.set_response_callback("XREADGROUP", _raw)
+        self.stream = FeedbackStream(store, config.consumer)
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -116,24 +112,25 @@ class Worker:
         if self._stopping:
             return None
         await self._heartbeat_if_due()
-        messages = await self._reclaim_if_due()
-        if not messages:
-            messages = await self._read_new(block)
-        if not messages:
+        config = self.config
+        fetched = await self._reclaim_if_due()
+        if not fetched.messages:
+            fetched = await self.stream.read_new(config.batch_size, config.batch_wait_ms, block)
+        if not fetched.messages:
             # Idle: anything pending now can only be someone else's stuck entries.
-            messages = await self._reclaim()
-        if not messages:
+            fetched = await self._reclaim()
+        if not fetched.messages:
             return None
-        decoded = decode(messages)
+        decoded = decode(fetched.messages, fetched.claims)
         if decoded.failures:
-            await self._record_failures(decoded.failures)
+            await self.stream.record_failures(decoded.failures)
         return decoded
 
-    async def _reclaim_if_due(self) -> Messages:
+    async def _reclaim_if_due(self) -> Fetched:
         """Reclaim at most a few times per idle period: it costs a round trip per batch."""
         now = time.monotonic()
         if now - self._last_reclaim < self.config.reclaim_idle_ms / 4000:
-            return []
+            return Fetched([], "")
         return await self._reclaim()
 
     async def _heartbeat_if_due(self) -> None:
@@ -144,76 +141,22 @@ class Worker:
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._last_heartbeat = now
 
-    async def _read_new(self, block: bool) -> Messages:
-        """Up to ``batch_size`` new entries, waiting at most ``batch_wait_ms`` to fill them."""
-        messages: Messages = []
-        deadline = time.monotonic() + self.config.batch_wait_ms / 1000
-        while len(messages) < self.config.batch_size and not self._stopping:
-            wait_ms = int((deadline - time.monotonic()) * 1000)
-            reply: Any = await self.redis.xreadgroup(
-                GROUP,
-                self.config.consumer,
-                {self.store.keys.stream: ">"},
-                count=self.config.batch_size - len(messages),
-                block=wait_ms if block and wait_ms > 0 else None,
-            )
-            got = _messages(reply) if reply else []
-            messages.extend(got)
-            if not got or not block or wait_ms <= 0:
-                break
-        return messages
-
-    async def _reclaim(self) -> Messages:
+    async def _reclaim(self) -> Fetched:
         """Entries idle too long in other consumers' hands, minus those dead-lettered now."""
         self._last_reclaim = time.monotonic()
-        reply: Any = await self.redis.xautoclaim(
-            self.store.keys.stream,
-            GROUP,
-            self.config.consumer,
-            min_idle_time=self.config.reclaim_idle_ms,
-            start_id="0-0",
-            count=self.config.batch_size,
-        )
-        claimed = cast(Messages, reply[1])
-        if not claimed:
-            return []
-        deliveries = await self._deliveries([m[0] for m in claimed])
-        keep: Messages = []
-        for message in claimed:
+        fetched = await self.stream.reclaim(self.config.reclaim_idle_ms, self.config.batch_size)
+        if not fetched.messages:
+            return fetched
+        deliveries = await self.stream.deliveries([m[0] for m in fetched.messages])
+        keep: list[Message] = []
+        for message in fetched.messages:
             if deliveries.get(message[0], 0) > self.config.max_deliveries:
-                await self._dead_letter(message)
+                text = await self.stream.dead_letter(message, self.config.max_deliveries)
+                self.metrics.dead_lettered.labels(**self._label).inc()
+                logger.error("dead-lettered entry %s: %s", message[0].decode(), text)
             else:
                 keep.append(message)
-        return keep
-
-    async def _deliveries(self, entry_ids: list[bytes]) -> dict[bytes, int]:
-        """How often each of our pending entries has been delivered."""
-        pending: Any = await self.redis.xpending_range(
-            self.store.keys.stream,
-            GROUP,
-            min=entry_ids[0],
-            max=entry_ids[-1],
-            count=len(entry_ids) + 10_000,
-            consumername=self.config.consumer,
-        )
-        return {p["message_id"]: int(p["times_delivered"]) for p in pending}
-
-    async def _dead_letter(self, message: tuple[bytes, dict[bytes, bytes]]) -> None:
-        """Move an entry to the dead-letter stream with its last failure reason."""
-        entry_id, fields = message
-        keys = self.store.keys
-        reason: Any = await self.redis.hget(keys.failures, entry_id)
-        text = reason.decode() if reason else "not committed by any worker"
-        text = f"{text} (after {self.config.max_deliveries} deliveries)"
-        async with self.redis.pipeline(transaction=True) as pipe:
-            dead: Any = {**fields, b"entry": entry_id, b"reason": text.encode()}
-            pipe.xadd(keys.dead, dead)
-            pipe.xack(keys.stream, GROUP, entry_id)
-            pipe.xdel(keys.stream, entry_id)
-            pipe.hdel(keys.failures, entry_id)
-            await pipe.execute()
-        self.metrics.dead_lettered.labels(**self._label).inc()
-        logger.error("dead-lettered entry %s: %s", entry_id.decode(), text)
+        return Fetched(keep, fetched.claims)
 
     async def _process(self, decoded: Decoded) -> None:
         """Learn and commit; record failures so dead-lettering can say why."""
@@ -228,7 +171,7 @@ class Worker:
             raise  # not the batch's fault: it stays pending and is retried
         except Exception as error:  # bad data or a bug must not stop the worker: record it
             logger.exception("batch of %d entries failed", len(decoded.entry_ids))
-            await self._record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
+            await self.stream.record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
             return
         if result.status == "ok":
             self._observe(len(decoded.batch), result, float(scored.losses.sum()), started)
@@ -236,9 +179,6 @@ class Worker:
             # fenced: another worker reclaimed the entries and owns them now; conflict: the
             # step kept moving for every attempt, so the entries stay pending for a retry.
             logger.warning("batch of %d entries not committed: %s", len(decoded.entry_ids), result)
-
-    async def _record_failures(self, failures: dict[str, str]) -> None:
-        await self.redis.hset(self.store.keys.failures, mapping=failures)  # type: ignore[arg-type]
 
     def _count_conflict(self) -> None:
         self.metrics.commit_conflicts.labels(**self._label).inc()
@@ -250,17 +190,6 @@ class Worker:
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)
         self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)
-
-
-def _raw(response: Any, **options: Any) -> Any:
-    return response
-
-
-def _messages(reply: Any) -> Messages:
-    """Stream entries from a raw XREADGROUP reply for one stream: a RESP3 map or a RESP2
-    list of ``[stream, entries]``, each entry ``[id, [field, value, ...]]``."""
-    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
-    return [(e[0], dict(zip(e[1][::2], e[1][1::2], strict=True))) for e in entries]
 
 
 async def _settle(task: asyncio.Future[Any]) -> None:

@@ -8,7 +8,8 @@
 --       6 its log-loss sum, 7 per bucket written two u32 (number, size in bytes), 8 the new
 --       bucket values back to back, 9 ids leaving the expiry set, 10 ids entering it, 11 their
 --       expiry steps (f64), 12 change of nnz_stable, 13 change of tracked, 14 bucket key
---       prefix, 15 the stream entry ids, space-separated.
+--       prefix, 15 the stream entry ids, space-separated, 16 the claims counter from before
+--       the entries were taken, or '' to check each entry's owner regardless.
 -- Bucket keys are built from the prefix, as in read_state.lua (same hash tag, same slot).
 local meta, stream, expiry, failures = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
@@ -32,7 +33,10 @@ end
 
 local entries = {}
 for id in string.gmatch(ARGV[15], '%S+') do entries[#entries + 1] = id end
-if #entries > 0 then
+-- Entries change hands only by reclaim.lua, which bumps 'claims': if it has not moved since
+-- the entries were taken, they are still ours and the owner check can be skipped.
+local unclaimed = ARGV[16] ~= '' and (redis.call('HGET', meta, 'claims') or '0') == ARGV[16]
+if #entries > 0 and not unclaimed then
   local mine = {}
   local pending = redis.call('XPENDING', stream, group, entries[1], entries[#entries],
     #entries + 10000, consumer)

@@ -199,8 +199,11 @@ class ModelStore:
         entry_id = await self.redis.xadd(self.keys.stream, {"b": codec.encode_entry(batch)})
         return _text(entry_id)
 
-    async def commit(self, change: StateChange, consumer: str, entries: list[str]) -> Commit:
-        """Run the commit script for a computed batch."""
+    async def commit(
+        self, change: StateChange, consumer: str, entries: list[str], claims: str = ""
+    ) -> Commit:
+        """Run the commit script for a computed batch; ``claims`` is the model's claims
+        counter from before the entries were taken ("" forces the per-entry owner check)."""
         reply = await self._commit(
             keys=[self.keys.meta, self.keys.stream, self.keys.expiry, self.keys.failures],
             args=[
@@ -219,6 +222,7 @@ class ModelStore:
                 change.tracked_delta,
                 self.keys.bucket_prefix(),
                 " ".join(entries),
+                claims,
             ],
         )
         status = reply[0].decode()

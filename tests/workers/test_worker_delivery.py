@@ -63,8 +63,8 @@ async def test_batch_of_a_worker_killed_before_commit_is_reclaimed_and_applied_o
     store = await make_store()
     occurrences = await send(store, ROWS[:300])
     crashed = make_worker(store, "crashed", batch_size=100)
-    taken = await crashed._read_new(block=False)  # it read a batch, then died before commit
-    assert len(taken) == 100
+    taken = await crashed.stream.read_new(100, 0, block=False)  # then it died before commit
+    assert len(taken.messages) == 100
     survivor = make_worker(store, "survivor", batch_size=100, reclaim_idle_ms=50)
     await survivor.run_until_idle()  # the new entries; the crashed batch is not idle yet
     await asyncio.sleep(0.1)
@@ -78,12 +78,16 @@ async def test_a_slow_worker_whose_batch_was_reclaimed_cannot_commit_it(
     store = await make_store()
     occurrences = await send(store, ROWS[:50])
     slow = make_worker(store, "slow", batch_size=50)
-    taken = await slow._read_new(block=False)
+    taken = await slow.stream.read_new(50, 0, block=False)
     await asyncio.sleep(0.1)
     fast = make_worker(store, "fast", batch_size=50, reclaim_idle_ms=50)
     await fast.run_until_idle()
-    result, _ = await apply(store, StateCache(store.spec.width, store.spec.buckets, 1000), "slow", decode(taken))
-    assert result.status == "fenced"
+    cache = StateCache(store.spec.width, store.spec.buckets, 1000)
+    # With the claims counter it saw before taking the entries, and without it (which forces
+    # the per-entry owner check): either way the commit is refused.
+    for claims in (taken.claims, ""):
+        result, _ = await apply(store, cache, "slow", decode(taken.messages, claims))
+        assert result.status == "fenced"
     await assert_applied_once(store, occurrences, 50)
 
 
