@@ -12,13 +12,13 @@ import sys
 from collections.abc import Iterator
 from dataclasses import fields
 from itertools import chain
-from pathlib import Path
 from typing import Any
 
+from online_ctr.commands.args import add_data_arguments, integer
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.progress import ProgressBar, count_lines
-from online_ctr.readers import FORMATS, ReaderError, Row, read_examples
+from online_ctr.readers import ReaderError, Row, read_examples
 from online_ctr.replay import BatchProgress, ReplayResult, replay
 from online_ctr.rules import RULES, Rule, get_rule
 
@@ -49,27 +49,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Learn FILE example by example (or in mini-batches), predicting each "
         "example before learning from it; print the progressive metrics as JSON.",
     )
-    parser.add_argument("file", type=Path, help="the click log")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
+    add_data_arguments(parser)
     parser.add_argument("--rule", required=True, choices=sorted(RULES), help="learning rule")
     for name, (kind, text) in HYPER_PARAMETERS.items():
         parser.add_argument(f"--{name}", type=kind, help=f"{text}; default: the rule's")
-    parser.add_argument("--batch-size", type=_at_least(1), default=1, help="default: 1")
-    parser.add_argument("--hash-bits", type=_at_least(1), help="hashing-trick bits; default 64")
-    parser.add_argument("--limit", type=_at_least(0), help="read only the first N examples")
-    parser.add_argument("--passes", type=_at_least(1), default=1, help="replay the file P times")
+    parser.add_argument("--batch-size", type=integer(1), default=1, help="default: 1")
+    parser.add_argument("--passes", type=integer(1), default=1, help="replay the file P times")
     parser.set_defaults(func=run)
-
-
-def _at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    parse.__name__ = "integer"  # argparse names the type in "invalid integer value"
-    return parse
 
 
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:

@@ -12,13 +12,12 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from online_ctr.commands.args import add_data_arguments, integer, number
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.owlqn import OWLQNResult, design_from_batch, minimize
-from online_ctr.readers import FORMATS, ReaderError, read_examples
+from online_ctr.readers import ReaderError, read_examples
 
 #: What ``seconds`` measures, stated in the JSON.
 TIMED = "read+hash+fit, wall clock"
@@ -32,39 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Minimize the summed log loss of FILE plus C ||w||_1 with OWL-QN "
         "(Andrew & Gao 2007); print the optimum's figures as JSON.",
     )
-    parser.add_argument("file", type=Path, help="the click log")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
-    parser.add_argument("--l1", required=True, type=_number(0.0), help="C, the L1 strength")
-    parser.add_argument("--limit", type=_integer(0), help="read only the first N examples")
-    parser.add_argument("--max-iter", type=_integer(1), default=1000, help="default: 1000")
+    add_data_arguments(parser)
+    parser.add_argument("--l1", required=True, type=number(0.0), help="C, the L1 strength")
+    parser.add_argument("--max-iter", type=integer(1), default=1000, help="default: 1000")
     parser.add_argument(
-        "--tol", type=_number(0.0), default=1e-6, help="relative decrease of the objective, "
+        "--tol", type=number(0.0), default=1e-6, help="relative decrease of the objective, "
         "averaged over 5 iterations, to stop at; default: 1e-6"
     )  # fmt: skip
-    parser.add_argument("--hash-bits", type=_integer(1), help="hashing-trick bits; default 64")
     parser.set_defaults(func=run)
-
-
-def _integer(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    parse.__name__ = "integer"  # argparse names the type in "invalid integer value"
-    return parse
-
-
-def _number(low: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        value = float(text)
-        if not low <= value < float("inf"):  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be a finite number >= {low}, got {text}")
-        return value
-
-    parse.__name__ = "number"
-    return parse
 
 
 def run(args: argparse.Namespace) -> int:

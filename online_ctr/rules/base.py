@@ -51,6 +51,13 @@ def require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def require_adaptive_rate(alpha: float, beta: float) -> None:
+    """Validate the parameters of :func:`adaptive_rate` for the SGD-style rules."""
+    require(alpha > 0, f"alpha must be > 0, got {alpha}")
+    # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
+    require(beta > 0, f"beta must be > 0, got {beta}")
+
+
 WeightsFn = Callable[[Array, Step, Any], Array]
 UpdateFn = Callable[[Array, Array, Array, int, Any], Array]
 ExpiryFn = Callable[[Array, int, Any], Array]

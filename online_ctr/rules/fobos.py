@@ -36,6 +36,7 @@ from online_ctr.rules.base import (
     adaptive_rate,
     first_zero_step,
     require,
+    require_adaptive_rate,
     soft_threshold,
 )
 
@@ -49,9 +50,7 @@ class FOBOSParams:
     l1: float = 1e-4
 
     def __post_init__(self) -> None:
-        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
-        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        require_adaptive_rate(self.alpha, self.beta)
         require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from online_ctr.rules.base import Array, Rule, Step, adaptive_rate, never_expires, require
+from online_ctr.rules.base import (
+    Array,
+    Rule,
+    Step,
+    adaptive_rate,
+    never_expires,
+    require,
+    require_adaptive_rate,
+)
 
 
 @dataclass(frozen=True)
@@ -33,9 +41,7 @@ class L1SGDParams:
     l1: float = 1e-4
 
     def __post_init__(self) -> None:
-        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
-        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        require_adaptive_rate(self.alpha, self.beta)
         require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 

@@ -37,6 +37,7 @@ from online_ctr.rules.base import (
     adaptive_rate,
     first_zero_step,
     require,
+    require_adaptive_rate,
     soft_threshold,
 )
 
@@ -52,9 +53,7 @@ class TGParams:
     k: int = 10
 
     def __post_init__(self) -> None:
-        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
-        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        require_adaptive_rate(self.alpha, self.beta)
         require(self.l1 >= 0, f"l1 (gravity) must be >= 0, got {self.l1}")
         require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
         require(

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from online_ctr.rules.base import NEVER, Array, Rule, Step, adaptive_rate, require
+from online_ctr.rules.base import (
+    NEVER,
+    Array,
+    Rule,
+    Step,
+    adaptive_rate,
+    require,
+    require_adaptive_rate,
+)
 
 
 @dataclass(frozen=True)
@@ -35,9 +43,7 @@ class TruncationParams:
     k: int = 1
 
     def __post_init__(self) -> None:
-        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
-        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        require_adaptive_rate(self.alpha, self.beta)
         require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
         require(
             self.k >= 1 and float(self.k).is_integer(), f"k must be an integer >= 1, got {self.k}"

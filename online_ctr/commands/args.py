@@ -1,0 +1,43 @@
+"""Argument types and flags the sub-commands share."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from online_ctr.readers import FORMATS
+
+
+def integer(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in "invalid integer value"
+    return parse
+
+
+def number(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite number >= ``low``."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not low <= value < float("inf"):  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """FILE, --format, --limit and --hash-bits: which examples to read and how to hash them."""
+    parser.add_argument("file", type=Path, help="the click log")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
+    parser.add_argument("--limit", type=integer(0), help="read only the first N examples")
+    parser.add_argument("--hash-bits", type=integer(1), help="hashing-trick bits; default 64")
