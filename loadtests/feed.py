@@ -16,6 +16,7 @@ from pathlib import Path
 
 import redis
 
+from loadtests.processes import wait_until
 from online_ctr.features import Example, FeatureHasher
 from online_ctr.readers import read_examples
 from service.store.codec import encode_entry
@@ -59,22 +60,35 @@ def global_step(client: redis.Redis) -> int:
 
 def wait_for_step(
     client: redis.Redis, target: int, timeout_s: float, check: Callable[[], None] = lambda: None
-) -> float:
-    """Poll every 5 ms until the model has learned ``target`` examples; the time it happened.
+) -> tuple[float, int]:
+    """Poll every 5 ms until the model has learned ``target`` examples: when it happened (a
+    ``perf_counter`` time) and how many HGET polls that took.
 
     ``check`` is called at every poll (to raise if a worker died); ``RuntimeError`` if the
     step does not get there within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
+    polls = 1
     while (step := global_step(client)) < target:
         check()
         if time.monotonic() > deadline:
             raise RuntimeError(f"the workers learned {step} of {target} examples in {timeout_s}s")
         time.sleep(0.005)
-    return time.perf_counter()
+        polls += 1
+    return time.perf_counter(), polls
 
 
 def progressive_logloss(client: redis.Redis) -> float | None:
     """The workers' mean progressive log loss so far."""
     t, total = client.hmget(MODEL.meta, ["t", "logloss_sum"])
-    return float(total) / int(t) if t and int(t) else None
+    return float(total) / int(t) if t and total and int(t) else None
+
+
+def wait_for_worker(client: redis.Redis, check: Callable[[], None], timeout_s: float = 120) -> None:
+    """Wait for a worker's first heartbeat, calling ``check`` meanwhile (a worker may die)."""
+
+    def heartbeat() -> bool:
+        check()
+        return bool(client.exists(MODEL.workers))
+
+    wait_until(heartbeat, timeout_s, "a worker's first heartbeat")

@@ -42,7 +42,7 @@ MAX_PENDING = 10_000
 Row = tuple[dict[str, Any], int]
 
 
-@events.init_command_line_parser.add_listener
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _options(parser: Any) -> None:
     parser.add_argument("--data-dir", default=str(DATA_DIR), help="the shared data folder")
     parser.add_argument(

@@ -4,7 +4,7 @@
 (3.0, 5.0)
 >>> parse_proc_stat("42 (a b) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0").ticks
 200
->>> calls_delta({"hset": 5, "info": 2}, {"hset": 12, "info": 3, "xadd": 4}, ignore={"info"})
+>>> calls_delta({"hset": 5, "info": 2}, {"hset": 12, "info": 3, "xadd": 4}, minus={"info": 1})
 {'hset': 7, 'xadd': 4}
 """
 
@@ -14,7 +14,7 @@ import math
 import os
 import resource
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 #: Clock ticks per second of the utime/stime fields in ``/proc/<pid>/stat``.
@@ -98,12 +98,17 @@ def command_calls(commandstats: Mapping[str, Mapping[str, float]]) -> dict[str, 
 
 
 def calls_delta(
-    before: Mapping[str, int], after: Mapping[str, int], ignore: Iterable[str] = ()
+    before: Mapping[str, int], after: Mapping[str, int], minus: Mapping[str, int] | None = None
 ) -> dict[str, int]:
-    """Calls per command between two snapshots, without the ``ignore``d ones and zeros."""
-    skipped = set(ignore)
-    delta = {name: count - before.get(name, 0) for name, count in after.items()}
-    return {name: n for name, n in sorted(delta.items()) if n > 0 and name not in skipped}
+    """Calls per command between two snapshots, less the ``minus`` calls (the measuring
+    client's own), without zeros; ``ValueError`` if ``minus`` takes more than there were."""
+    minus = minus or {}
+    delta = {name: after.get(name, 0) - before.get(name, 0) for name in {*after, *minus}}
+    counted = {name: n - minus.get(name, 0) for name, n in delta.items()}
+    negative = sorted(name for name, n in counted.items() if n < 0)
+    if negative:
+        raise ValueError(f"fewer calls of {', '.join(negative)} than subtracted")
+    return {name: n for name, n in sorted(counted.items()) if n > 0}
 
 
 def mix_ceiling(calls: Mapping[str, int], ceiling: Mapping[str, float], fallback: str) -> float:
@@ -119,6 +124,7 @@ def mix_ceiling(calls: Mapping[str, int], ceiling: Mapping[str, float], fallback
     if total == 0:
         raise ValueError("no calls")
     seconds_per_call = sum(
-        n / total / ceiling.get(name, ceiling[fallback]) for name, n in calls.items()
+        n / total / (ceiling[name] if name in ceiling else ceiling[fallback])
+        for name, n in calls.items()
     )
     return 1.0 / seconds_per_call
