@@ -2,6 +2,9 @@
 
 Built once per app in the lifespan. The model is created in Redis (``ensure``) lazily, on the
 first request that finds Redis up, so the API starts and stays up while Redis is down.
+Concurrent ``/predict`` requests are scored together, in passes of one hashing, one Redis read
+and one numpy computation (:mod:`service.api.coalesce`); each request still gets exactly the
+answer it would get alone.
 """
 
 from __future__ import annotations
@@ -70,21 +73,17 @@ class ServedModel:
         return await self._scorer.submit(rows)
 
     async def _score(self, requests: list[Sequence[Example]]) -> list[Scores]:
-        """Score several requests' examples in one pass: one Redis read, one numpy pass.
-
-        Each request is hashed on its own, so its answer does not depend on which other
-        requests share the pass (the hasher may reorder a batch's features, which changes
-        float sums in the last bits).
-        """
+        """Score several requests' examples in one pass: one hashing, one Redis read."""
         await self.ensure()
-        batch = _concat([self.hasher.batch(rows) for rows in requests])
+        rows = requests[0] if len(requests) == 1 else [row for part in requests for row in part]
+        batch = _in_id_order(self.hasher.batch(rows))
         features = unique_features(batch)
         s = logits(batch, features, await self.store.weights(features.ids))
         s_all, p_all = s.tolist(), sigmoid(s).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
         scores, start = [], 0
-        for rows in requests:
-            end = start + len(rows)
+        for part in requests:
+            end = start + len(part)
             scores.append((s_all[start:end], p_all[start:end]))
             start = end
         return scores
@@ -115,16 +114,12 @@ class ServedModel:
         lag.set(info.stream_lag)
 
 
-def _concat(batches: list[Batch]) -> Batch:
-    """Unlabelled batches as one, in order."""
-    if len(batches) == 1:
-        return batches[0]
-    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
-    return Batch(
-        indptr=np.concatenate(
-            [[0]] + [b.indptr[1:] + o for b, o in zip(batches, offsets, strict=True)]
-        ).astype(np.int64),
-        ids=np.concatenate([batch.ids for batch in batches]),
-        values=np.concatenate([batch.values for batch in batches]),
-        labels=np.empty(0),
-    )
+def _in_id_order(batch: Batch) -> Batch:
+    """The batch with each example's features in id order.
+
+    A logit is a float sum, so its last bits depend on the order of the terms; the hasher
+    sorts a batch only when some example has a repeated id (list values). Sorting always makes
+    an example's answer the same whatever shares its pass or its request.
+    """
+    order = np.lexsort((batch.ids, batch.rows()))
+    return Batch(batch.indptr, batch.ids[order], batch.values[order], batch.labels)
