@@ -74,7 +74,7 @@ SWEEPS = {
     "fobos": Sweep("l1", _GRAVITY, 1e-4, dict(_RATE)),
     "tg": Sweep("l1", _GRAVITY, 1e-4, {**_RATE, "theta": math.inf, "k": 10}),
     "truncation": Sweep("theta", (1e-3, 3e-3, 1e-2, 2e-2, 4e-2, 8e-2), 1e-2, {**_RATE, "k": 10}),
-    "l1sgd": Sweep("l1", (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3), 1e-2, dict(_RATE)),
+    "l1sgd": Sweep("l1", (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3), 1e-3, dict(_RATE)),
 }
 
 #: The reference systems, run at :data:`FTRL_SETTINGS`.
