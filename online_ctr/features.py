@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 from numpy.typing import NDArray
@@ -73,7 +74,8 @@ class FeatureHasher:
     """Turns examples into :class:`Batch` objects; ``hash_bits=None`` keeps the full 64 bits.
 
     Each distinct name is hashed once and remembered (up to a bound), so a batch
-    hashes each distinct string at most once and the common case costs one dict look-up.
+    hashes each distinct string at most once, and a batch whose names were all seen before
+    costs one dict look-up per feature, all in one pass that runs in C.
     """
 
     hash_bits: int | None = None
@@ -99,18 +101,34 @@ class FeatureHasher:
 
     def batch(self, examples: Iterable[Example], labels: Iterable[float] = ()) -> Batch:
         """Hash a sequence of examples into one :class:`Batch`."""
-        known: Callable[[object], int] = self._known.__getitem__
+        examples = list(examples)
+        labels_array = np.fromiter(labels, dtype=np.float64)
+        try:
+            return self._known_batch(examples, labels_array)
+        except (KeyError, TypeError):  # a new name, a number, or an unhashable list
+            return self._slow_batch(examples, labels_array)
+
+    def _known_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+        """The common case, every (field, value) a categorical feature seen before: looked
+        up for the whole batch in one pass that runs in C, without a Python loop."""
+        pairs: Iterable[object] = chain.from_iterable(map(dict.items, examples))  # type: ignore[arg-type]
+        found = np.array(list(map(self._known.__getitem__, pairs)), dtype=np.int64)
+        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples))
+        starts = np.cumsum(sizes) - sizes
+        ids = np.insert(found, starts, self._bias)  # the bias first in every example
+        indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
+        batch = Batch(indptr, ids.view(np.uint64), np.ones(len(ids)), labels)
+        return _merge_repeats(batch) if self.hash_bits is not None else batch
+
+    def _slow_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+        """Any examples: feature by feature, hashing and remembering new names."""
         indptr = [0]
         ids: list[int] = []
         numeric: dict[int, float] = {}  # position in ids -> x, for the few x != 1
         repeats = self.hash_bits is not None
         for example in examples:
             ids.append(self._bias)
-            try:
-                # Fast path: every (field, value) pair is a categorical feature seen before.
-                ids.extend(list(map(known, example.items())))
-            except (KeyError, TypeError):  # a new name, a number, or an unhashable list
-                repeats |= self._add_slowly(example, ids, numeric)
+            repeats |= self._add_slowly(example, ids, numeric)
             indptr.append(len(ids))
         values = np.ones(len(ids))
         if numeric:
@@ -119,7 +137,7 @@ class FeatureHasher:
             indptr=np.array(indptr, dtype=np.int64),
             ids=np.array(ids, dtype=np.int64).view(np.uint64),
             values=values,
-            labels=np.fromiter(labels, dtype=np.float64),
+            labels=labels,
         )
         return _merge_repeats(batch) if repeats else batch
 
