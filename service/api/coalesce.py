@@ -1,10 +1,11 @@
-"""Running concurrent calls together: the requests that arrive while one batch is being scored
-are scored as the next batch, in one pass.
+"""Running concurrent calls together: the requests that arrive while passes are busy are
+scored as the next pass, in one go.
 
 Under load this turns N concurrent ``/predict`` requests into one feature-hashing pass, one
 Redis round trip and one numpy pass instead of N of each (the fixed costs of a round trip and of
 numpy calls dwarf the per-example work for one example). Alone, a request waits for nothing but
-its own batch. It is group commit, applied to reads.
+its own pass. It is group commit, applied to reads. A few passes may be in flight at once, so
+that the process computes the next pass while Redis answers the previous one.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ Out = TypeVar("Out")
 
 
 class Coalescer(Generic[In, Out]):
-    """Calls ``run(items)`` for the items submitted meanwhile, one batch at a time.
+    """Calls ``run(items)`` on the items submitted meanwhile, up to ``in_flight`` at a time.
 
-    ``size(item)`` is an item's weight in ``max_batch`` (examples, here): a batch takes items
+    ``size(item)`` is an item's weight in ``max_batch`` (examples, here): a pass takes items
     until that is reached, so one pass (and one Lua script in Redis) stays bounded.
     """
 
@@ -29,21 +30,27 @@ class Coalescer(Generic[In, Out]):
         run: Callable[[list[In]], Awaitable[Sequence[Out]]],
         size: Callable[[In], int],
         max_batch: int,
+        in_flight: int,
     ) -> None:
         self._run = run
         self._size = size
         self._max_batch = max_batch
+        self._in_flight = in_flight
         self._pending: list[tuple[In, asyncio.Future[Out]]] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._drainers: set[asyncio.Task[None]] = set()
+        self._starting = False  # a drainer is scheduled and will take what is pending
 
     async def submit(self, item: In) -> Out:
-        """The result of ``item``, computed in the next batch."""
+        """The result of ``item``, computed in the next pass."""
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
-        if self._drainer is None:
-            # A task of its own, not the submitter's: a client that disconnects cancels its
-            # request, and that must not cancel the batch other requests are waiting on.
-            self._drainer = asyncio.create_task(self._drain())
+        if not self._starting and len(self._drainers) < self._in_flight:
+            # A task of its own, not the submitter's: a request that is cancelled must not
+            # cancel the pass other requests are waiting on.
+            self._starting = True
+            drainer = asyncio.create_task(self._drain())
+            self._drainers.add(drainer)
+            drainer.add_done_callback(self._drainers.discard)
         return await future
 
     def _take(self) -> list[tuple[In, asyncio.Future[Out]]]:
@@ -57,22 +64,20 @@ class Coalescer(Generic[In, Out]):
         return taken
 
     async def _drain(self) -> None:
-        try:
-            while self._pending:
-                batch = self._take()
-                try:
-                    results = await self._run([item for item, _ in batch])
-                except asyncio.CancelledError:
-                    for _, future in batch + self._pending:
-                        future.cancel()
-                    raise
-                except Exception as error:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(error)
-                else:
-                    for (_, future), result in zip(batch, results, strict=True):
-                        if not future.done():
-                            future.set_result(result)
-        finally:
-            self._drainer = None
+        self._starting = False
+        while self._pending:
+            batch = self._take()
+            try:
+                results = await self._run([item for item, _ in batch])
+            except asyncio.CancelledError:
+                for _, future in batch + self._pending:
+                    future.cancel()
+                raise
+            except Exception as error:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+            else:
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)

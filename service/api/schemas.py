@@ -160,17 +160,20 @@ class Limits:
     max_examples: int
     max_features: int
 
-    def check(self, rows: Sequence[Example], single: bool) -> None:
-        """Raise :class:`LimitExceededError` for the first example over a limit."""
+    def check(self, rows: Sequence[Example], single: bool) -> bool:
+        """Raise :class:`LimitExceededError` for the first example over a limit; else say
+        whether any value is a list (the one scan of the values serves both)."""
         if len(rows) > self.max_examples:
             raise LimitExceededError(
                 "examples", f"{len(rows)} examples; at most {self.max_examples} per request"
             )
+        lists = False
         for index, features in enumerate(rows):
             count = len(features)
             for value in features.values():
                 if type(value) is list:  # each item is a feature of its own
                     count += len(value) - 1
+                    lists = True
             if count > self.max_features:
                 field = "features" if single else f"examples[{index}].features"
                 raise LimitExceededError(
@@ -178,6 +181,7 @@ class Limits:
                     f"{count} features (list items count one each); at most "
                     f"{self.max_features} per example",
                 )
+        return lists
 
 
 class Prediction(BaseModel):

@@ -27,8 +27,12 @@ logger = logging.getLogger(__name__)
 
 #: Most examples scored in one pass (one Lua script call): bounds how long Redis is busy.
 MAX_PASS_EXAMPLES = 4096
+#: Passes in flight at once: while Redis answers one, the next is hashed and sent.
+PASSES_IN_FLIGHT = 4
 #: Logits and probabilities of a request's examples, as plain floats (what JSON needs).
 Scores = tuple[list[float], list[float]]
+#: A request's examples, and whether any of their values is a list.
+Rows = tuple[Sequence[Example], bool]
 
 
 class ServedModel:
@@ -56,7 +60,9 @@ class ServedModel:
             metrics.stream_lag.labels(self.name),
         )
         self._ensured = False
-        self._scorer = Coalescer(self._score, len, MAX_PASS_EXAMPLES)
+        self._scorer: Coalescer[Rows, Scores] = Coalescer(
+            self._score, _examples, MAX_PASS_EXAMPLES, PASSES_IN_FLIGHT
+        )
 
     async def ensure(self) -> None:
         """Create the model in Redis unless done; ModelMismatchError if it differs there."""
@@ -65,28 +71,51 @@ class ServedModel:
             self._ensured = True
             logger.info("model %r ready in Redis", self.name)
 
-    async def predict(self, rows: Sequence[Example]) -> Scores:
-        """Logits and probabilities of the examples, with the weights as of now.
+    async def predict(self, rows: Sequence[Example], lists: bool) -> Scores:
+        """Logits and probabilities of the examples, with the weights as of now; ``lists``
+        says whether any value is a list.
 
         Concurrent requests are scored together (see :mod:`service.api.coalesce`).
         """
-        return await self._scorer.submit(rows)
+        return await self._scorer.submit((rows, lists))
 
-    async def _score(self, requests: list[Sequence[Example]]) -> list[Scores]:
-        """Score several requests' examples in one pass: one hashing, one Redis read."""
+    async def _score(self, requests: list[Rows]) -> list[Scores]:
+        """Score several requests' examples in one pass: one Redis read, one numpy pass."""
         await self.ensure()
-        rows = requests[0] if len(requests) == 1 else [row for part in requests for row in part]
-        batch = _in_id_order(self.hasher.batch(rows))
+        batch = self._hash(requests)
         features = unique_features(batch)
         s = logits(batch, features, await self.store.weights(features.ids))
         s_all, p_all = s.tolist(), sigmoid(s).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
         scores, start = [], 0
-        for part in requests:
-            end = start + len(part)
+        for rows, _ in requests:
+            end = start + len(rows)
             scores.append((s_all[start:end], p_all[start:end]))
             start = end
         return scores
+
+    def _hash(self, requests: list[Rows]) -> Batch:
+        """The pass's examples as one batch, each request hashed exactly as it would be alone.
+
+        A logit is a float sum, so its last bits depend on the order of its terms, and the
+        hasher sorts a whole batch's features when an id repeats in one example (list values,
+        or reduced ``hash_bits``). Requests without lists, at full 64 bits, can never trigger
+        that and share one hasher call; the others get a call each.
+        """
+        share = self.hasher.hash_bits is None
+        parts: list[Batch] = []
+        shared: list[Example] = []
+        for rows, lists in requests:
+            if share and not lists:
+                shared.extend(rows)
+                continue
+            if shared:
+                parts.append(self.hasher.batch(shared))
+                shared = []
+            parts.append(self.hasher.batch(rows))
+        if shared:
+            parts.append(self.hasher.batch(shared))
+        return parts[0] if len(parts) == 1 else _concat(parts)
 
     async def learn(self, rows: Sequence[Example], labels: Sequence[int]) -> int:
         """Append the labelled examples to the feedback stream as one entry."""
@@ -114,12 +143,19 @@ class ServedModel:
         lag.set(info.stream_lag)
 
 
-def _in_id_order(batch: Batch) -> Batch:
-    """The batch with each example's features in id order.
+def _examples(request: Rows) -> int:
+    return len(request[0])
 
-    A logit is a float sum, so its last bits depend on the order of the terms; the hasher
-    sorts a batch only when some example has a repeated id (list values). Sorting always makes
-    an example's answer the same whatever shares its pass or its request.
-    """
-    order = np.lexsort((batch.ids, batch.rows()))
-    return Batch(batch.indptr, batch.ids[order], batch.values[order], batch.labels)
+
+def _concat(batches: list[Batch]) -> Batch:
+    """Unlabelled batches as one, in order."""
+    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
+    indptr = [batches[0].indptr[:1]] + [
+        batch.indptr[1:] + offset for batch, offset in zip(batches, offsets, strict=True)
+    ]
+    return Batch(
+        indptr=np.concatenate(indptr),
+        ids=np.concatenate([batch.ids for batch in batches]),
+        values=np.concatenate([batch.values for batch in batches]),
+        labels=np.empty(0),
+    )

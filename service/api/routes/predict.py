@@ -33,8 +33,8 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     model = requested_model(request)
     rows = body.rows()
     single = body.features is not None
-    model.limits.check(rows, single)
-    s, p = await model.predict(rows)
+    lists = model.limits.check(rows, single)
+    s, p = await model.predict(rows, lists)
     # Plain floats and a name, encoded directly: a response model's validation would cost
     # more than the encoding (``response_model`` above documents the shape).
     if single:

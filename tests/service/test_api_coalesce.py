@@ -1,0 +1,103 @@
+"""The coalescer behind /predict: shared passes, bounds, errors and cancellation (no Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from service.api.coalesce import Coalescer
+
+
+class Recorder:
+    """A pass function that records its passes and waits on a gate before answering."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.passes: list[list[int]] = []
+        self.running = 0
+        self.most_running = 0
+        self.gate = asyncio.Event()
+        self.fail = fail
+
+    async def __call__(self, items: list[int]) -> list[int]:
+        self.passes.append(items)
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        await self.gate.wait()
+        self.running -= 1
+        if self.fail:
+            raise ConnectionError("redis is down")
+        return [item * 10 for item in items]
+
+
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+def test_requests_waiting_meanwhile_share_the_next_pass() -> None:
+    async def scenario() -> tuple[list[int], Recorder]:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, lambda item: 1, max_batch=100, in_flight=1)
+        first = asyncio.ensure_future(coalescer.submit(1))
+        await asyncio.sleep(0)  # the first pass starts with item 1 alone
+        rest = [asyncio.ensure_future(coalescer.submit(i)) for i in range(2, 6)]
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        return list(await asyncio.gather(first, *rest)), recorder
+
+    results, recorder = run(scenario())
+    assert results == [10, 20, 30, 40, 50]
+    assert recorder.passes == [[1], [2, 3, 4, 5]]
+
+
+def test_passes_are_bounded_in_size_and_in_number() -> None:
+    async def scenario() -> Recorder:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, lambda item: item, max_batch=5, in_flight=2)
+        waiting = []
+        for item in (1, 2, 3, 4, 5, 6):
+            waiting.append(asyncio.ensure_future(coalescer.submit(item)))
+            await asyncio.sleep(0)
+        recorder.gate.set()
+        assert await asyncio.gather(*waiting) == [10, 20, 30, 40, 50, 60]
+        return recorder
+
+    recorder = run(scenario())
+    assert recorder.most_running == 2
+    assert all(sum(items) <= 5 or len(items) == 1 for items in recorder.passes)
+    assert sorted(item for items in recorder.passes for item in items) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_failed_pass_fails_each_of_its_requests() -> None:
+    async def scenario() -> list[BaseException | int]:
+        recorder = Recorder(fail=True)
+        recorder.gate.set()
+        coalescer = Coalescer(recorder, lambda item: 1, max_batch=10, in_flight=1)
+        return await asyncio.gather(
+            *(coalescer.submit(i) for i in range(3)), return_exceptions=True
+        )
+
+    results = run(scenario())
+    assert [type(result) for result in results] == [ConnectionError] * 3
+
+
+def test_a_cancelled_request_does_not_cancel_the_pass() -> None:
+    async def scenario() -> int:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, lambda item: 1, max_batch=10, in_flight=1)
+        leaving = asyncio.ensure_future(coalescer.submit(1))
+        staying = asyncio.ensure_future(coalescer.submit(2))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        return await staying
+
+    assert run(scenario()) == 20
