@@ -14,7 +14,8 @@ Per configuration: ``used_memory`` once the worker has created the empty model (
 and again after it learned the file (the stream's entries are deleted as they are applied);
 the difference over the tracked-feature count. Alongside, ``MEMORY USAGE`` (exact,
 ``SAMPLES 0``) summed over every bucket key, and that of the expiry set, which holds the
-nonzero weights that would decay to zero untouched.
+nonzero weights that would decay to zero untouched (none with FTRL, whose weights do not move
+untouched). The rest of the difference is the main key table's share and allocator rounding.
 """
 
 from __future__ import annotations
