@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 
+from service.api.limits import LimitExceededError
 from service.api.messages import field_errors, summary
-from service.api.schemas import LimitExceededError
 from service.settings import Settings
 from service.store.state import ModelMismatchError
 

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from online_ctr.features import Batch, Example, FeatureHasher
 from online_ctr.learner import logits, sigmoid, unique_features
 from service.api.coalesce import Coalescer
-from service.api.schemas import Limits
+from service.api.limits import Limits
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store.state import ModelInfo, ModelStore, spec_from

@@ -1,0 +1,48 @@
+"""The per-request size limits that come from settings, checked after pydantic's validation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from online_ctr.features import Example
+
+
+class LimitExceededError(ValueError):
+    """A request within the schema but over a configured size limit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How many examples a request, and features an example, may hold (from settings)."""
+
+    max_examples: int
+    max_features: int
+
+    def check(self, rows: Sequence[Example], single: bool) -> bool:
+        """Raise :class:`LimitExceededError` for the first example over a limit; else say
+        whether any value is a list (the one scan of the values serves both)."""
+        if len(rows) > self.max_examples:
+            raise LimitExceededError(
+                "examples", f"{len(rows)} examples; at most {self.max_examples} per request"
+            )
+        lists = False
+        for index, features in enumerate(rows):
+            count = len(features)
+            for value in features.values():
+                if type(value) is list:  # each item is a feature of its own
+                    count += len(value) - 1
+                    lists = True
+            if count > self.max_features:
+                field = "features" if single else f"examples[{index}].features"
+                raise LimitExceededError(
+                    field,
+                    f"{count} features (list items count one each); at most "
+                    f"{self.max_features} per example",
+                )
+        return lists
