@@ -22,7 +22,8 @@ class Coalescer(Generic[In, Out]):
     """Calls ``run(items)`` on the items submitted meanwhile, up to ``in_flight`` at a time.
 
     ``size(item)`` is an item's weight in ``max_batch`` (examples, here): a pass takes items
-    until that is reached, so one pass (and one Lua script in Redis) stays bounded.
+    until that is reached, so one pass (and one Lua script in Redis) stays bounded. A pass that
+    fails fails the items waiting for the next one too.
     """
 
     def __init__(
@@ -74,7 +75,10 @@ class Coalescer(Generic[In, Out]):
                     future.cancel()
                 raise
             except Exception as error:
-                for _, future in batch:
+                # The requests queued meanwhile fail with it rather than wait for a pass of
+                # their own: when Redis hangs, nobody should wait more than one timeout.
+                failed, self._pending = batch + self._pending, []
+                for _, future in failed:
                     if not future.done():
                         future.set_exception(error)
             else:

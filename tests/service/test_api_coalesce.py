@@ -101,3 +101,22 @@ def test_a_cancelled_request_does_not_cancel_the_pass() -> None:
         return await staying
 
     assert run(scenario()) == 20
+
+
+def test_a_failed_pass_also_fails_the_requests_queued_behind_it() -> None:
+    """A hung Redis: requests queued behind a pass fail when it fails, not one timeout later."""
+
+    async def scenario() -> tuple[list[BaseException | int], Recorder]:
+        recorder = Recorder(fail=True)
+        coalescer = Coalescer(recorder, lambda item: 1, max_batch=10, in_flight=1)
+        first = asyncio.ensure_future(coalescer.submit(1))
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(coalescer.submit(i)) for i in (2, 3)]
+        await asyncio.sleep(0)
+        recorder.gate.set()
+        results = await asyncio.gather(first, *queued, return_exceptions=True)
+        return results, recorder
+
+    results, recorder = run(scenario())
+    assert [type(result) for result in results] == [ConnectionError] * 3
+    assert recorder.passes == [[1]]
