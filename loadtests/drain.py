@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests import feed
-from loadtests.processes import Stack
+from loadtests.processes import Stack, http_ok, wait_until
 from loadtests.stats import CpuMeter, calls_delta, command_calls
 
 
@@ -49,9 +50,13 @@ class WorkerRun:
 
 
 def conflicts(metrics_urls: list[str]) -> int:
-    """Commit conflicts the workers counted (their ``/metrics``)."""
+    """Commit conflicts the workers counted (their ``/metrics``).
+
+    A worker that started late (the stream may be drained before it is up) is waited for.
+    """
     total = 0.0
     for url in metrics_urls:
+        wait_until(partial(http_ok, url), 60, f"worker metrics at {url}")
         text = httpx.get(url, timeout=5).text
         for family in text_string_to_metric_families(text):
             if family.name == "online_ctr_commit_conflicts":
