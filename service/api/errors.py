@@ -99,7 +99,9 @@ def describe(error: Exception, settings: Settings) -> Answer:
         return _http(error, settings)
     if redis_unavailable(error):
         logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
-        return 503, {"detail": f"Redis is unavailable ({error}); retry shortly"}, retry
+        # The class, not the message: the message names Redis's address, which is the log's.
+        kind = type(error).__name__
+        return 503, {"detail": f"Redis is unavailable ({kind}); retry shortly"}, retry
     if isinstance(error, ModelMismatchError):
         logger.error("%s", error)
         return 500, {"detail": str(error)}, None
