@@ -174,6 +174,11 @@ def render(result: LearningResult) -> str:
             table(REDIS_HEADER, redis_rows(result)),
             "`redis-benchmark -P 16 -c 50` on the same Redis, same run:",
             table(["command", "ops/s"], ceiling),
+            "The log-loss column is progressive (each example scored before it is learned). "
+            "A larger batch sums each feature's gradients over more examples before one update, "
+            "so it learns differently (compare the log loss), which is why the target is judged "
+            "at the default batch size. Conflicts are commits refused because another worker "
+            "committed first (every commit moves the model-wide step): the batch is recomputed.",
             f"Target, worker >= {TARGET_OVER_RIVER:g}x River's `learn_one` (1 worker, batch "
             f"512): {ratio:.2f}x, {verdict(ratio >= TARGET_OVER_RIVER)}.",
         ]
@@ -184,12 +189,11 @@ def run(options: BenchOptions) -> Section:
     """Section 2 for ``loadtests.bench``."""
     result = measure(options.data_dir, options.examples, options.quick)
     ratio = verdict_ratio(result)
-    best = max(result.workers, key=lambda r: r.examples_per_second)
     return Section(
         title="Learning throughput",
         markdown=render(result),
         summary={
-            "worker_examples_per_second": best.examples_per_second,
+            "worker_examples_per_second (1 worker, batch 512)": ratio * result.river(),
             "river_examples_per_second": result.river(),
             "worker_over_river": ratio,
             "target_worker_2x_river": verdict(ratio >= TARGET_OVER_RIVER),
