@@ -22,8 +22,9 @@ class Coalescer(Generic[In, Out]):
     """Calls ``run(items)`` on the items submitted meanwhile, up to ``in_flight`` at a time.
 
     ``size(item)`` is an item's weight in ``max_batch`` (examples, here): a pass takes items
-    until that is reached, so one pass (and one Lua script in Redis) stays bounded. A pass that
-    fails fails the items waiting for the next one too.
+    until that is reached, so one pass (and one Lua script in Redis) stays bounded, and passes
+    start only while those in flight hold less than that. A pass that fails fails the items
+    waiting for the next one too.
     """
 
     def __init__(
@@ -40,12 +41,17 @@ class Coalescer(Generic[In, Out]):
         self._pending: list[tuple[In, asyncio.Future[Out]]] = []
         self._drainers: set[asyncio.Task[None]] = set()
         self._starting = False  # a drainer is scheduled and will take what is pending
+        self._busy = 0  # the size of the items in passes now in flight
 
     async def submit(self, item: In) -> Out:
         """The result of ``item``, computed in the next pass."""
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
-        if not self._starting and len(self._drainers) < self._in_flight:
+        # Another pass only while those in flight add up to less than a full one: many small
+        # passes overlap Redis's latency, but big ones would only queue inside Redis (it runs
+        # one script at a time) and wait there against the socket timeout.
+        idle = not self._starting and self._busy < self._max_batch
+        if idle and len(self._drainers) < self._in_flight:
             # A task of its own, not the submitter's: a request that is cancelled must not
             # cancel the pass other requests are waiting on.
             self._starting = True
@@ -54,20 +60,23 @@ class Coalescer(Generic[In, Out]):
             drainer.add_done_callback(self._drainers.discard)
         return await future
 
-    def _take(self) -> list[tuple[In, asyncio.Future[Out]]]:
+    def _take(self) -> tuple[list[tuple[In, asyncio.Future[Out]]], int]:
+        """The next pass's items (at least one) and their total size."""
         total, count = 0, 0
         for item, _ in self._pending:
-            if count and total + self._size(item) > self._max_batch:
+            size = self._size(item)
+            if count and total + size > self._max_batch:
                 break
-            total += self._size(item)
+            total += size
             count += 1
         taken, self._pending = self._pending[:count], self._pending[count:]
-        return taken
+        return taken, total
 
     async def _drain(self) -> None:
         self._starting = False
         while self._pending:
-            batch = self._take()
+            batch, size = self._take()
+            self._busy += size
             try:
                 results = await self._run([item for item, _ in batch])
             except asyncio.CancelledError:
@@ -85,3 +94,5 @@ class Coalescer(Generic[In, Out]):
                 for (_, future), result in zip(batch, results, strict=True):
                     if not future.done():
                         future.set_result(result)
+            finally:
+                self._busy -= size

@@ -73,6 +73,25 @@ def test_passes_are_bounded_in_size_and_in_number() -> None:
     assert sorted(item for items in recorder.passes for item in items) == [1, 2, 3, 4, 5, 6]
 
 
+def test_no_second_pass_while_a_full_one_is_in_flight() -> None:
+    """Full passes would only queue inside Redis: they go one at a time."""
+
+    async def scenario() -> Recorder:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, lambda item: 5, max_batch=5, in_flight=4)
+        waiting = []
+        for item in range(4):
+            waiting.append(asyncio.ensure_future(coalescer.submit(item)))
+            await asyncio.sleep(0)
+        recorder.gate.set()
+        assert await asyncio.gather(*waiting) == [0, 10, 20, 30]
+        return recorder
+
+    recorder = run(scenario())
+    assert recorder.most_running == 1
+    assert recorder.passes == [[0], [1], [2], [3]]
+
+
 def test_a_failed_pass_fails_each_of_its_requests() -> None:
     async def scenario() -> list[BaseException | int]:
         recorder = Recorder(fail=True)
