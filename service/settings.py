@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     state_buckets: int = Field(4096, description="Redis hashes the state is spread over (2^n).")
     batch_size: int = Field(512, ge=1, le=100_000, description="Stream entries per worker batch.")
     batch_wait_ms: int = Field(50, ge=0, description="How long a worker waits to fill a batch.")
+    commit_batches: int = Field(
+        8, ge=1, le=1000, description="Mini-batches a worker learns, in order, per commit."
+    )
     reclaim_idle_ms: int = Field(30_000, ge=1, description="Idle time before XAUTOCLAIM.")
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")

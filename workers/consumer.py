@@ -40,6 +40,12 @@ class WorkerConfig:
     heartbeat_interval_s: float = 2.0
     error_backoff_s: float = 0.5
     cache_features: int = 1_000_000
+    #: Mini-batches learned (in order, exactly) before one commit applies them all.
+    commit_batches: int = 8
+
+    @property
+    def entries_per_commit(self) -> int:
+        return self.batch_size * self.commit_batches
 
 
 class Worker:
@@ -115,13 +121,15 @@ class Worker:
         config = self.config
         fetched = await self._reclaim_if_due()
         if not fetched.messages:
-            fetched = await self.stream.read_new(config.batch_size, config.batch_wait_ms, block)
+            fetched = await self.stream.read_new(
+                config.entries_per_commit, config.batch_wait_ms, block
+            )
         if not fetched.messages:
             # Idle: anything pending now can only be someone else's stuck entries.
             fetched = await self._reclaim()
         if not fetched.messages:
             return None
-        decoded = decode(fetched.messages, fetched.claims)
+        decoded = decode(fetched.messages, fetched.claims, config.batch_size)
         if decoded.failures:
             await self.stream.record_failures(decoded.failures)
         return decoded
@@ -144,7 +152,9 @@ class Worker:
     async def _reclaim(self) -> Fetched:
         """Entries idle too long in other consumers' hands, minus those dead-lettered now."""
         self._last_reclaim = time.monotonic()
-        fetched = await self.stream.reclaim(self.config.reclaim_idle_ms, self.config.batch_size)
+        fetched = await self.stream.reclaim(
+            self.config.reclaim_idle_ms, self.config.entries_per_commit
+        )
         if not fetched.messages:
             return fetched
         deliveries = await self.stream.deliveries([m[0] for m in fetched.messages])
@@ -161,7 +171,7 @@ class Worker:
     async def _process(self, decoded: Decoded) -> None:
         """Learn and commit; record failures so dead-lettering can say why."""
         started = time.perf_counter()
-        if decoded.batch is None:
+        if not decoded.batches:
             return
         try:
             result, scored = await apply(
@@ -174,7 +184,8 @@ class Worker:
             await self.stream.record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
             return
         if result.status == "ok":
-            self._observe(len(decoded.batch), result, float(scored.losses.sum()), started)
+            loss = sum(float(done.losses.sum()) for done in scored)
+            self._observe(decoded.examples, result, loss, started)
         else:
             # fenced: another worker reclaimed the entries and owns them now; conflict: the
             # step kept moving for every attempt, so the entries stay pending for a retry.

@@ -26,6 +26,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         consumer=settings.worker_name or f"{socket.gethostname()}-{os.getpid()}",
         batch_size=settings.batch_size,
         batch_wait_ms=settings.batch_wait_ms,
+        commit_batches=settings.commit_batches,
         reclaim_idle_ms=settings.reclaim_idle_ms,
         max_deliveries=settings.max_deliveries,
         heartbeat_interval_s=settings.heartbeat_interval_s,

@@ -42,7 +42,10 @@ async def test_concurrent_workers_apply_every_example_once(
     store = await make_store(rule)
     occurrences = await send(store, ROWS, per_entry=3)
     # Each worker has its own connection, so their commits really interleave at Redis.
-    team = [make_worker(await make_store(rule), f"w{i}", batch_size=16) for i in range(workers)]
+    team = [
+        make_worker(await make_store(rule), f"w{i}", batch_size=16, commit_batches=2)
+        for i in range(workers)
+    ]
     async with anyio.create_task_group() as group:
         for worker in team:
             group.start_soon(worker.run_until_idle)

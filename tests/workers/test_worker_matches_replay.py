@@ -19,12 +19,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 async def check_matches_replay(
-    make_store: MakeStore, rule: str, rows: int, batch_size: int
+    make_store: MakeStore, rule: str, rows: int, batch_size: int, commit_batches: int = 1
 ) -> None:
     examples = list(itertools.islice(read_examples(CRITEO, "criteo"), rows))
     store = await make_store(rule)
     occurrences = await send(store, examples)
-    worker = make_worker(store, batch_size=batch_size)
+    worker = make_worker(store, batch_size=batch_size, commit_batches=commit_batches)
     await worker.run_until_idle()
 
     model = InMemoryModel(store.spec.rule, store.spec.params)
@@ -48,7 +48,8 @@ async def check_matches_replay(
 
 
 async def test_ftrl_worker_equals_replay_on_the_whole_criteo_file(make_store: MakeStore) -> None:
-    await check_matches_replay(make_store, "ftrl", rows=10_000, batch_size=1)
+    # Mini-batches of one example, 64 of them learned in order per commit.
+    await check_matches_replay(make_store, "ftrl", rows=10_000, batch_size=1, commit_batches=64)
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
@@ -61,3 +62,11 @@ async def test_every_rule_worker_equals_replay_in_minibatches(
     make_store: MakeStore, rule: str
 ) -> None:
     await check_matches_replay(make_store, rule, rows=3_000, batch_size=64)
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+async def test_every_rule_worker_equals_replay_with_grouped_commits(
+    make_store: MakeStore, rule: str
+) -> None:
+    # Mini-batches of 16 entries, 7 of them learned in order and committed together.
+    await check_matches_replay(make_store, rule, rows=3_000, batch_size=16, commit_batches=7)
