@@ -1,13 +1,14 @@
 """A model's state in Redis: reading it, and committing a batch atomically.
 
 State lives in buckets (feature id modulo the bucket count), each one Redis string of
-records sorted by id (:func:`~service.store.codec.encode_buckets`). Both operations are Lua
-scripts (``read_state.lua``, ``commit.lua``) registered once. Reading returns whole buckets
-together with the model's step ``t`` in one atomic call. Committing rewrites the touched
-buckets only if ``t`` has not moved since that read (any other commit moves it), and only if
-every stream entry of the batch is still pending for this consumer; it acknowledges and
-deletes those entries in the same script. So concurrent workers never lose each other's
-updates, and a batch is applied exactly once.
+records sorted by id (:func:`~service.store.codec.encode_buckets`). Every operation is a Lua
+script registered once: ``read_state.lua`` and ``commit.lua`` for the worker, and
+``lookup.lua``, which finds single rows inside their buckets, for serving. Reading returns
+whole buckets together with the model's step ``t`` in one atomic call. Committing rewrites
+the touched buckets only if ``t`` has not moved since that read (any other commit moves it),
+and only if every stream entry of the batch is still pending for this consumer; it
+acknowledges and deletes those entries in the same script. So concurrent workers never lose
+each other's updates, and a batch is applied exactly once.
 
 Whole buckets rather than a hash field per feature: the Lua work is then per bucket touched,
 not per feature (profiled at ~2.5 us per feature field), and a bucket of a few dozen records
@@ -115,6 +116,7 @@ class ModelStore:
         self.keys = ModelKeys(spec.name)
         self._read = redis.register_script(_script("read_state.lua"))
         self._commit = redis.register_script(_script("commit.lua"))
+        self._lookup = redis.register_script(_script("lookup.lua"))
 
     async def ensure(self) -> None:
         """Create the model (meta and consumer group) if new; refuse a different existing one."""
@@ -152,10 +154,23 @@ class ModelStore:
         return Read(int(t), _text(epoch), buckets, ids, rows, bucket_of)
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
-        """The weights of ``ids`` as of now (0 for unknown features)."""
-        read = await self.read(np.unique(self.buckets_of(ids)))
-        state = read.rows_of(ids)[:, :-1]
-        return self.spec.rule.weights(state, read.t, self.spec.params)
+        """The weights of ``ids`` as of now (0 for unknown features), found inside Redis so
+        that only their rows travel."""
+        buckets = self.buckets_of(ids)
+        order = np.argsort(buckets, kind="stable")
+        used, counts = np.unique(buckets[order], return_counts=True)
+        t, _, blob = await self._lookup(
+            keys=[self.keys.meta],
+            args=[
+                codec.pack_ids(ids[order]),
+                np.column_stack((used, counts)).astype("<u4").tobytes(),
+                8 * (self.spec.width + 1),
+                self.keys.bucket_prefix(),
+            ],
+        )
+        state = np.empty((len(ids), self.spec.width))
+        state[order] = np.frombuffer(blob, "<f8").reshape(-1, self.spec.width)
+        return self.spec.rule.weights(state[:, :-1], int(t), self.spec.params)
 
     async def info(self) -> ModelInfo:
         """The model's description and counters, read in one round trip."""
