@@ -14,8 +14,6 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from prometheus_client import REGISTRY, CollectorRegistry
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from service.api import errors
 from service.api.middleware import EdgeMiddleware
@@ -23,6 +21,7 @@ from service.api.routes import health, learn, metrics, models, predict
 from service.api.served import ServedModel
 from service.metrics import Metrics
 from service.settings import Settings, get_settings
+from service.wiring import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -30,25 +29,11 @@ logger = logging.getLogger(__name__)
 ROUTES = (predict, learn, models, health, metrics)
 
 
-def connect(settings: Settings) -> aioredis.Redis:
-    """A Redis client whose every call fails within ``redis_timeout_s`` instead of hanging.
-
-    No retries: a retry would multiply the time a request can wait, and the client of the API
-    gets a 503 with Retry-After instead.
-    """
-    return aioredis.Redis.from_url(
-        str(settings.redis_url),
-        socket_timeout=settings.redis_timeout_s,
-        socket_connect_timeout=settings.redis_timeout_s,
-        retry=Retry(NoBackoff(), 0),
-    )
-
-
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Connect to Redis and build the served model; close the connections on shutdown."""
     settings: Settings = app.state.settings
-    redis = connect(settings)
+    redis = redis_client(settings)
     try:
         served = ServedModel(settings, redis, app.state.metrics)
         try:

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from service.settings import Settings
 from service.store.state import ModelSpec, spec_from
 
 
-def redis_client(settings: Settings, url: str | None = None) -> aioredis.Redis:
-    """An asyncio Redis client whose calls never hang past the configured timeout."""
-    target = url or settings.redis_url
-    if target is None:
+def redis_client(settings: Settings) -> aioredis.Redis:
+    """An asyncio Redis client whose every call fails within ``redis_timeout_s``.
+
+    No retries: a retry would multiply the time a request can wait; the API answers 503
+    with Retry-After instead, and the worker leaves the batch pending and tries again.
+    """
+    if settings.redis_url is None:
         raise ValueError("no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or use `serve`")
     return aioredis.Redis.from_url(
-        target,
+        settings.redis_url,
         socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s,
-        health_check_interval=30,
+        retry=Retry(NoBackoff(), 0),
     )
 
 

@@ -21,7 +21,8 @@ from service.api.coalesce import Coalescer
 from service.api.limits import Limits
 from service.metrics import Metrics
 from service.settings import Settings
-from service.store.state import ModelInfo, ModelStore, spec_from
+from service.store.state import ModelInfo, ModelStore
+from service.wiring import model_spec
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +41,7 @@ class ServedModel:
 
     def __init__(self, settings: Settings, redis: aioredis.Redis, metrics: Metrics) -> None:
         self.name = settings.model
-        spec = spec_from(
-            settings.model,
-            settings.rule,
-            settings.rule_params(),
-            settings.hash_bits,
-            settings.state_buckets,
-        )
+        spec = model_spec(settings)
         self.store = ModelStore(redis, spec)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(settings.hash_bits)
