@@ -24,25 +24,21 @@ checked against the issue's tolerance only.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from loadtests import _vw
 from online_ctr.features import FeatureHasher
 from online_ctr.learner import log_loss, sigmoid
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from loadtests import _vw  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 

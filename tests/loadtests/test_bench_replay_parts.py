@@ -13,17 +13,14 @@ from pathlib import Path
 
 import pytest
 
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from loadtests import _river, _vw, bench_replay
+from loadtests.bench_replay import Measurement, Run
 from online_ctr.features import BIAS, FeatureHasher, Value
 from online_ctr.readers import read_examples
 from online_ctr.rules.ftrl import FTRLParams
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from loadtests import _river, _vw, bench_replay  # noqa: E402
-from loadtests.bench_replay import Measurement, Run  # noqa: E402
 
 CRITEO = ROOT.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_head10k.tsv"
 

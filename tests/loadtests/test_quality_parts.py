@@ -7,7 +7,6 @@ Nothing here asserts a timing. The real runs use DeepCTR's 200-row Criteo sample
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,13 +14,11 @@ import numpy as np
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from loadtests import claim, frontier, plots, quality, quality_runs
+from loadtests.frontier import Point
+from loadtests.quality_runs import SWEEPS, Job, Outcome
 
-from loadtests import claim, frontier, plots, quality, quality_runs  # noqa: E402
-from loadtests.frontier import Point  # noqa: E402
-from loadtests.quality_runs import SWEEPS, Job, Outcome  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLE = ROOT.parent / "shared" / "data" / "criteo" / "criteo_deepctr_sample200.csv"
 

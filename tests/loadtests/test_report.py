@@ -6,18 +6,15 @@ No section is run for real here (``test_quality_parts.py`` runs quality's pieces
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from loadtests import bench
+from loadtests.report import BenchOptions, Section, cell, figure, table, verdict
 
-from loadtests import bench  # noqa: E402
-from loadtests.report import BenchOptions, Section, cell, figure, table, verdict  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CPUINFO = """\
 processor\t: 0
