@@ -77,16 +77,6 @@ class Read:
     rows: Array
     bucket_of: NDArray[np.intp]
 
-    def rows_of(self, ids: NDArray[np.uint64]) -> Array:
-        """The rows of ``ids`` (which must lie in the buckets read); zeros for absent ones."""
-        order = np.argsort(self.ids)
-        sorted_ids = self.ids[order]
-        at = np.minimum(np.searchsorted(sorted_ids, ids), max(len(sorted_ids) - 1, 0))
-        found = sorted_ids[at] == ids if len(sorted_ids) else np.zeros(len(ids), dtype=bool)
-        rows = np.zeros((len(ids), self.rows.shape[1]))
-        rows[found] = self.rows[order[at[found]]]
-        return rows
-
 
 @dataclass(frozen=True)
 class Commit:
