@@ -92,7 +92,7 @@ class Worker:
                 await asyncio.sleep(self.config.error_backoff_s)
 
     async def run_until_idle(self) -> int:
-        """Process until nothing is left to read or reclaim; returns the batches applied."""
+        """Process until nothing is left to read or reclaim; returns the commits made."""
         return await self._work(block=False)
 
     async def _work(self, block: bool) -> int:
