@@ -10,11 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 
 from online_ctr.features import Batch, Example, FeatureHasher, Value
 from online_ctr.readers import read_examples
-from service.app import create_app
 from service.settings import Settings
 from service.store.codec import decode_entry
 from service.store.keys import ModelKeys
@@ -38,12 +36,6 @@ MIXED: dict[str, Value] = {
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, state_buckets=64, hash_bits=20)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, CollectorRegistry())) as client:
-        yield client
 
 
 @pytest.fixture

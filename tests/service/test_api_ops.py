@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import re
 import warnings
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,11 +18,11 @@ from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
-from service.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store.keys import ModelKeys
-from service.store.state import ModelStore, spec_from
+from service.store.state import ModelStore
+from service.wiring import model_spec
 from tests.conftest import CRITEO
 from workers.consumer import Worker, WorkerConfig
 
@@ -40,25 +39,8 @@ def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, state_buckets=64, rule="rda", l1=0.001)
 
 
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    return CollectorRegistry()
-
-
-@pytest.fixture
-def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, registry)) as client:
-        yield client
-
-
 def store_of(settings: Settings, client: aioredis.Redis) -> ModelStore:
-    spec = spec_from(
-        settings.model,
-        settings.rule,
-        settings.rule_params(),
-        settings.hash_bits,
-        settings.state_buckets,
-    )
+    spec = model_spec(settings)
     return ModelStore(client, spec)
 
 

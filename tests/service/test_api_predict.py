@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,10 +17,10 @@ from online_ctr.features import FeatureHasher, Value
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
-from service.app import create_app
 from service.metrics import Metrics
 from service.settings import Settings
-from service.store.state import ModelStore, spec_from
+from service.store.state import ModelStore
+from service.wiring import model_spec
 from tests.conftest import CRITEO
 from workers.consumer import Worker, WorkerConfig
 
@@ -39,17 +38,6 @@ def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, state_buckets=64)
 
 
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    return CollectorRegistry()
-
-
-@pytest.fixture
-def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, registry)) as client:
-        yield client
-
-
 def predict(client: TestClient, body: dict[str, Any], **params: str) -> Any:
     reply = client.post("/predict", json=body, params=params)
     assert reply.status_code == 200, reply.text
@@ -59,13 +47,7 @@ def predict(client: TestClient, body: dict[str, Any], **params: str) -> Any:
 async def learn_with_worker(settings: Settings) -> None:
     """Apply everything in the stream with the real worker code, then close."""
     redis = aioredis.Redis.from_url(str(settings.redis_url))
-    spec = spec_from(
-        settings.model,
-        settings.rule,
-        settings.rule_params(),
-        settings.hash_bits,
-        settings.state_buckets,
-    )
+    spec = model_spec(settings)
     worker = Worker(
         ModelStore(redis, spec), WorkerConfig(consumer="w1"), Metrics(CollectorRegistry())
     )

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 
-from service.app import create_app
 from service.settings import Settings
 from service.store.keys import ModelKeys
 
@@ -77,12 +75,6 @@ def settings(redis_url: str) -> Settings:
         max_features_per_example=4,
         max_body_bytes=2048,
     )
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, CollectorRegistry())) as client:
-        yield client
 
 
 @pytest.fixture(autouse=True)

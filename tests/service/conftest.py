@@ -1,0 +1,30 @@
+"""The app under test: each module defines its own ``settings`` fixture; these build the rest."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from service.app import create_app
+from service.settings import Settings
+
+with warnings.catch_warnings():
+    # Starlette would rather have the httpx2 package; the installed httpx works the same.
+    warnings.simplefilter("ignore", UserWarning)
+    from fastapi.testclient import TestClient
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    """A private metrics registry for the app."""
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClient]:
+    """The real app, lifespan included, on the test's settings."""
+    with TestClient(create_app(settings, registry)) as client:
+        yield client
