@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,3 +42,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
     parser.add_argument("--limit", type=integer(0), help="read only the first N examples")
     parser.add_argument("--hash-bits", type=integer(1), help="hashing-trick bits; default 64")
+
+
+def fail(command: str, message: str, status: int) -> int:
+    """Report an error the way argparse does (``online-ctr CMD: error: ...``); the status."""
+    print(f"online-ctr {command}: error: {message}", file=sys.stderr)
+    return status

@@ -14,7 +14,7 @@ from dataclasses import fields
 from itertools import chain
 from typing import Any
 
-from online_ctr.commands.args import add_data_arguments, integer
+from online_ctr.commands.args import add_data_arguments, fail, integer
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.progress import ProgressBar, count_lines
@@ -77,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
         params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
         hasher = FeatureHasher(hash_bits=args.hash_bits)
     except ValueError as error:  # unknown flags for the rule, or values it refuses
-        return _fail(str(error), status=2)
+        return fail("replay", str(error), status=2)
     try:
         result = _replay_file(args, InMemoryModel(rule, params), hasher)
     except (ReaderError, OSError) as error:
-        return _fail(str(error), status=1)
+        return fail("replay", str(error), status=1)
     print(json.dumps(_output(args, result), allow_nan=False))
     return 0
 
@@ -123,8 +123,3 @@ def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
         "hash_bits": args.hash_bits,
         "timed": TIMED,
     }
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"online-ctr replay: error: {message}", file=sys.stderr)
-    return status

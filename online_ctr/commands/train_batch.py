@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
-from online_ctr.commands.args import add_data_arguments, integer, number
+from online_ctr.commands.args import add_data_arguments, fail, integer, number
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.owlqn import OWLQNResult, design_from_batch, minimize
 from online_ctr.readers import ReaderError, read_examples
@@ -46,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         hasher = FeatureHasher(hash_bits=args.hash_bits)
     except ValueError as error:  # hash bits above 64
-        return _fail(str(error), status=2)
+        return fail("train-batch", str(error), status=2)
     start = time.perf_counter()
     try:
         batch = _read(args, hasher)
     except (ReaderError, OSError) as error:
-        return _fail(str(error), status=1)
+        return fail("train-batch", str(error), status=1)
     if len(batch) == 0:
-        return _fail(f"{args.file}: no examples to train on", status=1)
+        return fail("train-batch", f"{args.file}: no examples to train on", status=1)
     design = design_from_batch(batch)
     result = minimize(design, args.l1, max_iter=args.max_iter, tol=args.tol)
     seconds = time.perf_counter() - start
@@ -89,8 +88,3 @@ def _output(
         "tol": args.tol,
         "timed": TIMED,
     }
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"online-ctr train-batch: error: {message}", file=sys.stderr)
-    return status

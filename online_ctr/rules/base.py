@@ -51,11 +51,33 @@ def require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def require_adaptive_rate(alpha: float, beta: float) -> None:
-    """Validate the parameters of :func:`adaptive_rate` for the SGD-style rules."""
-    require(alpha > 0, f"alpha must be > 0, got {alpha}")
-    # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
-    require(beta > 0, f"beta must be > 0, got {beta}")
+def require_period(k: int) -> None:
+    """A truncation period: a whole number of steps, at least 1."""
+    require(k >= 1 and float(k).is_integer(), f"k must be an integer >= 1, got {k}")
+
+
+@dataclass(frozen=True)
+class AdaptiveRateParams:
+    """Hyper-parameters of :func:`adaptive_rate`, shared by the SGD-style rules."""
+
+    alpha: float = 0.1
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        require(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        # beta = 0 gives a feature with n = 0 an infinite rate, and NaN weights.
+        require(self.beta > 0, f"beta must be > 0, got {self.beta}")
+
+
+@dataclass(frozen=True)
+class AdaptiveL1Params(AdaptiveRateParams):
+    """Adaptive rates and an L1 strength ``l1``."""
+
+    l1: float = 1e-4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 
 WeightsFn = Callable[[Array, Step, Any], Array]

@@ -30,28 +30,19 @@ import numpy as np
 
 from online_ctr.rules.base import (
     NEVER,
+    AdaptiveL1Params,
     Array,
     Rule,
     Step,
     adaptive_rate,
     first_zero_step,
-    require,
-    require_adaptive_rate,
     soft_threshold,
 )
 
 
 @dataclass(frozen=True)
-class FOBOSParams:
+class FOBOSParams(AdaptiveL1Params):
     """L1-FOBOS hyper-parameters: per-coordinate rate ``alpha``, ``beta`` and the L1 ``l1``."""
-
-    alpha: float = 0.1
-    beta: float = 1.0
-    l1: float = 1e-4
-
-    def __post_init__(self) -> None:
-        require_adaptive_rate(self.alpha, self.beta)
-        require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 
 def _pending_penalty(state: Array, rounds: Step, params: FOBOSParams) -> Array:

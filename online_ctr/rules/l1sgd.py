@@ -22,27 +22,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from online_ctr.rules.base import (
+    AdaptiveL1Params,
     Array,
     Rule,
     Step,
     adaptive_rate,
     never_expires,
-    require,
-    require_adaptive_rate,
 )
 
 
 @dataclass(frozen=True)
-class L1SGDParams:
+class L1SGDParams(AdaptiveL1Params):
     """L1-SGD hyper-parameters: rates ``alpha``/``beta`` and the L1 ``l1``."""
-
-    alpha: float = 0.1
-    beta: float = 1.0
-    l1: float = 1e-4
-
-    def __post_init__(self) -> None:
-        require_adaptive_rate(self.alpha, self.beta)
-        require(self.l1 >= 0, f"l1 must be >= 0, got {self.l1}")
 
 
 def weights(state: Array, t: Step, params: L1SGDParams) -> Array:

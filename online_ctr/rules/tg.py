@@ -31,34 +31,29 @@ import numpy as np
 
 from online_ctr.rules.base import (
     NEVER,
+    AdaptiveL1Params,
     Array,
     Rule,
     Step,
     adaptive_rate,
     first_zero_step,
     require,
-    require_adaptive_rate,
+    require_period,
     soft_threshold,
 )
 
 
 @dataclass(frozen=True)
-class TGParams:
+class TGParams(AdaptiveL1Params):
     """Truncated gradient: rates ``alpha``/``beta``, gravity ``l1``, ``theta``, period ``k``."""
 
-    alpha: float = 0.1
-    beta: float = 1.0
-    l1: float = 1e-4
     theta: float = math.inf
     k: int = 10
 
     def __post_init__(self) -> None:
-        require_adaptive_rate(self.alpha, self.beta)
-        require(self.l1 >= 0, f"l1 (gravity) must be >= 0, got {self.l1}")
+        super().__post_init__()
         require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
-        require(
-            self.k >= 1 and float(self.k).is_integer(), f"k must be an integer >= 1, got {self.k}"
-        )
+        require_period(self.k)
 
 
 def truncate(v: Array, a: Array | float, theta: float) -> Array:

@@ -24,30 +24,27 @@ import numpy as np
 
 from online_ctr.rules.base import (
     NEVER,
+    AdaptiveRateParams,
     Array,
     Rule,
     Step,
     adaptive_rate,
     require,
-    require_adaptive_rate,
+    require_period,
 )
 
 
 @dataclass(frozen=True)
-class TruncationParams:
+class TruncationParams(AdaptiveRateParams):
     """Simple truncation: rates ``alpha``/``beta``, threshold ``theta``, period ``k``."""
 
-    alpha: float = 0.1
-    beta: float = 1.0
     theta: float = 1e-3
     k: int = 1
 
     def __post_init__(self) -> None:
-        require_adaptive_rate(self.alpha, self.beta)
+        super().__post_init__()
         require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
-        require(
-            self.k >= 1 and float(self.k).is_integer(), f"k must be an integer >= 1, got {self.k}"
-        )
+        require_period(self.k)
 
 
 def truncate(v: Array, theta: float) -> Array:
