@@ -36,7 +36,7 @@ def main() -> None:
     """Serve the bare app with the same uvicorn settings as ``online-ctr api``."""
     import uvicorn
 
-    from service.settings import get_settings
+    from octr.settings import get_settings
 
     settings = get_settings()
     uvicorn.run(create_bare_app(), host=settings.host, port=settings.port, access_log=False)

@@ -1,7 +1,7 @@
 """Section 5, memory: Redis bytes per tracked feature after a real worker learned the Criteo
 head file (all 10,000 rows).
 
-State layout (``service/store/keys.py``): features are spread over ``OCTR_STATE_BUCKETS``
+State layout (``octr/store/keys.py``): features are spread over ``OCTR_STATE_BUCKETS``
 string keys by their id; each bucket's value is its features' records sorted by id, a record
 being the 8-byte id and then the rule's fields and the occurrence count as float64 (FTRL:
 ``z``, ``n``, count), so 32 bytes of payload per feature. What Redis adds is per key (the

@@ -15,13 +15,13 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from octr.metrics import Metrics
+from octr.settings import Settings, get_settings
+from octr.wiring import redis_client
 from service.api import errors
 from service.api.middleware import EdgeMiddleware
 from service.api.routes import health, learn, metrics, models, predict
 from service.api.served import ServedModel
-from service.metrics import Metrics
-from service.settings import Settings, get_settings
-from service.wiring import redis_client
 
 logger = logging.getLogger(__name__)
 

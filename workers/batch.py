@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from octr.store.codec import EntryError, decode_entries, encode_buckets
+from octr.store.state import Commit, ModelStore, StateChange
 from online_ctr.features import Batch
 from online_ctr.learner import Features, Scored, score, unique_features
 from online_ctr.nonzero import nonzero_change
-from service.store.codec import EntryError, decode_entries, encode_buckets
-from service.store.state import Commit, ModelStore, StateChange
 from workers.cache import StateCache
 
 logger = logging.getLogger(__name__)

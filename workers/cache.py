@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from octr.store.state import Read
 from online_ctr.table import StateTable
-from service.store.state import Read
 
 
 class StateCache:

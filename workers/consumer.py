@@ -19,8 +19,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from service.metrics import Metrics
-from service.store.state import Commit, ModelStore
+from octr.metrics import Metrics
+from octr.store.state import Commit, ModelStore
 from workers.batch import Decoded, apply, decode
 from workers.cache import StateCache
 from workers.stream import FeedbackStream, Fetched, Message

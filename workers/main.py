@@ -11,10 +11,10 @@ import socket
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
-from service.metrics import Metrics
-from service.settings import Settings
-from service.store.state import ModelStore
-from service.wiring import model_spec, redis_client
+from octr.metrics import Metrics
+from octr.settings import Settings
+from octr.store.state import ModelStore
+from octr.wiring import model_spec, redis_client
 from workers.consumer import Worker, WorkerConfig
 
 logger = logging.getLogger(__name__)

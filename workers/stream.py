@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from service.store.keys import GROUP
-from service.store.state import ModelStore
+from octr.store.keys import GROUP
+from octr.store.state import ModelStore
 
 logger = logging.getLogger(__name__)
 

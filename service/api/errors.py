@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 
+from octr.settings import Settings
+from octr.store.state import ModelMismatchError
 from service.api.limits import LimitExceededError
 from service.api.messages import field_errors, summary
-from service.settings import Settings
-from service.store.state import ModelMismatchError
 
 logger = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 import redis.asyncio as aioredis
 
+from octr.metrics import Metrics
+from octr.settings import Settings
+from octr.store.state import ModelInfo, ModelStore
+from octr.wiring import model_spec
 from online_ctr.features import Batch, Example, FeatureHasher
 from online_ctr.learner import logits, sigmoid, unique_features
 from service.api.coalesce import Coalescer
 from service.api.limits import Limits
-from service.metrics import Metrics
-from service.settings import Settings
-from service.store.state import ModelInfo, ModelStore
-from service.wiring import model_spec
 
 logger = logging.getLogger(__name__)
 

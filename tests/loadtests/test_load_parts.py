@@ -34,9 +34,9 @@ from loadtests import (
     tools,
 )
 from loadtests.processes import Stack
+from octr.settings import Settings
 from service import commands
 from service.api.schemas import PredictRequest
-from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,7 +215,7 @@ def test_bare_app_is_served_with_the_same_uvicorn_settings_as_the_api() -> None:
 
 
 def test_entries_are_what_the_api_writes_for_a_single_example() -> None:
-    from service.store.codec import decode_entry
+    from octr.store.codec import decode_entry
 
     rows = feed.criteo_rows(DATA_DIR, limit=3)
     decoded = [decode_entry(blob) for blob in feed.entries(rows)]

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+from octr.settings import Settings
 from service.app import create_app
-from service.settings import Settings
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.

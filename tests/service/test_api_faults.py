@@ -12,11 +12,11 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
+from octr.settings import Settings
+from octr.store.keys import ModelKeys
+from octr.store.state import ModelMismatchError
 from service.app import create_app
 from service.embedded import RedisServer
-from service.settings import Settings
-from service.store.keys import ModelKeys
-from service.store.state import ModelMismatchError
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.

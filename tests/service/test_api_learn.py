@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import redis
 
+from octr.settings import Settings
+from octr.store.codec import decode_entry
+from octr.store.keys import ModelKeys
 from online_ctr.features import Batch, Example, FeatureHasher, Value
 from online_ctr.readers import read_examples
-from service.settings import Settings
-from service.store.codec import decode_entry
-from service.store.keys import ModelKeys
 from tests.conftest import CRITEO
 
 with warnings.catch_warnings():

@@ -13,14 +13,14 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from octr.metrics import Metrics
+from octr.settings import Settings
+from octr.store.state import ModelStore
+from octr.wiring import model_spec
 from online_ctr.features import FeatureHasher, Value
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
-from service.metrics import Metrics
-from service.settings import Settings
-from service.store.state import ModelStore
-from service.wiring import model_spec
 from tests.conftest import CRITEO
 from workers.consumer import Worker, WorkerConfig
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from service.settings import Settings
-from service.store.keys import ModelKeys
+from octr.settings import Settings
+from octr.store.keys import ModelKeys
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.

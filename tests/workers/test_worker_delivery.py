@@ -8,9 +8,9 @@ import itertools
 import anyio
 import pytest
 
+from octr.store.keys import GROUP
+from octr.store.state import ModelStore
 from online_ctr.readers import read_examples
-from service.store.keys import GROUP
-from service.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from workers.batch import apply, decode

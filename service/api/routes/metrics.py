@@ -8,8 +8,8 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
+from octr.store.state import ModelMismatchError
 from service.api.deps import RegistryDep, ServedDep
-from service.store.state import ModelMismatchError
 
 logger = logging.getLogger(__name__)
 

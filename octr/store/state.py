@@ -1,7 +1,7 @@
 """A model's state in Redis: reading it, and committing a batch atomically.
 
 State lives in buckets (feature id modulo the bucket count), each one Redis string of
-records sorted by id (:func:`~service.store.codec.encode_buckets`). Every operation is a Lua
+records sorted by id (:func:`~octr.store.codec.encode_buckets`). Every operation is a Lua
 script registered once: ``read_state.lua`` and ``commit.lua`` for the worker, and
 ``lookup.lua``, which finds single rows inside their buckets, for serving. Reading returns
 whole buckets together with the model's step ``t`` in one atomic call. Committing rewrites
@@ -27,11 +27,11 @@ import numpy as np
 import redis.asyncio as aioredis
 from numpy.typing import NDArray
 
+from octr.store import codec
+from octr.store.keys import GROUP, ModelKeys
 from online_ctr.features import Batch
 from online_ctr.rules import Rule, get_rule
 from online_ctr.rules.base import Array
-from service.store import codec
-from service.store.keys import GROUP, ModelKeys
 
 
 class ModelMismatchError(RuntimeError):
@@ -94,7 +94,7 @@ def _text(value: bytes | str) -> str:
 
 
 def _script(name: str) -> str:
-    return resources.files("service.store").joinpath(name).read_text()
+    return resources.files("octr.store").joinpath(name).read_text()
 
 
 class ModelStore:

@@ -6,8 +6,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from service.settings import Settings
-from service.store.state import ModelSpec, spec_from
+from octr.settings import Settings
+from octr.store.state import ModelSpec, spec_from
 
 
 def redis_client(settings: Settings) -> aioredis.Redis:
