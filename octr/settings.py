@@ -40,13 +40,22 @@ class Settings(BaseSettings):
     theta: float | None = Field(None, description="Truncation threshold (tg, truncation).")
     k: int | None = Field(None, description="Truncation period in steps (tg, truncation).")
     hash_bits: int | None = Field(None, ge=1, le=64, description="Hashing-trick bits; unset: 64.")
-    state_buckets: int = Field(4096, description="Redis hashes the state is spread over (2^n).")
-    batch_size: int = Field(512, ge=1, le=100_000, description="Stream entries per worker batch.")
-    batch_wait_ms: int = Field(50, ge=0, description="How long a worker waits to fill a batch.")
-    commit_batches: int = Field(
-        8, ge=1, le=1000, description="Mini-batches a worker learns, in order, per commit."
+    state_buckets: int = Field(
+        1 << 18, description="Redis hashes a model's state is spread over (a power of two)."
     )
-    reclaim_idle_ms: int = Field(30_000, ge=1, description="Idle time before XAUTOCLAIM.")
+    state_shards: int = Field(
+        64, description="Hash slots a model's state is spread over (a power of two, <= buckets)."
+    )
+    batch_size: int = Field(
+        4096, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
+    )
+    batch_wait_ms: int = Field(50, ge=0, description="How long an idle worker waits for feedback.")
+    lease_ttl_ms: int = Field(
+        5000, ge=100, description="A dead learner is replaced by a standby within about this."
+    )
+    worker_cache_features: int = Field(
+        2_000_000, ge=1, description="Features whose state a worker keeps in memory, at most."
+    )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
@@ -56,7 +65,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8000, ge=0, le=65535, description="API port.")
     worker_metrics_port: int = Field(9101, ge=0, le=65535, description="Worker /metrics; 0: off.")
-    worker_name: str | None = Field(None, description="Consumer name; default host-pid.")
+    worker_name: str | None = Field(None, description="Worker name; default host-pid.")
     heartbeat_interval_s: float = Field(2.0, gt=0)
     ready_max_heartbeat_age_s: float = Field(15.0, gt=0)
 
@@ -66,12 +75,21 @@ class Settings(BaseSettings):
         get_rule(value)
         return value
 
-    @field_validator("state_buckets")
+    @field_validator("state_buckets", "state_shards")
     @classmethod
     def _power_of_two(cls, value: int) -> int:
-        if value < 1 or value & (value - 1) or value > 1 << 20:
-            raise ValueError(f"state_buckets must be a power of two up to 2^20, got {value}")
+        if value < 1 or value & (value - 1) or value > 1 << 24:
+            raise ValueError(f"must be a power of two up to 2^24, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _shards_fit_buckets(self) -> Settings:
+        if self.state_shards > self.state_buckets:
+            raise ValueError(
+                f"OCTR_STATE_SHARDS ({self.state_shards}) cannot exceed OCTR_STATE_BUCKETS "
+                f"({self.state_buckets})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _params_fit_rule(self) -> Settings:

@@ -34,4 +34,5 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.rule_params(),
         settings.hash_bits,
         settings.state_buckets,
+        settings.state_shards,
     )

@@ -1,9 +1,16 @@
-"""A worker's own copy of the state buckets it has read or written.
+"""The learner's own exact copy of the state of the features it has read or written.
 
-Every commit moves the model's step, so right after this worker's commit to step ``t`` its
-copy of the buckets it knows is exact for as long as the model is still at step ``t`` (and the
-same epoch). Then only buckets it has not seen need reading from Redis. The commit script
-checks the step anyway, so a stale copy can cost a retry, never a wrong update.
+While a worker holds the model's lease nobody else writes the state, so every row it has
+read or written stays exact: only features it has never seen (or has dropped) are read from
+Redis. Memory is bounded by ``max_features``: past it, the least recently used half is
+dropped (and re-read from Redis when needed again), so the cost of a trim is amortized over
+the ``max_features / 2`` new features that cause the next one. Losing the lease, or any Redis
+trouble, empties the copy: it is exact only under an unbroken lease.
+
+>>> cache = StateCache(width=2, max_features=4)
+>>> rows = cache.insert(np.array([7, 9], np.uint64), np.ones((2, 2)), np.array([True, False]))
+>>> cache.find(np.array([9, 8], np.uint64)).tolist(), cache.stored(rows).tolist()
+([1, -1], [True, False])
 """
 
 from __future__ import annotations
@@ -11,52 +18,60 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from octr.store.state import Read
-from online_ctr.table import StateTable
+from online_ctr.rules.base import Array
+from online_ctr.table import Rows, StateTable
 
 
 class StateCache:
-    """Rows (rule fields then count) of whole buckets, exact as of ``version``."""
+    """Rows of rule fields, then two bookkeeping columns: stored in Redis (0/1), last use."""
 
-    def __init__(self, width: int, buckets: int, max_features: int) -> None:
+    def __init__(self, width: int, max_features: int) -> None:
+        self.width = width
         self.max_features = max_features
-        self.table = StateTable(width)
-        self._mask = np.uint64(buckets - 1)
-        self.known = np.zeros(buckets, dtype=bool)
-        self.version: tuple[int, str] | None = None
+        self.table = StateTable(width + 2)
+        self.uses = 0
 
-    def unknown(self, buckets: NDArray[np.intp]) -> NDArray[np.intp]:
-        """Which of these buckets must be read from Redis."""
-        if self.version is None or len(self.table) > self.max_features:
-            self.forget()  # also a bound on memory: the next batches re-read what they need
-            return buckets
-        return buckets[~self.known[buckets]]
+    def __len__(self) -> int:
+        return len(self.table)
 
-    def load(self, read: Read) -> bool:
-        """Take in buckets read from Redis; False (and nothing kept) if the model has moved
-        since the version the cache holds, so every bucket must be read again."""
-        if self.version not in (None, (read.t, read.epoch)):
-            self.forget()
-            return False
-        rows = self.table.rows(read.ids, create=True)  # may reallocate table.data
-        self.table.data[rows] = read.rows
-        self.known[read.buckets] = True
-        self.version = (read.t, read.epoch)
-        return True
+    def find(self, ids: NDArray[np.uint64]) -> Rows:
+        """Each id's row, or -1 where not cached."""
+        return self.table.rows(ids, create=False)
 
-    def members(self, buckets: NDArray[np.intp]) -> NDArray[np.intp]:
-        """Rows of every stored feature (count > 0) of these buckets."""
+    def insert(self, ids: NDArray[np.uint64], state: Array, stored: NDArray[np.bool_]) -> Rows:
+        """Cache distinct, absent ids with their state as read; returns their rows."""
+        rows = self.table.rows(ids, create=True)
+        self.table.data[rows, : self.width] = state
+        self.table.data[rows, self.width] = stored
+        return rows
+
+    def state(self, rows: Rows) -> Array:
+        return self.table.data[rows, : self.width]
+
+    def stored(self, rows: Rows) -> NDArray[np.bool_]:
+        stored: NDArray[np.bool_] = self.table.data[rows, self.width] > 0
+        return stored
+
+    def update(self, rows: Rows, state: Array) -> None:
+        """Rows just committed: their new state, now stored, used now."""
+        self.uses += 1
+        data = self.table.data
+        data[rows, : self.width] = state
+        data[rows, self.width] = 1.0
+        data[rows, self.width + 1] = self.uses
+
+    def trim(self) -> None:
+        """Past ``max_features``, keep only the most recently used half."""
         size = len(self.table)
-        wanted = np.zeros(len(self.known), dtype=bool)
-        wanted[buckets] = True
-        bucket_of = self.bucket_of(self.table.ids[:size])
-        return np.flatnonzero(wanted[bucket_of] & (self.table.data[:size, -1] > 0))
-
-    def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.intp]:
-        return (ids & self._mask).astype(np.intp)
+        if size <= self.max_features:
+            return
+        keep = self.max_features // 2
+        last_use = self.table.data[:size, self.width + 1]
+        kept = np.argpartition(-last_use, keep)[:keep] if keep else np.array([], np.intp)
+        ids, data = self.table.ids[kept].copy(), self.table.data[kept].copy()
+        self.table.clear(max(keep, 1024))
+        self.table.data[self.table.rows(ids, create=True)] = data
 
     def forget(self) -> None:
         """Nothing here is known to be exact any more."""
         self.table.clear()
-        self.known[:] = False
-        self.version = None

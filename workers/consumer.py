@@ -1,81 +1,73 @@
-"""The stream consumer loop: claim stuck entries, read new ones, apply them, repeat.
+"""The learner loop: hold the lease, take the next group off the stream, learn it, commit it.
 
-Each worker is a consumer in the model's group. Entries another consumer left pending for
-longer than the reclaim idle time are taken over with XAUTOCLAIM (the other worker crashed or
-stalled; if it was merely slow, its own commit is now fenced off). An entry delivered more
-than ``max_deliveries`` times goes to the dead-letter stream with the last failure reason.
-:meth:`Worker.stop` (SIGTERM) stops intake; the batch in flight is finished first.
+One worker per model learns at a time (:mod:`octr.store.lease`); the others stand by and take
+over within about the lease TTL when it dies. A worker that takes the lease first replays the
+redo log (:mod:`octr.store.commits`), so every committed change is in the shards before it
+reads any state. :meth:`Worker.stop` (SIGTERM) stops intake, the group in flight still
+commits, and the lease is released so a standby takes over at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from octr.metrics import Metrics
-from octr.store.state import Commit, ModelStore
-from workers.batch import Decoded, apply, decode
+from octr.store.commits import Commit
+from octr.store.lease import Lease
+from octr.store.state import ModelStore
 from workers.cache import StateCache
-from workers.stream import FeedbackStream, Fetched, Message
+from workers.feedback import FeedbackStream, Group
+from workers.learn import learn_group
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """How a worker batches, reclaims and dead-letters."""
+    """How a worker groups, leads and dead-letters."""
 
-    consumer: str
-    batch_size: int = 512
+    name: str
+    batch_size: int = 4096  # most examples learned per commit
     batch_wait_ms: int = 50
-    reclaim_idle_ms: int = 30_000
+    lease_ttl_ms: int = 5_000
     max_deliveries: int = 5
     heartbeat_interval_s: float = 2.0
     error_backoff_s: float = 0.5
-    cache_features: int = 1_000_000
-    #: Mini-batches learned (in order, exactly) before one commit applies them all.
-    commit_batches: int = 8
-
-    @property
-    def entries_per_commit(self) -> int:
-        return self.batch_size * self.commit_batches
+    cache_features: int = 2_000_000
 
 
 class Worker:
-    """Learns one model from its feedback stream."""
+    """Learns one model from its feedback stream, while it holds the model's lease."""
 
     def __init__(self, store: ModelStore, config: WorkerConfig, metrics: Metrics) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
+        self.lease = Lease(store.keys, store.scripts, config.name, config.lease_ttl_ms)
+        self.stream = FeedbackStream(store)
+        self.cache = StateCache(store.spec.width, config.cache_features)
+        self.version = (0, "")
+        self.applied_through = 0
+        self._recovered = False
+        self._single_left = 0  # entries still to learn one at a time after a failure
         self._stopping = False
-        self._last_heartbeat = 0.0
-        self._last_reclaim = 0.0
+        self._renewed = self._beat = 0.0
         self._label = {"model": store.spec.name}
-        # Every series exists from the start (at 0), so dashboards and alerts see it.
-        for counter in (
+        for series in (
             metrics.learned_examples,
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
         ):
-            counter.labels(**self._label)
-        self.cache = StateCache(store.spec.width, store.spec.buckets, config.cache_features)
-        self.stream = FeedbackStream(store, config.consumer)
-
-    @property
-    def redis(self) -> aioredis.Redis:
-        return self.store.redis
+            series.labels(**self._label)  # every series exists from the start, at 0
 
     def stop(self) -> None:
-        """Stop taking new entries; the batch in flight still commits."""
+        """Stop taking new groups; the one in flight still commits."""
         self._stopping = True
 
     @property
@@ -86,113 +78,146 @@ class Worker:
         """Work until :meth:`stop`; Redis outages are waited out, not fatal."""
         while not self._stopping:
             try:
-                await self._work(block=True)
+                await self._heartbeat_if_due()
+                if await self._lead():
+                    await self._step(block=True)
+                else:
+                    await asyncio.sleep(self.config.lease_ttl_ms / 4000)
             except (RedisError, OSError) as error:
                 logger.warning("redis unavailable (%s); retrying", error)
+                self._reset()
                 await asyncio.sleep(self.config.error_backoff_s)
+        try:
+            await self.lease.release()
+        except (RedisError, OSError) as error:
+            logger.warning("could not release the lease (%s); it expires by itself", error)
 
     async def run_until_idle(self) -> int:
-        """Process until nothing is left to read or reclaim; returns the commits made."""
-        return await self._work(block=False)
-
-    async def _work(self, block: bool) -> int:
-        """Apply batches while the next one is fetched and decoded, so that the worker's
-        Python overlaps Redis's work; returns when stopped (after draining what was already
-        fetched) or, unless ``block``, when nothing is left."""
-        applied = 0
-        fetching = asyncio.ensure_future(self._fetch(block))
-        try:
-            while True:
-                decoded = await fetching
-                if decoded is None and (self._stopping or not block):
-                    return applied
-                fetching = asyncio.ensure_future(self._fetch(block))
-                if decoded is not None:
-                    await self._process(decoded)
-                    applied += 1
-        finally:
-            await _settle(fetching)
-
-    async def _fetch(self, block: bool) -> Decoded | None:
-        """The next batch, decoded: stuck entries when a reclaim is due, else new ones."""
-        if self._stopping:
-            return None
+        """Learn until the stream is empty; returns the commits made (0 if not the leader)."""
+        commits = 0
         await self._heartbeat_if_due()
-        config = self.config
-        fetched = await self._reclaim_if_due()
-        if not fetched.messages:
-            fetched = await self.stream.read_new(
-                config.entries_per_commit, config.batch_wait_ms, block
-            )
-        if not fetched.messages:
-            # Idle: anything pending now can only be someone else's stuck entries.
-            fetched = await self._reclaim()
-        if not fetched.messages:
-            return None
-        decoded = decode(fetched.messages, fetched.claims, config.batch_size)
-        if decoded.failures:
-            await self.stream.record_failures(decoded.failures)
-        return decoded
+        while await self._lead() and await self._step(block=False):
+            commits += 1
+        return commits
 
-    async def _reclaim_if_due(self) -> Fetched:
-        """Reclaim at most a few times per idle period: it costs a round trip per batch."""
+    async def _lead(self) -> bool:
+        """Keep (or take) the lease, renewing it every third of its TTL; recover on taking it."""
         now = time.monotonic()
-        if now - self._last_reclaim < self.config.reclaim_idle_ms / 4000:
-            return Fetched([], "")
-        return await self._reclaim()
+        if self.lease.token and now - self._renewed < self.config.lease_ttl_ms / 3000:
+            return True
+        had = self.lease.token
+        if not await self.lease.hold():
+            if had:
+                logger.warning("worker %s lost the lease", self.config.name)
+                self._reset()
+            return False
+        self._renewed = now
+        if self.lease.token != had or not self._recovered:
+            await self._recover()
+        return True
+
+    async def _recover(self) -> None:
+        """Apply every commit still in the redo log, then start from the model as stored."""
+        self.cache.forget()
+        pending = await self.store.log.pending()
+        for seq, runs in pending:
+            await self.store.shards.apply(seq, runs)
+        if pending:
+            await self.store.log.trim(pending[-1][0])
+        self.applied_through = pending[-1][0] if pending else 0
+        self.version = await self.store.version()
+        self._recovered = True
+        logger.info(
+            "worker %s leads model %r at step %d",
+            self.config.name,
+            self.store.spec.name,
+            self.version[0],
+        )
+
+    def _reset(self) -> None:
+        """Nothing cached is known to be exact any more: recover before the next group."""
+        self.cache.forget()
+        self._recovered = False
+
+    async def _step(self, block: bool) -> bool:
+        """Learn and commit the next group; False if the stream was empty."""
+        single = self._single_left > 0
+        group = await self.stream.next_group(self.config.batch_size, single)
+        if not group.entry_ids and not group.undecodable:
+            if block:
+                await self.stream.wait(self.config.batch_wait_ms)
+            return False
+        if group.head_deliveries > self.config.max_deliveries:
+            await self._give_up_on_head(group, single)
+            return True
+        for entry_id, reason in group.undecodable.items():
+            await self._dead_letter(entry_id, reason)
+        if group.batch is not None:
+            await self._learn(group)
+        return True
+
+    async def _give_up_on_head(self, group: Group, single: bool) -> None:
+        """The head entry keeps coming back: learn one entry at a time, or if that is what
+        failed, dead-letter it."""
+        head = (group.entry_ids or list(group.undecodable))[0]
+        if not single:
+            self._single_left = max(1, len(group.entry_ids) + len(group.undecodable))
+            return
+        reason = await self.stream.reason(head) or "not learned by any worker"
+        await self._dead_letter(head, f"{reason} (after {self.config.max_deliveries} deliveries)")
+        self._single_left -= 1
+
+    async def _dead_letter(self, entry_id: str, reason: str) -> None:
+        if await self.stream.dead_letter(self.lease.token, entry_id, reason):
+            self.metrics.dead_lettered.labels(**self._label).inc()
+            logger.error("dead-lettered entry %s: %s", entry_id, reason)
+
+    async def _learn(self, group: Group) -> None:
+        """Learn a group and commit it; a failure that is the data's is recorded for the
+        dead-letter reason and the following entries are learned one at a time."""
+        started = time.perf_counter()
+        assert group.batch is not None
+        try:
+            learning = await learn_group(
+                self.store, self.cache, group.batch, group.entry_ids, self.version
+            )
+        except (RedisError, OSError):
+            raise
+        except Exception as error:  # bad data or a bug must not stop the worker: record it
+            logger.exception("group of %d entries failed", len(group.entry_ids))
+            await self.stream.record_failures(dict.fromkeys(group.entry_ids, repr(error)))
+            self._single_left = max(self._single_left, len(group.entry_ids))
+            return
+        commit = await self.store.log.finalize(
+            learning.change, self.lease.token, self.applied_through
+        )
+        if commit.status != "ok":
+            self._refused(commit)
+            return
+        self.cache.update(learning.rows, learning.learned.state)
+        await self.store.shards.apply(commit.seq, learning.change.runs)
+        self.applied_through = commit.seq
+        self.version = (commit.t, self.version[1])
+        self.cache.trim()
+        self._single_left = max(0, self._single_left - len(group.entry_ids))
+        self._observe(group.examples, commit, learning.change.logloss_sum, started)
+
+    def _refused(self, commit: Commit) -> None:
+        """Fenced: another worker took the lease. Conflict: the model moved under us (it was
+        deleted and created again). Either way, start over from Redis."""
+        logger.warning("commit refused (%s); starting over", commit.status)
+        self.metrics.commit_conflicts.labels(**self._label).inc()
+        if commit.status == "fenced":
+            self.lease.token = ""
+        self._reset()
 
     async def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
-        if now - self._last_heartbeat >= self.config.heartbeat_interval_s:
-            await self.store.heartbeat(self.config.consumer)
-            lag = await self.redis.xlen(self.store.keys.stream)
+        if now - self._beat >= self.config.heartbeat_interval_s:
+            await self.store.heartbeat(self.config.name)
+            lag = await self.store.redis.xlen(self.store.keys.stream)
             self.metrics.stream_lag.labels(**self._label).set(lag)
-            self._last_heartbeat = now
-
-    async def _reclaim(self) -> Fetched:
-        """Entries idle too long in other consumers' hands, minus those dead-lettered now."""
-        self._last_reclaim = time.monotonic()
-        fetched = await self.stream.reclaim(
-            self.config.reclaim_idle_ms, self.config.entries_per_commit
-        )
-        if not fetched.messages:
-            return fetched
-        deliveries = await self.stream.deliveries([m[0] for m in fetched.messages])
-        keep: list[Message] = []
-        for message in fetched.messages:
-            if deliveries.get(message[0], 0) > self.config.max_deliveries:
-                text = await self.stream.dead_letter(message, self.config.max_deliveries)
-                self.metrics.dead_lettered.labels(**self._label).inc()
-                logger.error("dead-lettered entry %s: %s", message[0].decode(), text)
-            else:
-                keep.append(message)
-        return Fetched(keep, fetched.claims)
-
-    async def _process(self, decoded: Decoded) -> None:
-        """Learn and commit; record failures so dead-lettering can say why."""
-        started = time.perf_counter()
-        if not decoded.batches:
-            return
-        try:
-            result, scored = await apply(
-                self.store, self.cache, self.config.consumer, decoded, self._count_conflict
-            )
-        except (RedisError, OSError):
-            raise  # not the batch's fault: it stays pending and is retried
-        except Exception as error:  # bad data or a bug must not stop the worker: record it
-            logger.exception("batch of %d entries failed", len(decoded.entry_ids))
-            await self.stream.record_failures(dict.fromkeys(decoded.entry_ids, repr(error)))
-            return
-        if result.status == "ok":
-            loss = sum(float(done.losses.sum()) for done in scored)
-            self._observe(decoded.examples, result, loss, started)
-        else:
-            # fenced: another worker reclaimed the entries and owns them now; conflict: the
-            # step kept moving for every attempt, so the entries stay pending for a retry.
-            logger.warning("batch of %d entries not committed: %s", len(decoded.entry_ids), result)
-
-    def _count_conflict(self) -> None:
-        self.metrics.commit_conflicts.labels(**self._label).inc()
+            self._beat = now
 
     def _observe(self, examples: int, result: Commit, loss: float, started: float) -> None:
         label = self._label
@@ -201,12 +226,3 @@ class Worker:
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)
         self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)
-
-
-async def _settle(task: asyncio.Future[Any]) -> None:
-    """Cancel a fetch we no longer wait for. Entries it may already have read stay pending
-    for this consumer and are reclaimed later; nothing is lost."""
-    if not task.done():
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
-        await task

@@ -21,15 +21,15 @@ logger = logging.getLogger(__name__)
 
 
 def worker_config(settings: Settings) -> WorkerConfig:
-    """The worker's batching, reclaim and dead-letter settings."""
+    """The worker's grouping, lease, cache and dead-letter settings."""
     return WorkerConfig(
-        consumer=settings.worker_name or f"{socket.gethostname()}-{os.getpid()}",
+        name=settings.worker_name or f"{socket.gethostname()}-{os.getpid()}",
         batch_size=settings.batch_size,
         batch_wait_ms=settings.batch_wait_ms,
-        commit_batches=settings.commit_batches,
-        reclaim_idle_ms=settings.reclaim_idle_ms,
+        lease_ttl_ms=settings.lease_ttl_ms,
         max_deliveries=settings.max_deliveries,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        cache_features=settings.worker_cache_features,
     )
 
 
@@ -56,11 +56,11 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
         loop.add_signal_handler(signum, worker.stop)
     try:
         if await _ensure_model(store, worker, settings.retry_after_s):
-            logger.info("worker %s learning model %r", worker.config.consumer, settings.model)
+            logger.info("worker %s learning model %r", worker.config.name, settings.model)
             await worker.run()
     finally:
         await client.aclose()
-    logger.info("worker %s stopped", worker.config.consumer)
+    logger.info("worker %s stopped", worker.config.name)
 
 
 def main(settings: Settings) -> int:

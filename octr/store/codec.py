@@ -1,12 +1,10 @@
-"""Byte encodings: feedback stream entries, and per-feature state values.
+"""The byte encoding of feedback stream entries.
 
 A stream entry holds one ``/learn`` request: its examples as a CSR batch of hashed ids, so the
 worker never parses JSON or hashes strings. Layout (little endian)::
 
     u8 version=1 | u32 n | u32 nnz | u8 has_values | u8 labels[n] | u32 indptr[n+1]
     | u64 ids[nnz] | f64 values[nnz] (only if has_values; otherwise every value is 1)
-
-A state value is the feature's rule fields then its occurrence count, as float64.
 
 >>> from online_ctr.features import FeatureHasher
 >>> batch = FeatureHasher().batch([{"a": "x", "n": 2.0}], labels=[1])
@@ -20,7 +18,6 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from numpy.typing import NDArray
 
 from online_ctr.features import Batch
 
@@ -45,6 +42,14 @@ def encode_entry(batch: Batch) -> bytes:
     if has_values:
         parts.append(batch.values.astype("<f8").tobytes())
     return b"".join(parts)
+
+
+def header_examples(blob: bytes) -> int:
+    """How many examples an entry says it holds (0 if it has no valid header)."""
+    if len(blob) < _HEADER.size:
+        return 0
+    version, n, _, _ = _HEADER.unpack_from(blob)
+    return int(n) if version == VERSION else 0
 
 
 def decode_entry(blob: bytes) -> Batch:
@@ -97,45 +102,3 @@ def decode_entries(blobs: list[bytes]) -> Batch:
         raise EntryError("entry has a label other than 0/1 or a non-finite value")
     indptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     return Batch(indptr, ids, values.astype(np.float64), labels)
-
-
-def pack_ids(ids: NDArray[np.uint64]) -> bytes:
-    """Feature ids as the 8-byte members of the expiry set."""
-    return ids.astype("<u8").tobytes()
-
-
-def record_dtype(width: int) -> np.dtype[np.void]:
-    """A state record: the feature id, then ``width`` float64 values (rule fields, count)."""
-    return np.dtype([("id", "<u8"), ("row", "<f8", (width,))])
-
-
-def encode_buckets(
-    ids: NDArray[np.uint64], rows: NDArray[np.float64], buckets: NDArray[np.intp]
-) -> tuple[bytes, bytes]:
-    """State buckets as stored: per bucket its records sorted by id, concatenated.
-
-    Returns ``runs`` (per bucket, ascending: its number and its size in bytes, two u32) and
-    the bucket values back to back.
-    """
-    order = np.lexsort((ids, buckets))
-    records = np.empty(len(ids), record_dtype(rows.shape[1]))
-    records["id"] = ids[order]
-    records["row"] = rows[order]
-    used, counts = np.unique(buckets[order], return_counts=True)
-    runs = np.column_stack((used, counts * records.dtype.itemsize)).astype("<u4")
-    return runs.tobytes(), records.tobytes()
-
-
-def decode_buckets(
-    values: list[bytes], buckets: NDArray[np.intp], width: int
-) -> tuple[NDArray[np.uint64], NDArray[np.float64], NDArray[np.intp]]:
-    """The records of stored buckets (empty bytes for a bucket never written): their ids,
-    rows and bucket numbers."""
-    dtype = record_dtype(width)
-    records = np.frombuffer(b"".join(values), dtype)
-    sizes = np.array([len(v) for v in values], dtype=np.intp) // dtype.itemsize
-    return (
-        records["id"].astype(np.uint64),
-        records["row"].astype(np.float64),
-        np.repeat(buckets, sizes),
-    )

@@ -1,29 +1,40 @@
 """Every Redis key online-ctr uses, in one place.
 
-All keys of a model share the hash tag ``{model}``, so a model lives in one cluster slot and
-the Lua scripts may touch all of its keys.
+A model is two kinds of keys. Its *log side* (meta, feedback stream, redo log, lease, ...)
+shares the hash tag ``{m}``: one cluster slot, so one Lua script can check the learner's fence,
+acknowledge feedback and record a commit atomically. Its *state* is spread over ``shards``
+hash tags ``{m/0}`` ... ``{m/S-1}``, so Redis Cluster puts one model on many slots and nodes;
+every script touches the keys of one tag per call (or, on a single Redis, of several).
 
-============================  ======  =====================================================
-key                           type    contents
-============================  ======  =====================================================
-``octr:{m}:meta``             hash    rule, params (JSON), hash_bits, buckets, fields, ``t``
-                                      (examples learned), ``tracked``, ``nnz_stable``,
-                                      ``logloss_sum``
-``octr:{m}:s:<b>``            string  state bucket ``b`` (feature id mod bucket count): its
-                                      records sorted by id, each the id (u64) then float64
-                                      rule fields and the occurrence count, little endian
-``octr:{m}:expiry``           zset    nonzero features whose weight reaches 0 untouched, by
-                                      that step; the nonzero count is ``nnz_stable`` + its size
-``octr:{m}:stream``           stream  accepted feedback not yet applied (entries are deleted
-                                      when applied, so its length is the lag)
-``octr:{m}:dead``             stream  dead-lettered entries with the reason
-``octr:{m}:failures``         hash    entry id -> last failure reason, until it is resolved
-``octr:{m}:workers``          zset    consumer name -> Redis time of its last heartbeat
-============================  ======  =====================================================
+A feature id's low bits pick its bucket ``b = id mod buckets`` and the bucket its shard
+``b mod shards``; the feature's state is one field of the bucket's hash, named by the id's
+remaining high bits, so per-feature records are read with HGET and written with HSET of only
+the touched fields (see :mod:`octr.store.layout` for the bytes).
+
+================================  ======  ===================================================
+key                               type    contents
+================================  ======  ===================================================
+``octr:{m}:meta``                 hash    rule, params (JSON), hash_bits, buckets, shards,
+                                          fields, epoch, ``t`` (examples learned), ``seq``
+                                          (commits), ``fence`` (learner token), ``tracked``,
+                                          ``nnz_stable``, ``logloss_sum``
+``octr:{m}:lease``                string  ``"<fence> <holder>"`` of the one learner, with a TTL
+``octr:{m}:stream``               stream  accepted feedback not yet learned (deleted when it
+                                          is, so its length is the lag)
+``octr:{m}:redo``                 stream  committed state changes, id ``<seq>-1``, one field
+                                          per shard, until every shard has applied them
+``octr:{m}:expiry``               zset    nonzero features whose weight reaches 0 untouched,
+                                          by that step; nonzero = ``nnz_stable`` + its size
+``octr:{m}:dead``                 stream  dead-lettered entries with the reason
+``octr:{m}:failures``             hash    entry id -> deliveries; ``<id>:why`` -> last reason
+``octr:{m}:workers``              zset    worker name -> Redis time of its last heartbeat
+``octr:{m/s}:applied``            string  the last commit ``seq`` applied to shard ``s``
+``octr:{m/s}:b:<b>``              hash    bucket ``b``'s features: id high bits -> state
+================================  ======  ===================================================
 
 >>> keys = ModelKeys("default")
->>> keys.meta, keys.bucket(7)
-('octr:{default}:meta', 'octr:{default}:s:7')
+>>> keys.meta, keys.shard(3).applied, keys.shard(3).bucket_prefix
+('octr:{default}:meta', 'octr:{default/3}:applied', 'octr:{default/3}:b:')
 """
 
 from __future__ import annotations
@@ -32,14 +43,20 @@ import re
 from dataclasses import dataclass
 
 PREFIX = "octr"
-#: The stream's consumer group: every worker of a model is a consumer in it.
-GROUP = "learners"
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def valid_model_name(name: str) -> bool:
     """Model names are short and safe inside key names and metric labels."""
     return MODEL_NAME.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """The keys of one state shard: one hash tag, so one cluster slot."""
+
+    applied: str
+    bucket_prefix: str
 
 
 @dataclass(frozen=True)
@@ -60,12 +77,20 @@ class ModelKeys:
         return self._key("meta")
 
     @property
-    def expiry(self) -> str:
-        return self._key("expiry")
+    def lease(self) -> str:
+        return self._key("lease")
 
     @property
     def stream(self) -> str:
         return self._key("stream")
+
+    @property
+    def redo(self) -> str:
+        return self._key("redo")
+
+    @property
+    def expiry(self) -> str:
+        return self._key("expiry")
 
     @property
     def dead(self) -> str:
@@ -79,10 +104,20 @@ class ModelKeys:
     def workers(self) -> str:
         return self._key("workers")
 
-    def bucket(self, index: int) -> str:
-        """The hash holding state bucket ``index``."""
-        return self._key(f"s:{index}")
+    def shard(self, index: int) -> ShardKeys:
+        """The keys of state shard ``index``."""
+        tag = f"{PREFIX}:{{{self.model}/{index}}}:"
+        return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:")
 
-    def bucket_prefix(self) -> str:
-        """What every bucket key starts with (for scans in tests and tools)."""
-        return self._key("s:")
+    def log_side(self) -> list[str]:
+        """Every key of the ``{m}`` tag (for deleting a model)."""
+        return [
+            self.meta,
+            self.lease,
+            self.stream,
+            self.redo,
+            self.expiry,
+            self.dead,
+            self.failures,
+            self.workers,
+        ]

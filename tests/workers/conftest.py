@@ -31,13 +31,12 @@ async def make_store(redis_url: str) -> AsyncIterator[MakeStore]:
     clients: list[aioredis.Redis] = []
 
     async def make(
-        rule: str = "ftrl", buckets: int = 64, name: str = "default", **params: Any
+        rule: str = "ftrl", buckets: int = 64, name: str = "default", shards: int = 8, **params: Any
     ) -> ModelStore:
         client = aioredis.Redis.from_url(redis_url)
         clients.append(client)
-        store = ModelStore(
-            client, spec_from(name, rule, get_rule(rule).params(**params), None, buckets)
-        )
+        spec = spec_from(name, rule, get_rule(rule).params(**params), None, buckets, shards)
+        store = ModelStore(client, spec)
         await store.ensure()
         return store
 
@@ -46,9 +45,9 @@ async def make_store(redis_url: str) -> AsyncIterator[MakeStore]:
         await client.aclose()
 
 
-def make_worker(store: ModelStore, consumer: str = "w1", **config: Any) -> Worker:
+def make_worker(store: ModelStore, name: str = "w1", **config: Any) -> Worker:
     """A worker on a private metrics registry."""
-    return Worker(store, WorkerConfig(consumer=consumer, **config), Metrics(CollectorRegistry()))
+    return Worker(store, WorkerConfig(name=name, **config), Metrics(CollectorRegistry()))
 
 
 async def send(store: ModelStore, rows: Iterable[tuple[Example, int]], per_entry: int = 1) -> int:
@@ -68,20 +67,23 @@ async def send(store: ModelStore, rows: Iterable[tuple[Example, int]], per_entry
 
 
 async def scan_state(store: ModelStore) -> dict[int, np.ndarray]:
-    """Every feature's stored row (rule fields, then count), read bucket by bucket."""
-    values = [
-        await store.redis.get(store.keys.bucket(bucket)) or b""
-        for bucket in range(store.spec.buckets)
-    ]
-    numbers = np.arange(store.spec.buckets, dtype=np.intp)
-    ids, rows, _ = codec.decode_buckets(values, numbers, store.spec.width)
-    assert len(set(ids.tolist())) == len(ids), "a feature is stored twice"
-    return dict(zip(ids.tolist(), rows, strict=True))
+    """Every feature's stored state, read by scanning every bucket hash of the model."""
+    layout = store.spec.layout
+    rows: dict[int, np.ndarray] = {}
+    pattern = f"octr:{{{store.spec.name}/*}}:b:*"
+    async for key in store.redis.scan_iter(match=pattern, count=1000):
+        bucket = int(key.rsplit(b":", 1)[1])
+        for field, value in (await store.redis.hgetall(key)).items():
+            high = int.from_bytes(field, "little")
+            feature = (high << layout.bucket_bits) | bucket
+            assert feature not in rows, "a feature is stored twice"
+            rows[feature] = np.frombuffer(value, "<f8").copy()
+    return rows
 
 
 def recount_nonzero(store: ModelStore, rows: dict[int, np.ndarray], t: int) -> int:
     """A full recount of nonzero weights at step ``t`` from scanned rows."""
     if not rows:
         return 0
-    state = np.array(list(rows.values()))[:, :-1]
+    state = np.array(list(rows.values()))
     return int(np.count_nonzero(store.spec.rule.weights(state, t, store.spec.params)))

@@ -1,122 +1,169 @@
-"""Exactly-once application: crashes, slow workers, concurrent workers, poison entries."""
+"""Exactly once and in order: one learner at a time, takeover, fencing, crashes, poison."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 
-import anyio
+import numpy as np
 import pytest
 
-from octr.store.keys import GROUP
 from octr.store.state import ModelStore
+from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
+from online_ctr.replay import replay
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
-from workers.batch import apply, decode
-from workers.cache import StateCache
+from workers.learn import learn_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 
 
-async def assert_applied_once(store: ModelStore, occurrences: int, examples: int) -> None:
-    """Every example counted once in t, every occurrence once in the counts, nothing left."""
+async def assert_learned_once_in_order(store: ModelStore, examples: int) -> None:
+    """The stored model is exactly the in-process replay of the first ``examples`` rows."""
     info = await store.info()
-    rows = await scan_state(store)
-    assert info.t == examples
-    assert sum(row[-1] for row in rows.values()) == occurrences
-    assert info.nonzero_weights == recount_nonzero(store, rows, info.t)
-    assert info.features_tracked == len(rows)
+    stored = await scan_state(store)
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    replay(ROWS[:examples], model, FeatureHasher(), batch_size=1)
+    assert info.t == model.t == examples
+    expected = model.snapshot()
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+    assert info.nonzero_weights == recount_nonzero(store, stored, info.t)
+    assert info.features_tracked == len(stored)
     assert info.stream_lag == 0 and info.dead_letters == 0
-    pending = await store.redis.xpending(store.keys.stream, GROUP)
-    assert pending["pending"] == 0
+    assert await store.redis.xlen(store.keys.redo) <= 1  # the last commit's entry at most
 
 
-@pytest.mark.parametrize("workers", [2, 4])
-@pytest.mark.parametrize("rule", ["ftrl", "fobos"])
-async def test_concurrent_workers_apply_every_example_once(
-    make_store: MakeStore, workers: int, rule: str
-) -> None:
-    store = await make_store(rule)
-    occurrences = await send(store, ROWS, per_entry=3)
-    # Each worker has its own connection, so their commits really interleave at Redis.
-    team = [
-        make_worker(await make_store(rule), f"w{i}", batch_size=16, commit_batches=2)
-        for i in range(workers)
-    ]
-    async with anyio.create_task_group() as group:
-        for worker in team:
-            group.start_soon(worker.run_until_idle)
-    await assert_applied_once(store, occurrences, len(ROWS))
-    conflicts = sum(
+async def test_one_worker_learns_while_the_others_stand_by(make_store: MakeStore) -> None:
+    store = await make_store("fobos")
+    await send(store, ROWS, per_entry=3)
+    team = [make_worker(await make_store("fobos"), f"w{i}", batch_size=64) for i in range(3)]
+    runs = [asyncio.create_task(worker.run()) for worker in team]
+    while (await store.info()).t < len(ROWS):
+        await asyncio.sleep(0.01)
+    leaders = [worker for worker in team if worker.lease.token]
+    for worker in team:
+        worker.stop()
+    await asyncio.wait_for(asyncio.gather(*runs), 10)
+    assert len(leaders) == 1
+    learned = [
         w.metrics.registry.get_sample_value(
-            "online_ctr_commit_conflicts_total", {"model": "default"}
+            "online_ctr_learned_examples_total", {"model": "default"}
         )
-        or 0
         for w in team
+    ]
+    assert sorted(learned) == [0, 0, len(ROWS)]
+    await assert_learned_once_in_order(store, len(ROWS))
+
+
+async def test_a_standby_takes_over_within_the_lease_ttl_when_the_learner_dies(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    await send(store, ROWS)
+    first = make_worker(await make_store(), "first", batch_size=100, lease_ttl_ms=300)
+    assert await first._lead() and await first._step(block=False)
+    died_at = asyncio.get_running_loop().time()  # after one group, without releasing its lease
+    standby = make_worker(await make_store(), "standby", batch_size=100, lease_ttl_ms=300)
+    assert await standby.run_until_idle() == 0  # the dead learner's lease still holds
+    while not await standby._lead():
+        await asyncio.sleep(0.01)
+    assert asyncio.get_running_loop().time() - died_at < 0.3 + 0.1
+    await standby.run_until_idle()
+    await assert_learned_once_in_order(store, len(ROWS))
+
+
+async def test_a_learner_that_lost_its_lease_cannot_commit(make_store: MakeStore) -> None:
+    store = await make_store()
+    await send(store, ROWS[:300])
+    stale = make_worker(await make_store(), "stale", batch_size=100, lease_ttl_ms=100)
+    assert await stale._lead()
+    group = await stale.stream.next_group(100)
+    assert group.batch is not None
+    learning = await learn_group(store, stale.cache, group.batch, group.entry_ids, stale.version)
+    await asyncio.sleep(0.15)  # it stalls past its TTL; another worker takes over
+    fresh = make_worker(await make_store(), "fresh", batch_size=100)
+    assert await fresh.run_until_idle() == 3
+    commit = await store.log.finalize(learning.change, stale.lease.token, 0)
+    assert commit.status == "fenced"
+    await assert_learned_once_in_order(store, 300)
+
+
+async def test_a_commit_finalized_but_not_applied_is_replayed_by_the_next_learner(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("rda")
+    await send(store, ROWS[:500])
+    crashed = make_worker(await make_store("rda"), "crashed", batch_size=200, lease_ttl_ms=100)
+    assert await crashed._lead()
+    group = await crashed.stream.next_group(200)
+    assert group.batch is not None
+    learning = await learn_group(
+        store, crashed.cache, group.batch, group.entry_ids, crashed.version
     )
-    assert conflicts > 0, "the workers never raced; the test did not test concurrency"
+    commit = await store.log.finalize(learning.change, crashed.lease.token, 0)
+    assert commit.status == "ok"  # ... and it died before applying it to the shards
+    assert await store.redis.xlen(store.keys.redo) >= 1
+    await asyncio.sleep(0.15)
+    survivor = make_worker(await make_store("rda"), "survivor", batch_size=200)
+    await survivor.run_until_idle()
+    await assert_learned_once_in_order(store, 500)
 
 
-async def test_batch_of_a_worker_killed_before_commit_is_reclaimed_and_applied_once(
+async def test_an_undecodable_entry_goes_to_the_dead_letter_stream_at_once(
     make_store: MakeStore,
 ) -> None:
     store = await make_store()
-    occurrences = await send(store, ROWS[:300])
-    crashed = make_worker(store, "crashed", batch_size=100)
-    taken = await crashed.stream.read_new(100, 0, block=False)  # then it died before commit
-    assert len(taken.messages) == 100
-    survivor = make_worker(store, "survivor", batch_size=100, reclaim_idle_ms=50)
-    await survivor.run_until_idle()  # the new entries; the crashed batch is not idle yet
-    await asyncio.sleep(0.1)
-    await survivor.run_until_idle()  # now it is: reclaimed
-    await assert_applied_once(store, occurrences, 300)
-
-
-async def test_a_slow_worker_whose_batch_was_reclaimed_cannot_commit_it(
-    make_store: MakeStore,
-) -> None:
-    store = await make_store()
-    occurrences = await send(store, ROWS[:50])
-    slow = make_worker(store, "slow", batch_size=50)
-    taken = await slow.stream.read_new(50, 0, block=False)
-    await asyncio.sleep(0.1)
-    fast = make_worker(store, "fast", batch_size=50, reclaim_idle_ms=50)
-    await fast.run_until_idle()
-    cache = StateCache(store.spec.width, store.spec.buckets, 1000)
-    # With the claims counter it saw before taking the entries, and without it (which forces
-    # the per-entry owner check): either way the commit is refused.
-    for claims in (taken.claims, ""):
-        result, _ = await apply(store, cache, "slow", decode(taken.messages, claims))
-        assert result.status == "fenced"
-    await assert_applied_once(store, occurrences, 50)
-
-
-async def test_an_entry_that_keeps_failing_goes_to_the_dead_letter_stream(
-    make_store: MakeStore,
-) -> None:
-    store = await make_store()
-    occurrences = await send(store, ROWS[:10])
+    await send(store, ROWS[:10])
     poison = await store.redis.xadd(store.keys.stream, {"b": b"not an entry"})
-    worker = make_worker(store, "w1", reclaim_idle_ms=20, max_deliveries=2)
-    for _ in range(5):
-        await worker.run_until_idle()
-        await asyncio.sleep(0.05)
+    await send(store, ROWS[10:20])
+    worker = make_worker(store, "w1", batch_size=8)
+    await worker.run_until_idle()
     dead = await store.redis.xrange(store.keys.dead)
     assert len(dead) == 1
     fields = dead[0][1]
-    assert fields[b"entry"] == poison
-    assert b"undecodable entry" in fields[b"reason"] and b"after 2 deliveries" in fields[b"reason"]
+    assert fields[b"entry"] == poison and b"undecodable entry" in fields[b"reason"]
     assert fields[b"b"] == b"not an entry"
     info = await store.info()
-    assert (info.t, info.stream_lag, info.dead_letters) == (10, 0, 1)
-    rows = await scan_state(store)
-    assert sum(row[-1] for row in rows.values()) == occurrences
+    assert (info.t, info.stream_lag, info.dead_letters) == (20, 0, 1)
+    await assert_learned_once_in_order_but(store, dead_letters=1, examples=20)
 
 
-async def test_stop_finishes_the_batch_in_flight_and_takes_no_more(make_store: MakeStore) -> None:
+async def assert_learned_once_in_order_but(
+    store: ModelStore, dead_letters: int, examples: int
+) -> None:
+    info = await store.info()
+    assert info.dead_letters == dead_letters
+    stored = await scan_state(store)
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    replay(ROWS[:examples], model, FeatureHasher(), batch_size=1)
+    for feature, row in model.snapshot().items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+
+
+async def test_a_head_that_keeps_coming_back_is_isolated_and_dead_lettered(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    await send(store, ROWS[:30], per_entry=3)
+    worker = make_worker(store, "w1", batch_size=30, max_deliveries=2)
+    head = (await store.redis.xrange(store.keys.stream, count=1))[0][0]
+    # A learner that crashed on this group twice (each delivery counted, nothing committed).
+    await store.redis.hset(store.keys.failures, mapping={head: 2, head + b":why": "it crashed"})
+    await worker.run_until_idle()
+    dead = await store.redis.xrange(store.keys.dead)
+    assert [d[1][b"entry"] for d in dead] == [head]
+    assert dead[0][1][b"reason"] == b"it crashed (after 2 deliveries)"
+    info = await store.info()
+    assert (info.t, info.stream_lag) == (27, 0)
+
+
+async def test_stop_finishes_the_group_in_flight_and_takes_no_more(make_store: MakeStore) -> None:
     store = await make_store()
     await send(store, ROWS)
     worker = make_worker(store, "w1", batch_size=50)
@@ -126,9 +173,6 @@ async def test_stop_finishes_the_batch_in_flight_and_takes_no_more(make_store: M
     worker.stop()
     await asyncio.wait_for(running, 10)
     info = await store.info()
-    # What was fetched when the stop came (the batch in flight and the one read ahead) was
-    # applied; nothing after it was read, and nothing is left half-done.
     assert 0 < info.t < len(ROWS) and info.t % 50 == 0
     assert info.stream_lag == len(ROWS) - info.t
-    pending = await store.redis.xpending(store.keys.stream, GROUP)
-    assert pending["pending"] == 0
+    assert await store.redis.get(store.keys.lease) is None  # released for a standby

@@ -20,7 +20,7 @@ ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
 async def test_worker_metrics_match_the_model(make_store: MakeStore, rule: str) -> None:
     store = await make_store(rule)
     await send(store, ROWS, per_entry=2)
-    worker = make_worker(store, batch_size=25, commit_batches=1)
+    worker = make_worker(store, batch_size=50)
     batches = await worker.run_until_idle()
     info = await store.info()
     recount = recount_nonzero(store, await scan_state(store), info.t)

@@ -1,0 +1,105 @@
+"""Where each feature's state lives and how its bytes look: pure numpy, no Redis.
+
+A feature id's low ``log2(buckets)`` bits pick its bucket, the bucket's low ``log2(shards)``
+bits its shard, and the rest of the id, ``field_bytes`` little-endian bytes, names its field in
+the bucket's hash. Dropping the bucket bits from the field keeps every stored byte useful:
+at 2^18 buckets a 64-bit id needs 6 bytes of field. The value is the rule's state fields as
+little-endian float64, exactly what the learner computed.
+
+A *record* as the Lua scripts take it is ``u32 bucket | field`` (reads) or
+``u32 bucket | field | value`` (writes), grouped by shard and sorted by bucket within one.
+
+>>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
+>>> ids = np.array([0x1234, 0xFFFF_FFFF_FFFF_FFF1], np.uint64)
+>>> layout.shard_of(ids).tolist(), layout.bucket_of(ids).tolist(), layout.field_bytes
+([0, 1], [4, 1], 8)
+>>> runs = layout.records(ids, np.array([[1.0, 2.0], [3.0, 4.0]]))
+>>> [(shard, len(blob)) for shard, blob in runs]
+[(0, 28), (1, 28)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The state layout of a model: bucket and shard counts (powers of two), the bits of a
+    feature id, and the float64 state values per feature."""
+
+    buckets: int
+    shards: int
+    id_bits: int
+    width: int
+
+    def __post_init__(self) -> None:
+        for name, value in (("buckets", self.buckets), ("shards", self.shards)):
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.shards > self.buckets:
+            raise ValueError(f"shards ({self.shards}) cannot exceed buckets ({self.buckets})")
+
+    @property
+    def bucket_bits(self) -> int:
+        return self.buckets.bit_length() - 1
+
+    @property
+    def field_bytes(self) -> int:
+        """Bytes of a field name: the id's bits above the bucket bits (at least one byte)."""
+        return max(1, -(-(self.id_bits - self.bucket_bits) // 8))
+
+    @property
+    def value_bytes(self) -> int:
+        return 8 * self.width
+
+    def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.uint32]:
+        return (ids & np.uint64(self.buckets - 1)).astype(np.uint32)
+
+    def shard_of(self, ids: NDArray[np.uint64]) -> NDArray[np.intp]:
+        return (ids & np.uint64(self.shards - 1)).astype(np.intp)
+
+    def _fields(self, ids: NDArray[np.uint64]) -> NDArray[np.uint8]:
+        """Each id's field name as a row of ``field_bytes`` bytes."""
+        high = (ids >> np.uint64(self.bucket_bits)).astype("<u8")
+        return high.view(np.uint8).reshape(-1, 8)[:, : self.field_bytes]
+
+    def _by_shard(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """An order grouping ids by shard then bucket, and each shard's run boundaries."""
+        order = np.lexsort((self.bucket_of(ids), self.shard_of(ids)))
+        bounds = np.searchsorted(self.shard_of(ids)[order], np.arange(self.shards + 1))
+        return order, bounds
+
+    def _runs(
+        self, ids: NDArray[np.uint64], columns: list[NDArray[np.uint8]]
+    ) -> Iterator[tuple[int, bytes, NDArray[np.intp]]]:
+        """Per shard used: its number, its records (columns side by side) and their rows."""
+        order, bounds = self._by_shard(ids)
+        table = np.hstack([c[order] for c in columns]) if len(ids) else None
+        for shard in np.flatnonzero(np.diff(bounds)):
+            first, last = bounds[shard], bounds[shard + 1]
+            assert table is not None
+            yield int(shard), table[first:last].tobytes(), order[first:last]
+
+    def _prefix(self, ids: NDArray[np.uint64]) -> list[NDArray[np.uint8]]:
+        buckets = self.bucket_of(ids).astype("<u4").view(np.uint8).reshape(-1, 4)
+        return [buckets, self._fields(ids)]
+
+    def lookups(self, ids: NDArray[np.uint64]) -> list[tuple[int, bytes, NDArray[np.intp]]]:
+        """Read records per shard, and which of ``ids`` each record is."""
+        return list(self._runs(ids, self._prefix(ids)))
+
+    def records(self, ids: NDArray[np.uint64], state: Array) -> list[tuple[int, bytes]]:
+        """Write records per shard for ``ids`` and their ``state`` rows."""
+        values = np.ascontiguousarray(state, dtype="<f8").view(np.uint8)
+        return [(s, blob) for s, blob, _ in self._runs(ids, [*self._prefix(ids), values])]
+
+    def values(self, blob: bytes, count: int) -> Array:
+        """State rows from ``count`` values back to back (as the read script returns them)."""
+        return np.frombuffer(blob, "<f8", count * self.width).reshape(count, self.width)

@@ -1,0 +1,87 @@
+"""Reading and writing features' state in the shards: cost per touched feature.
+
+Each call of ``read.lua`` or ``apply.lua`` names the shards it touches in KEYS. On Redis
+Cluster a call names one shard (one slot), and the calls for a batch go out in one pipeline
+that redis-py splits by node; on a single Redis one call covers every shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from redis.asyncio.cluster import RedisCluster
+
+from octr.store.keys import ModelKeys
+from octr.store.layout import Array, Layout
+from octr.store.scripts import Scripts
+
+#: Per shard: its number and its records.
+Runs = list[tuple[int, bytes]]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Features' state as stored: one row per id (zeros if never stored), which are stored,
+    and the model's step ``t`` read in the same round trip (the state is at least as new)."""
+
+    state: Array
+    stored: NDArray[np.bool_]
+    t: int
+
+
+class StateShards:
+    """The state shards of one model."""
+
+    def __init__(self, redis: Any, keys: ModelKeys, layout: Layout, scripts: Scripts) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.layout = layout
+        self.scripts = scripts
+        self.one_shard_per_call = isinstance(redis, RedisCluster)
+
+    def _calls(self, runs: Runs) -> list[Runs]:
+        return [[run] for run in runs] if self.one_shard_per_call else [runs] if runs else []
+
+    def _keys_args(self, runs: Runs) -> tuple[list[str], list[Any]]:
+        keys, args = [], []
+        for shard, blob in runs:
+            shard_keys = self.keys.shard(shard)
+            keys.append(shard_keys.applied)
+            args += [shard_keys.bucket_prefix, blob]
+        return keys, args
+
+    async def _run(
+        self, script: Any, head: list[Any], calls: list[Runs], step: bool = False
+    ) -> list[Any]:
+        """One script call per group of shards, in one pipeline; with ``step``, the model's
+        step first."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            if step:
+                pipe.hget(self.keys.meta, "t")
+            for runs in calls:
+                keys, args = self._keys_args(runs)
+                await script(keys=keys, args=head + args, client=pipe)
+            return list(await pipe.execute())
+
+    async def read(self, ids: NDArray[np.uint64]) -> Rows:
+        """The stored state of ``ids``."""
+        layout = self.layout
+        lookups = layout.lookups(ids)
+        state = np.zeros((len(ids), layout.width))
+        stored = np.zeros(len(ids), dtype=bool)
+        calls = self._calls([(shard, blob) for shard, blob, _ in lookups])
+        head = [layout.field_bytes, layout.value_bytes]
+        t, *replies = await self._run(self.scripts.read, head, calls, step=True)
+        replies = [part for reply in replies for part in reply]
+        for (_, _, rows), values, flags in zip(lookups, replies[::2], replies[1::2], strict=True):
+            state[rows] = layout.values(values, len(rows))
+            stored[rows] = np.frombuffer(flags, np.uint8).astype(bool)
+        return Rows(state, stored, int(t or 0))
+
+    async def apply(self, seq: int, runs: Runs) -> None:
+        """Apply commit ``seq``'s records to their shards (a no-op where already applied)."""
+        head = [seq, self.layout.field_bytes, self.layout.value_bytes]
+        await self._run(self.scripts.apply, head, self._calls(runs))

@@ -1,0 +1,121 @@
+"""Taking feedback off a model's stream in order, and setting aside what cannot be learned.
+
+Entries are learned strictly in stream order and deleted by the commit that learns them, so
+the next group always starts at the head of the stream: no consumer group, no per-consumer
+pending lists, nothing a dead worker leaves behind. Each time a group is read from the head,
+the head entry's delivery count goes up; a group whose head keeps coming back (it crashed the
+learner or kept failing) is then learned one entry at a time, and an entry delivered more than
+``max_deliveries`` times goes to the dead-letter stream with the last failure reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from octr.store.codec import EntryError, decode_entries, header_examples
+from octr.store.state import ModelStore
+from online_ctr.features import Batch
+
+Message = tuple[bytes, dict[bytes, bytes]]
+
+
+@dataclass
+class Group:
+    """Consecutive stream entries learned and committed together, decoded as one batch."""
+
+    entry_ids: list[str] = field(default_factory=list)
+    batch: Batch | None = None
+    undecodable: dict[str, str] = field(default_factory=dict)
+    head_deliveries: int = 0
+
+    @property
+    def examples(self) -> int:
+        return len(self.batch) if self.batch is not None else 0
+
+
+class FeedbackStream:
+    """The reading end of one model's feedback stream."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self.store = store
+        self.keys = store.keys
+        self.redis = store.redis
+        self.last_seen = b"0-0"
+
+    async def next_group(self, max_examples: int, single: bool = False) -> Group:
+        """The entries at the head of the stream, up to ``max_examples`` examples (at least
+        one entry), or one entry if ``single``; an empty group if the stream is empty."""
+        count = 1 if single else max(1, min(max_examples, 4096))
+        messages: list[Message] = await self.redis.xrange(self.keys.stream, count=count)
+        if not messages:
+            return Group()
+        messages = _within(messages, max_examples)
+        self.last_seen = max(self.last_seen, messages[-1][0], key=_entry_order)
+        deliveries = await self.redis.hincrby(self.keys.failures, messages[0][0], 1)
+        group = _decode(messages)
+        group.head_deliveries = int(deliveries)
+        return group
+
+    async def wait(self, wait_ms: int) -> None:
+        """Block up to ``wait_ms`` until an entry newer than any seen arrives."""
+        await self.redis.xread({self.keys.stream: self.last_seen}, count=1, block=wait_ms)
+
+    async def dead_letter(self, fence: str, entry_id: str, reason: str) -> bool:
+        """Move an entry to the dead-letter stream (if still the learner); True if moved."""
+        keys = self.keys
+        moved = await self.store.scripts.dead_letter(
+            keys=[keys.meta, keys.stream, keys.dead, keys.failures], args=[fence, entry_id, reason]
+        )
+        return bool(moved)
+
+    async def reason(self, entry_id: str) -> str | None:
+        """The last recorded reason an entry failed, if any."""
+        raw: Any = await self.redis.hget(self.keys.failures, f"{entry_id}:why")
+        return raw.decode() if raw else None
+
+    async def record_failures(self, reasons: dict[str, str]) -> None:
+        """Remember why entries failed, for when they are dead-lettered."""
+        await self.redis.hset(
+            self.keys.failures, mapping={f"{entry}:why": why for entry, why in reasons.items()}
+        )
+
+
+def _entry_order(entry_id: bytes) -> tuple[int, int]:
+    millis, sequence = entry_id.split(b"-")
+    return int(millis), int(sequence)
+
+
+def _within(messages: list[Message], max_examples: int) -> list[Message]:
+    """The leading entries holding at most ``max_examples`` examples (at least one entry)."""
+    total = 0
+    for index, (_, fields) in enumerate(messages):
+        total += header_examples(fields.get(b"b", b""))
+        if total > max_examples and index > 0:
+            return messages[:index]
+    return messages
+
+
+def _decode(messages: list[Message]) -> Group:
+    """Decode the entries together (numpy once); if that fails, find the bad ones."""
+    group = Group()
+    ids = [raw_id.decode() for raw_id, _ in messages]
+    blobs = [fields.get(b"b", b"") for _, fields in messages]
+    try:
+        group.batch = decode_entries(blobs)
+        group.entry_ids = ids
+        return group
+    except EntryError:
+        pass
+    good: list[bytes] = []
+    for entry_id, blob in zip(ids, blobs, strict=True):
+        try:
+            decode_entries([blob])
+        except EntryError as error:
+            group.undecodable[entry_id] = f"undecodable entry: {error}"
+            continue
+        group.entry_ids.append(entry_id)
+        good.append(blob)
+    if good:
+        group.batch = decode_entries(good)
+    return group

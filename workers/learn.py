@@ -1,0 +1,74 @@
+"""Learning one group: bring its features' state into the cache, learn the examples one at a
+time in stream order (the compiled sequential learner), and describe the change for the commit.
+
+The math is exactly the in-process replay's: the same :func:`learn_sequential` on the same
+state, so the service's model equals ``online-ctr replay``'s bit for bit at any group size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from octr.store.commits import StateChange
+from octr.store.state import ModelStore
+from online_ctr.features import Batch
+from online_ctr.learner import unique_features
+from online_ctr.nonzero import nonzero_change
+from online_ctr.sequential import Learned, learn_sequential
+from workers.cache import StateCache
+
+
+@dataclass(frozen=True)
+class Learning:
+    """A learned group: its change to commit, the cache rows it touched and the results."""
+
+    change: StateChange
+    rows: NDArray[np.intp]
+    learned: Learned
+
+
+async def cached_rows(
+    store: ModelStore, cache: StateCache, ids: NDArray[np.uint64]
+) -> NDArray[np.intp]:
+    """The cache rows of ``ids`` (distinct), reading from Redis only those not cached."""
+    rows = cache.find(ids)
+    missing = rows < 0
+    if missing.any():
+        read = await store.shards.read(ids[missing])
+        rows[missing] = cache.insert(ids[missing], read.state, read.stored)
+    return rows
+
+
+async def learn_group(
+    store: ModelStore,
+    cache: StateCache,
+    batch: Batch,
+    entries: list[str],
+    version: tuple[int, str],
+) -> Learning:
+    """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch)."""
+    spec = store.spec
+    t, epoch = version
+    features = unique_features(batch)
+    rows = await cached_rows(store, cache, features.ids)
+    before = cache.state(rows)
+    learned = learn_sequential(spec.rule, spec.params, before, t, batch, features)
+    end = t + len(batch)
+    nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
+    change = StateChange(
+        t=t,
+        epoch=epoch,
+        examples=len(batch),
+        logloss_sum=float(learned.losses.sum()),
+        entries=entries,
+        runs=spec.layout.records(features.ids, learned.state),
+        leaving=nonzero.leaving,
+        entering=nonzero.entering,
+        entering_steps=nonzero.entering_steps,
+        stable_delta=nonzero.stable_delta,
+        tracked_delta=int((~cache.stored(rows)).sum()),
+    )
+    return Learning(change, rows, learned)
