@@ -5,6 +5,7 @@ every batch size, and FTRL against the literal Algorithm 1, all on the Criteo he
   (the one numba calls too): bit for bit, for every rule.
 - Against ``learner.learn`` in batches of one, whose sigmoid takes ``exp`` from numpy's own
   SIMD code: to rounding (see :data:`MINIBATCH_RTOL`).
+- Batches of 1, 7, 512 and 8192 examples: bit for bit, since a batch only groups the reading.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.learner import LOGIT_CLIP, Features, learn, log_loss, unique_features
+from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import RULES, get_rule
 from online_ctr.rules.base import Array
@@ -133,6 +135,28 @@ def test_the_kernel_is_the_minibatch_learner_with_batches_of_one(name: str) -> N
     got = learned(name)
     np.testing.assert_allclose(got.probabilities, expected_p, rtol=MINIBATCH_RTOL, atol=0)
     np.testing.assert_allclose(got.state, expected_state, rtol=MINIBATCH_RTOL, atol=STATE_ATOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_size_does_not_change_anything(name: str) -> None:
+    batch, _ = criteo(10_000)
+    rule = RULES[name]
+    outcomes = []
+    for size in (1, 7, 512, 8192):
+        model = InMemoryModel(rule, rule.params(**PARAMS[name]))
+        parts = [
+            model.learn(examples_of(batch, start, min(start + size, len(batch))))
+            for start in range(0, len(batch), size)
+        ]
+        probabilities = np.concatenate([part.probabilities for part in parts])
+        snapshot = model.snapshot()
+        state = np.array([snapshot[i] for i in sorted(snapshot)])
+        outcomes.append((size, model.t, probabilities, state))
+    _, t, probabilities, state = outcomes[0]
+    for size, other_t, other_probabilities, other_state in outcomes[1:]:
+        assert other_t == t == len(batch), size
+        np.testing.assert_array_equal(other_probabilities, probabilities, err_msg=str(size))
+        np.testing.assert_array_equal(other_state, state, err_msg=str(size))
 
 
 def test_ftrl_is_algorithm_1_on_the_whole_criteo_file() -> None:

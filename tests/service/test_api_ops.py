@@ -76,7 +76,8 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert client.get("/models/default").json()["stream_lag"] == 1
     asyncio.run(in_redis(settings, "learn"))
 
-    reference = InMemoryModel(get_rule("rda"), settings.rule_params())
+    # Like the worker, which learns summed-gradient mini-batches (workers/batch.py).
+    reference = InMemoryModel(get_rule("rda"), settings.rule_params(), minibatch=True)
     step = reference.learn(FeatureHasher().batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     info = client.get("/models/default").json()
     assert info["global_step"] == len(ROWS)

@@ -87,7 +87,8 @@ def test_predictions_equal_the_in_process_model(client: TestClient, settings: Se
     assert client.post("/learn", json=body).json() == {"accepted": len(ROWS)}
     asyncio.run(learn_with_worker(settings))
     hasher = FeatureHasher()
-    reference = InMemoryModel(get_rule(settings.rule), settings.rule_params())
+    # Like the worker, which learns summed-gradient mini-batches (workers/batch.py).
+    reference = InMemoryModel(get_rule(settings.rule), settings.rule_params(), minibatch=True)
     reference.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     examples = [x for x, _ in ROWS[:50]] + [MIXED]
     expected = reference.predict(hasher.batch(examples))

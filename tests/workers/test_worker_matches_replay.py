@@ -27,7 +27,8 @@ async def check_matches_replay(
     worker = make_worker(store, batch_size=batch_size, commit_batches=commit_batches)
     await worker.run_until_idle()
 
-    model = InMemoryModel(store.spec.rule, store.spec.params)
+    # The worker learns summed-gradient mini-batches (workers/batch.py), so the replay must too.
+    model = InMemoryModel(store.spec.rule, store.spec.params, minibatch=True)
     result = replay(examples, model, FeatureHasher(), batch_size)
     info = await store.info()
     stored = await scan_state(store)
