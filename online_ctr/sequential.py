@@ -78,7 +78,7 @@ def learn_sequential(
         code,
         p,
         new_state,
-        t,
+        int(t),  # a float or numpy step would compile another specialization
         LOGIT_CLIP,
         np.ascontiguousarray(batch.indptr, dtype=np.int64),
         np.ascontiguousarray(features.inverse, dtype=np.intp),

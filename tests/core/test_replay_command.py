@@ -72,7 +72,12 @@ def test_batch_size_changes_the_results_only_with_minibatch(
     criteo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     outputs = []
-    for flags in ([], ["--batch-size", 64], ["--batch-size", 64, "--minibatch"]):
+    flag_sets: list[list[str | int]] = [
+        [],
+        ["--batch-size", 64],
+        ["--batch-size", 64, "--minibatch"],
+    ]
+    for flags in flag_sets:
         assert run(criteo, "--format", "criteo", "--rule", "fobos", "--limit", 1500, *flags) == 0
         outputs.append(last_json(capsys))
     one, sixty_four, minibatch = outputs

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from loadtests import bench_kernel
-from online_ctr.features import FeatureHasher
+from online_ctr.features import Example, FeatureHasher
 
 
 def test_repeated_cycles_through_the_examples_in_order() -> None:
-    examples = [{"site": "a"}, {"site": "b", "price": 2.0}, {"tags": ["x", "y", "z"]}]
+    examples: list[Example] = [{"site": "a"}, {"site": "b", "price": 2.0}, {"tags": ["x", "y"]}]
     batch = FeatureHasher().batch(examples, [1, 0, 1])
     longer = bench_kernel.repeated(batch, 7)
     assert len(longer) == 7
