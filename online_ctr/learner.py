@@ -1,8 +1,10 @@
-"""One mini-batch of logistic regression: predict with the weights at the batch's start, then
-sum the log-loss gradients per feature and hand them to the rule.
+"""One summed-gradient mini-batch of logistic regression: predict with the weights at the
+batch's start, then sum the log-loss gradients per feature and hand them to the rule.
 
-This is the only place the loss and its gradient are computed; the rules never see examples.
-Both the in-process replay and the Redis worker call :func:`learn`, so they agree exactly.
+Learning is sequential by default (:mod:`online_ctr.sequential`, which computes the same loss
+and gradient one example at a time); this mini-batch is the opt-in alternative, and the scoring
+functions here also serve predictions. The rules never see examples. The Redis worker and
+``InMemoryModel(..., minibatch=True)`` both call :func:`learn`, so they agree exactly.
 
 >>> from online_ctr.features import FeatureHasher
 >>> from online_ctr.rules import get_rule

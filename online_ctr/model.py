@@ -2,6 +2,9 @@
 
 The table keeps one row per feature ever seen: the rule's state fields, then the feature's
 occurrence count. The Redis store keeps exactly the same rows, so the two can be compared.
+It learns example by example (:func:`~online_ctr.sequential.learn_sequential`), whatever the
+size of the batches it is given; ``minibatch=True`` opts into the summed-gradient mini-batch
+of :func:`~online_ctr.learner.learn` instead, where a batch's size is part of the math.
 
 >>> from online_ctr.features import FeatureHasher
 >>> from online_ctr.rules import get_rule
@@ -21,17 +24,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.features import Batch
-from online_ctr.learner import Step, learn, logits, sigmoid, unique_features
+from online_ctr.learner import Features, learn, logits, sigmoid, unique_features
 from online_ctr.rules.base import Array, Rule
+from online_ctr.sequential import Learned, learn_sequential
 from online_ctr.table import StateTable
 
 
 class InMemoryModel:
     """State held in a :class:`~online_ctr.table.StateTable`: rule fields, then the count."""
 
-    def __init__(self, rule: Rule, params: Any = None) -> None:
+    def __init__(self, rule: Rule, params: Any = None, minibatch: bool = False) -> None:
         self.rule = rule
         self.params = rule.params() if params is None else params
+        self.minibatch = minibatch
         self.t = 0
         self.table = StateTable(width=len(rule.fields) + 1)
 
@@ -48,16 +53,23 @@ class InMemoryModel:
         state = self.state_of(features.ids)[:, :-1]
         return sigmoid(logits(batch, features, self.rule.weights(state, self.t, self.params)))
 
-    def learn(self, batch: Batch) -> Step:
-        """Predict the batch, then learn from it (progressive validation)."""
+    def learn(self, batch: Batch) -> Learned:
+        """Predict each example before learning from it (progressive validation)."""
         features = unique_features(batch)
         rows = self.table.rows(features.ids, create=True)
         data = self.table.data
-        step = learn(self.rule, self.params, data[rows, :-1], self.t, batch, features)
-        data[rows, :-1] = step.state
-        data[rows, -1] += step.counts
+        learned = self._learn(data[rows, :-1], batch, features)
+        data[rows, :-1] = learned.state
+        data[rows, -1] += learned.counts
         self.t += len(batch)
-        return step
+        return learned
+
+    def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:
+        """One example at a time, or the whole batch from its start with ``minibatch``."""
+        if not self.minibatch:
+            return learn_sequential(self.rule, self.params, state, self.t, batch, features)
+        step = learn(self.rule, self.params, state, self.t, batch, features)
+        return Learned(step.logits, step.probabilities, step.losses, step.state, step.counts)
 
     def snapshot(self) -> dict[int, Array]:
         """Every tracked feature's row, by id: for comparing with another store."""

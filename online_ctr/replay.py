@@ -1,8 +1,10 @@
 """Replay a stream of labelled examples through a model, scoring each before learning from it.
 
-This is progressive validation (McMahan et al. 2013, section 5.1) in mini-batches: every
-example of a batch is predicted with the weights as they were at the batch's start, then the
-batch is learned. The same loop serves the ``replay`` command, the benchmarks and the tests.
+This is progressive validation (McMahan et al. 2013, section 5.1): every example is predicted
+before it is learned. Examples are read, hashed and handed to the model ``batch_size`` at a time;
+an :class:`~online_ctr.model.InMemoryModel` learns them one by one whatever that size (only with
+``minibatch=True`` does it predict a whole batch with the weights at its start). The same loop
+serves the ``replay`` command, the benchmarks and the tests.
 
 >>> from online_ctr.features import FeatureHasher
 >>> from online_ctr.model import InMemoryModel
@@ -14,7 +16,7 @@ batch is learned. The same loop serves the ``replay`` command, the benchmarks an
 ...     on_batch=lambda progress: seen.append(progress.examples),
 ... )
 >>> result.examples, seen[:3], result.auc
-(100, [10, 20, 30], 0.995)
+(100, [10, 20, 30], 0.9982)
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from itertools import islice
 from typing import Any, Protocol
 
 from online_ctr.features import Batch, Example, FeatureHasher
-from online_ctr.learner import Step
 from online_ctr.rules.base import Array, Rule
+from online_ctr.sequential import Learned
 from online_ctr.stream_metrics import StreamMetrics
 
 
@@ -37,8 +39,8 @@ class Model(Protocol):
     rule: Rule
     params: Any
 
-    def learn(self, batch: Batch) -> Step:
-        """Predict the batch with the current weights, then learn from it."""
+    def learn(self, batch: Batch) -> Learned:
+        """Predict each example of the batch before learning from it."""
 
     def nonzero_weights(self) -> int:
         """An exact count of the nonzero weights now."""
@@ -96,7 +98,7 @@ def replay(
     batch_size: int,
     on_batch: OnBatch | None = None,
 ) -> ReplayResult:
-    """Learn ``examples`` in batches of ``batch_size``, predicting each batch first.
+    """Learn ``examples``, read and hashed ``batch_size`` at a time, predicting each first.
 
     ``seconds`` times drawing the examples from the iterable (so parsing, if it reads a file
     lazily), hashing, predicting, learning and the metric sums; not ``on_batch`` and not the

@@ -46,14 +46,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "replay",
         help="replay a click log through a learning rule in-process",
-        description="Learn FILE example by example (or in mini-batches), predicting each "
-        "example before learning from it; print the progressive metrics as JSON.",
+        description="Learn FILE example by example, predicting each example before learning "
+        "from it (or, with --minibatch, in summed-gradient mini-batches); print the "
+        "progressive metrics as JSON.",
     )
     add_data_arguments(parser)
     parser.add_argument("--rule", required=True, choices=sorted(RULES), help="learning rule")
     for name, (kind, text) in HYPER_PARAMETERS.items():
         parser.add_argument(f"--{name}", type=kind, help=f"{text}; default: the rule's")
-    parser.add_argument("--batch-size", type=integer(1), default=1, help="default: 1")
+    parser.add_argument(
+        "--batch-size",
+        type=integer(1),
+        default=1,
+        help="examples read and hashed at a time; it does not change the results, except "
+        "with --minibatch, where it is the mini-batch size; default: 1",
+    )
+    parser.add_argument(
+        "--minibatch",
+        action="store_true",
+        help="learn summed-gradient mini-batches of --batch-size examples, each predicted with "
+        "the weights at its start: a different algorithm, which drifts as the size grows",
+    )
     parser.add_argument("--passes", type=integer(1), default=1, help="replay the file P times")
     parser.set_defaults(func=run)
 
@@ -79,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:  # unknown flags for the rule, or values it refuses
         return fail("replay", str(error), status=2)
     try:
-        result = _replay_file(args, InMemoryModel(rule, params), hasher)
+        result = _replay_file(args, InMemoryModel(rule, params, args.minibatch), hasher)
     except (ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
     print(json.dumps(_output(args, result), allow_nan=False))
@@ -114,7 +127,12 @@ def _replay_file(
 def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
     """The JSON object: the result and how it was produced; infinities become strings."""
     params = {k: v if math.isfinite(v) else str(v) for k, v in result.params.items()}
-    run_info = {"file": str(args.file), "format": args.format, "passes": args.passes}
+    run_info = {
+        "file": str(args.file),
+        "format": args.format,
+        "passes": args.passes,
+        "minibatch": args.minibatch,
+    }
     return {
         **result.as_dict(),
         "params": params,

@@ -1,12 +1,12 @@
 """FTRL-Proximal against a literal transcription of McMahan et al. 2013, Algorithm 1.
 
-The transcription works on plain dicts, one example at a time; the model works on numpy
-arrays in batches of one. Same features (the same reader and hasher), same hyper-parameters,
-same logit clip, so the predictions differ only by rounding: the two sum ``w . x`` in different
-orders and take ``exp`` and ``sqrt`` from different libraries. On this file the largest
-difference is about 4e-16. The tolerance of 1e-9 leaves room for other platforms' maths
-libraries and still catches any real difference: changing l2 by one part in 10^4 already
-moves some prediction by 4e-7, and a wrong sign or ordering in the update far more.
+The transcription works on plain dicts, one example at a time; the model runs the compiled
+sequential kernel, here in batches of one through the replay. Same features (the same reader
+and hasher), same hyper-parameters, same logit clip, same libm ``exp`` and ``sqrt`` and the same
+order of the sum ``w . x``: on this file the predictions are identical (``test_sequential``
+asserts that, in one batch of 10,000). The tolerance of 1e-9 leaves room for other platforms
+and still catches any real difference: changing l2 by one part in 10^4 already moves some
+prediction by 4e-7, and a wrong sign or ordering in the update far more.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The mini-batch learner: its gradient, and how batches map onto the rules' sequential updates.
 
+The models here are ``InMemoryModel(..., minibatch=True)``, which runs ``learner.learn``; the
+default, exact sequential learner is tested in ``test_sequential.py``.
+
 - The log-loss gradient matches finite differences of the log loss.
-- With B = 1, ``learn`` and :class:`InMemoryModel` are the rule applied one example at a time:
+- With B = 1, ``learn`` and a mini-batch model are the rule applied one example at a time:
   bit for bit against a loop over ``rule.weights``/``rule.update``, and to rounding against
   textbook per-step definitions that regularize every feature seen on every step.
 - With B > 1, every prediction uses the batch's starting weights and the rule sees, per
@@ -130,7 +133,7 @@ def test_batches_of_one_are_the_rule_applied_example_by_example(name: str) -> No
     examples, labels = synthetic_stream(300, seed=11)
     expected, expected_state = sequential_by_rule(rule, params, examples, labels)
 
-    model = InMemoryModel(rule, params)
+    model = InMemoryModel(rule, params, minibatch=True)
     hasher = FeatureHasher()
     predictions = []
     for example, y in zip(examples, labels, strict=True):
@@ -250,7 +253,7 @@ TEXTBOOK: dict[str, Textbook] = {
 def test_model_with_batches_of_one_follows_the_textbook_definition(name: str, seed: int) -> None:
     """FTRL's literal Algorithm 1 is checked in ``test_ftrl_algorithm1.py``."""
     rule = RULES[name]
-    model = InMemoryModel(rule, rule.params(**PARAMS[name]))
+    model = InMemoryModel(rule, rule.params(**PARAMS[name]), minibatch=True)
     hasher = FeatureHasher()
     examples, labels = synthetic_stream(400, seed)
     state: dict[int, list[float]] = {}
@@ -289,7 +292,7 @@ def test_a_batch_predicts_with_its_start_weights_and_sums_gradients_per_feature(
 ) -> None:
     rule = RULES[name]
     params = rule.params(**PARAMS[name])
-    model = InMemoryModel(rule, params)
+    model = InMemoryModel(rule, params, minibatch=True)
     hasher = FeatureHasher()
     examples, labels = synthetic_stream(50 + batch_size, seed=batch_size)
     model.learn(hasher.batch(examples[:50], labels[:50]))  # some state to start from

@@ -68,6 +68,34 @@ def test_json_reports_what_the_replay_function_computes(
     assert out["timed"] == TIMED
 
 
+def test_batch_size_changes_the_results_only_with_minibatch(
+    criteo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = []
+    flag_sets: list[list[str | int]] = [
+        [],
+        ["--batch-size", 64],
+        ["--batch-size", 64, "--minibatch"],
+    ]
+    for flags in flag_sets:
+        assert run(criteo, "--format", "criteo", "--rule", "fobos", "--limit", 1500, *flags) == 0
+        outputs.append(last_json(capsys))
+    one, sixty_four, minibatch = outputs
+    same = ("auc", "nonzero_weights", "features_tracked")
+    assert [one[key] for key in same] == [sixty_four[key] for key in same]
+    # The predictions are identical (test_sequential); the metrics add them up batch by
+    # batch, so their sums round differently in the last bits.
+    for key in ("logloss", "calibration"):
+        assert one[key] == pytest.approx(sixty_four[key], rel=1e-13), key
+    assert [out["minibatch"] for out in outputs] == [False, False, True]
+    rule = get_rule("fobos")
+    model = InMemoryModel(rule, rule.params(), minibatch=True)
+    direct = replay(read_examples(criteo, "criteo", 1500), model, FeatureHasher(), 64)
+    for key in (*same, "logloss", "calibration"):
+        assert minibatch[key] == getattr(direct, key), key
+    assert abs(minibatch["logloss"] - one["logloss"]) > 1e-4
+
+
 def test_passes_replay_the_file_again(criteo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(criteo, "--format", "criteo", "--rule", "rda", "--limit", 300) == 0
     once = last_json(capsys)

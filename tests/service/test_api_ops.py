@@ -76,6 +76,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert client.get("/models/default").json()["stream_lag"] == 1
     asyncio.run(in_redis(settings, "learn"))
 
+    # The worker learns example by example, exactly as the in-process model.
     reference = InMemoryModel(get_rule("rda"), settings.rule_params())
     step = reference.learn(FeatureHasher().batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     info = client.get("/models/default").json()

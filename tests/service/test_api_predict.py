@@ -87,6 +87,7 @@ def test_predictions_equal_the_in_process_model(client: TestClient, settings: Se
     assert client.post("/learn", json=body).json() == {"accepted": len(ROWS)}
     asyncio.run(learn_with_worker(settings))
     hasher = FeatureHasher()
+    # The worker learns example by example, exactly as the in-process model.
     reference = InMemoryModel(get_rule(settings.rule), settings.rule_params())
     reference.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     examples = [x for x, _ in ROWS[:50]] + [MIXED]
