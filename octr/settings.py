@@ -29,6 +29,10 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("OCTR_REDIS_URL", "REDIS_URL"),
         description="Redis to use; unset, `online-ctr serve` starts an embedded one.",
     )
+    redis_cluster: bool = Field(
+        False,
+        description="The Redis URL is a node of a Redis Cluster; the client finds the others.",
+    )
     data_dir: Path = Field(Path(".online-ctr"), description="Where the embedded Redis keeps data.")
     model: str = Field("default", description="The model the worker learns and the API serves.")
     rule: str = Field("ftrl", description=f"Learning rule: {', '.join(sorted(RULES))}.")
@@ -94,6 +98,14 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _params_fit_rule(self) -> Settings:
         self.rule_params()
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_has_url(self) -> Settings:
+        if self.redis_cluster and self.redis_url is None:
+            raise ValueError(
+                "OCTR_REDIS_CLUSTER needs OCTR_REDIS_URL (the embedded Redis is no cluster)"
+            )
         return self
 
     def hyper_parameters(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Nothing happens at import time. The app starts even when Redis is down (the model is created
 in Redis on first use) and recovers by itself when Redis comes back; only a model in Redis
-that was created with other settings stops it from starting.
+that was created with other settings, or a Redis whose cluster mode is not what
+``OCTR_REDIS_CLUSTER`` says, stops it from starting.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from octr.metrics import Metrics
 from octr.settings import Settings, get_settings
-from octr.wiring import redis_client
+from octr.wiring import check_topology, redis_client
 from service.api import errors
 from service.api.middleware import EdgeMiddleware
 from service.api.routes import health, learn, metrics, models, predict
@@ -37,6 +38,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         served = ServedModel(settings, redis, app.state.metrics)
         try:
+            await check_topology(settings)
             await served.ensure()
         except (aioredis.RedisError, OSError) as error:
             if not errors.redis_unavailable(error):

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from service.embedded import RedisServer
+from tests.local_cluster import LocalCluster
 
 #: The shared real CTR data, beside the repository (never copied into it).
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -44,6 +45,21 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real Redis Cluster for the session (3 masters, 3 replicas) on free loopback ports."""
+    with LocalCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: LocalCluster) -> str:
+    """The session cluster, whole again (nodes a test killed restarted) and emptied."""
+    redis_cluster.heal()
+    redis_cluster.flushall()
+    return redis_cluster.url
 
 
 @pytest.fixture(scope="session")
