@@ -19,6 +19,8 @@ key                           type    contents
 ``octr:{m}:dead``             stream  dead-lettered entries with the reason
 ``octr:{m}:failures``         hash    entry id -> last failure reason, until it is resolved
 ``octr:{m}:workers``          zset    consumer name -> Redis time of its last heartbeat
+``octr:{m}:idem:<key>``       string  a /learn ``Idempotency-Key``: the body's digest and
+                                      the answer, expiring after the idempotency window
 ============================  ======  =====================================================
 
 >>> keys = ModelKeys("default")
@@ -78,6 +80,10 @@ class ModelKeys:
     @property
     def workers(self) -> str:
         return self._key("workers")
+
+    def idempotency(self, key: str) -> str:
+        """The record of a /learn request's ``Idempotency-Key``."""
+        return self._key(f"idem:{key}")
 
     def bucket(self, index: int) -> str:
         """The hash holding state bucket ``index``."""

@@ -32,7 +32,7 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     started = time.perf_counter()
     model = requested_model(request)
     rows = body.rows()
-    single = body.features is not None
+    single = body.single
     lists = model.limits.check(rows, single)
     s, p = await model.predict(rows, lists)
     # Plain floats and a name, encoded directly: a response model's validation would cost
