@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     reclaim_idle_ms: int = Field(30_000, ge=1, description="Idle time before XAUTOCLAIM.")
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    redis_wait_s: float = Field(
+        30.0, gt=0, description="How long a starting process waits for Redis to answer."
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
     max_examples_per_request: int = Field(1000, ge=1)
     max_features_per_example: int = Field(1000, ge=1)

@@ -6,6 +6,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from octr.process import StartupError
 from octr.settings import Settings
 from octr.store.state import ModelSpec, spec_from
 
@@ -17,7 +18,9 @@ def redis_client(settings: Settings) -> aioredis.Redis:
     with Retry-After instead, and the worker leaves the batch pending and tries again.
     """
     if settings.redis_url is None:
-        raise ValueError("no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or use `serve`")
+        raise StartupError(
+            "no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or run `online-ctr serve`"
+        )
     return aioredis.Redis.from_url(
         settings.redis_url,
         socket_timeout=settings.redis_timeout_s,
