@@ -18,10 +18,13 @@ _SOURCES = ("body", "query", "path", "header")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
 _SHOWN_NAME_CHARS = 40
 _VALUE_KINDS = "must be a string, a finite number or a list of strings"
+#: A JSON string with a lone UTF-16 surrogate escape (``"\\ud800"``) is no Unicode text.
+_SURROGATE = "contains a lone surrogate escape (like \\ud800), which is not valid Unicode text"
 _NAME_MESSAGES = {
     "string_too_short": "field names must not be empty",
     "string_pattern_mismatch": "field names must not contain '=' (it separates field and value)",
     "string_too_long": f"field names are limited to {MAX_NAME_CHARS} characters",
+    "string_unicode": f"field names must be valid text: this one {_SURROGATE}",
 }
 _MESSAGES = {
     "missing": "is required",
@@ -136,6 +139,8 @@ def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
     if items:  # the value was a list: only its bad items matter
         return items
     kinds = {error["type"] for error in group}
+    if "string_unicode" in kinds:
+        return {path: _SURROGATE}
     if "finite_number" in kinds:
         return {path: "must be a finite number, not NaN or Infinity"}
     if "string_too_long" in kinds:
@@ -147,6 +152,8 @@ def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _item_message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "string_unicode":
+        return _SURROGATE
     if error["type"] == "string_too_long":
         return f"is longer than {MAX_VALUE_CHARS} characters"
     return f"list items must be strings, not {_describe(error.get('input'))}"

@@ -234,6 +234,24 @@ class ErrorResponse(BaseModel):
     errors: list[FieldError] | None = None
 
 
+#: What each error status means, for the OpenAPI document.
+ERROR_MEANINGS = {
+    404: "No such model here.",
+    408: "The body did not arrive within OCTR_BODY_TIMEOUT_S (e.g. shorter than its "
+    "Content-Length).",
+    409: "The Idempotency-Key was used for other examples.",
+    413: "The body is larger than OCTR_MAX_BODY_BYTES.",
+    415: "The body is not declared JSON, or has a Content-Encoding (send it uncompressed).",
+    422: "Invalid request: not UTF-8, not JSON, nested too deeply, a lone surrogate, not "
+    "exactly one of `features` and `examples`, or a field out of bounds; `errors` names each. "
+    "A key repeated in one JSON object is not refused: its last value counts.",
+    503: "Redis is unavailable; retry after Retry-After seconds.",
+}
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given error statuses."""
-    return {status: {"model": ErrorResponse} for status in statuses}
+    return {
+        status: {"model": ErrorResponse, "description": ERROR_MEANINGS[status]}
+        for status in statuses
+    }

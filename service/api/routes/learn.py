@@ -31,7 +31,7 @@ _KEY_PARAMETER = {
     "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY.pattern}$"},
 }
 _RESPONSES: dict[int | str, dict[str, Any]] = {
-    **error_responses(404, 409, 413, 415, 422, 503),
+    **error_responses(404, 408, 409, 413, 415, 422, 503),
     202: {
         "description": "Accepted: the examples are in the stream (or were, for a replay).",
         "headers": {

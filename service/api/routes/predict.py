@@ -21,7 +21,7 @@ router = APIRouter(tags=["predictions"])
 @router.post(
     "/predict",
     response_model=PredictResponse | PredictBatchResponse,
-    responses=error_responses(404, 413, 415, 422, 503),
+    responses=error_responses(404, 408, 413, 415, 422, 503),
     openapi_extra=MODEL_PARAMETER,
 )
 async def predict(body: PredictRequest, request: Request) -> Response:
