@@ -72,7 +72,7 @@ class BodyGuard:
     """``receive`` for one request: checks the headers at the first call, then counts the
     bytes against the size limit and waits for them no longer than the body deadline."""
 
-    __slots__ = ("deadline", "limit", "received", "scope", "source", "timeout_s")
+    __slots__ = ("deadline", "expired", "limit", "received", "scope", "source", "timeout_s")
 
     def __init__(self, scope: Scope, source: Receive, limit: int, timeout_s: float) -> None:
         self.scope = scope
@@ -81,6 +81,11 @@ class BodyGuard:
         self.timeout_s = timeout_s
         self.received = -1  # -1: headers not checked yet
         self.deadline = 1.0  # set at the first receive; 0: the body is complete
+        self.expired = False
+
+    def _expire(self, task: asyncio.Task[Any]) -> None:
+        self.expired = True
+        task.cancel()
 
     def _check_headers(self) -> None:
         if (declared_length(self.scope) or 0) > self.limit:
@@ -96,13 +101,21 @@ class BodyGuard:
             self._check_headers()
         if not self.deadline:  # the body is complete: a later receive waits for a disconnect
             return await self.source()
+        # A deadline for the whole body: a client that stalls mid-body (or sends less than its
+        # Content-Length) would otherwise hold the request open forever. A bare timer rather
+        # than asyncio.timeout(), which cost ~10 us per receive here against ~2.5 us.
+        task = asyncio.current_task()
+        assert task is not None
+        timer = asyncio.get_running_loop().call_at(self.deadline, self._expire, task)
         try:
-            # A deadline for the whole body: a client that stalls mid-body (or sends less
-            # than its Content-Length) would otherwise hold the request open forever.
-            async with asyncio.timeout_at(self.deadline):
-                message = await self.source()
-        except TimeoutError:
+            message = await self.source()
+        except asyncio.CancelledError:
+            if not self.expired:
+                raise
+            task.uncancel()
             raise BodyTimeoutError(self.timeout_s) from None
+        finally:
+            timer.cancel()
         if not message.get("more_body", False):
             self.deadline = 0.0
         self.received += len(message.get("body", b""))
