@@ -1,12 +1,26 @@
 """What every online-ctr process does first: configure logging and read the settings, turning a
-bad configuration into one line on stderr and exit status 2 instead of a traceback."""
+bad configuration into one line on stderr and a non-zero exit status instead of a traceback."""
 
 from __future__ import annotations
 
 import logging
-import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from octr.settings import Settings, get_settings
+
+#: Settings read from an environment variable other than ``OCTR_<FIELD>``.
+_VARIABLES = {"redis_url": "OCTR_REDIS_URL"}
+
+
+class StartupError(SystemExit):
+    """A problem that stops a process from starting: Python prints the one-line message on
+    stderr (no traceback) and exits with status 1, wherever it is raised."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"online-ctr: {message}")
 
 
 def configure_logging() -> None:
@@ -14,10 +28,32 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
+def variable(field: str) -> str:
+    """The environment variable of a settings field: ``alpha`` -> ``OCTR_ALPHA``."""
+    return _VARIABLES.get(field, f"OCTR_{field.upper()}")
+
+
+def _one(error: Mapping[str, Any]) -> str:
+    loc: Sequence[str | int] = error["loc"]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not loc:  # a check across settings: its message names the variables itself
+        return message
+    name = str(loc[0])
+    name = name if name.startswith(("OCTR_", "REDIS_")) else variable(name)
+    got = error.get("input")
+    quiet = not isinstance(got, str) or "got " in message or repr(got) in message
+    shown = "" if quiet else f" (got {got!r})"
+    return f"{name}: {message[:1].lower()}{message[1:]}{shown}"
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """A pydantic settings error as one line naming the environment variables."""
+    return "invalid configuration: " + "; ".join(_one(e) for e in error.errors(include_url=False))
+
+
 def settings_or_exit() -> Settings:
-    """The settings, or a clear message and exit status 2 if they are invalid."""
+    """The settings, or one clear line and a non-zero exit status if they are invalid."""
     try:
         return get_settings()
-    except ValueError as error:
-        print(f"online-ctr: invalid configuration: {error}", file=sys.stderr)
-        raise SystemExit(2) from error
+    except ValidationError as error:
+        raise StartupError(describe_settings_error(error)) from None

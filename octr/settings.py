@@ -6,17 +6,22 @@ plain ``REDIS_URL``. Nothing else in the code reads the environment.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from online_ctr.rules import RULES, get_rule
 
+#: URL schemes redis-py connects with.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 #: Hyper-parameter settings, by the name the rules' dataclasses use.
 HYPER_PARAMETERS = ("alpha", "beta", "l1", "l2", "gamma", "theta", "k")
+_VARIABLE_NAME = re.compile(rf"(?<![\w'])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
 
 
 class Settings(BaseSettings):
@@ -62,13 +67,26 @@ class Settings(BaseSettings):
     )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    redis_wait_s: float = Field(
+        30.0, gt=0, description="How long a starting process waits for Redis to answer."
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
     max_examples_per_request: int = Field(1000, ge=1)
     max_features_per_example: int = Field(1000, ge=1)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8000, ge=0, le=65535, description="API port.")
+    worker_metrics_host: str = Field("127.0.0.1", description="Worker /metrics bind address.")
     worker_metrics_port: int = Field(9101, ge=0, le=65535, description="Worker /metrics; 0: off.")
+    auth: Literal["on", "off"] = Field("on", description="API keys required; off: local use.")
+    api_keys: SecretStr | None = Field(None, description='JSON {"<key>": ["predict", ...]}.')
+    api_keys_file: Path | None = Field(None, description="A file of API keys, one per line.")
+    protect_metrics: bool = Field(False, description="/metrics needs the admin scope.")
+    protect_docs: bool = Field(False, description="/docs and /openapi.json need a key.")
+    idempotency_window_s: int = Field(
+        86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."
+    )
+    body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
     worker_name: str | None = Field(None, description="Worker name; default host-pid.")
     heartbeat_interval_s: float = Field(2.0, gt=0)
     ready_max_heartbeat_age_s: float = Field(15.0, gt=0)
@@ -77,6 +95,16 @@ class Settings(BaseSettings):
     @classmethod
     def _known_rule(cls, value: str) -> str:
         get_rule(value)
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES:
+            raise ValueError(
+                f"{value!r} is not a Redis URL; write it as redis://HOST:PORT/DB "
+                "(e.g. redis://localhost:6379/0), rediss:// for TLS or unix:///path"
+            )
         return value
 
     @field_validator("state_buckets", "state_shards")
@@ -97,7 +125,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _params_fit_rule(self) -> Settings:
-        self.rule_params()
+        try:
+            self.rule_params()
+        except ValueError as error:
+            # The rules name their parameters as in the paper; name the variables instead.
+            named = _VARIABLE_NAME.sub(lambda m: f"OCTR_{m[0].upper()}", str(error))
+            raise ValueError(named) from None
         return self
 
     @model_validator(mode="after")

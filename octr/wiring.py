@@ -29,6 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import MovedError, ResponseError
 
+from octr.process import StartupError
 from octr.redis_types import RedisClient
 from octr.settings import Settings
 from octr.store.state import ModelSpec, spec_from
@@ -75,7 +76,9 @@ def redis_client(settings: Settings) -> RedisClient:
     cluster client still follows MOVED and ASK redirections, which are not failures.
     """
     if settings.redis_url is None:
-        raise ValueError("no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or use `serve`")
+        raise StartupError(
+            "no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or run `online-ctr serve`"
+        )
     options: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,

@@ -17,10 +17,13 @@ from fastapi import FastAPI
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from octr.metrics import Metrics
+from octr.process import StartupError
 from octr.settings import Settings, get_settings
 from octr.wiring import check_topology, redis_client
 from service.api import errors
+from service.api.auth import authenticator
 from service.api.middleware import EdgeMiddleware
+from service.api.openapi import document_auth
 from service.api.routes import health, learn, metrics, models, predict
 from service.api.served import ServedModel
 
@@ -56,10 +59,16 @@ def create_app(
     """The API for ``settings`` (default: from the environment), its metrics in ``registry``.
 
     Tests pass a private registry; the default one can hold only one app's metrics.
+    A configuration it cannot serve (no Redis URL, API keys on but none given) is a
+    :class:`~octr.process.StartupError`.
     """
     settings = settings or get_settings()
     if settings.redis_url is None:
-        raise ValueError("the API needs OCTR_REDIS_URL (or REDIS_URL)")
+        raise StartupError(
+            "the API needs a Redis: set OCTR_REDIS_URL (or REDIS_URL), or run "
+            "`online-ctr serve`, which starts one"
+        )
+    auth = authenticator(settings)
     registry = REGISTRY if registry is None else registry
     app = FastAPI(
         title="online-ctr",
@@ -78,5 +87,9 @@ def create_app(
         EdgeMiddleware,
         requests=app.state.metrics.http_requests,
         max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        auth=auth,
     )
+    if auth is not None:
+        document_auth(app, auth)
     return app

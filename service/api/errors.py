@@ -2,7 +2,9 @@
 
 Every error answers ``{"detail": "<plain sentence>"}``; a 422 adds ``errors``, one
 ``{"field", "message"}`` per invalid field. Redis being unreachable, loading, out of memory or
-read-only is a 503 with ``Retry-After``: the client may retry, and nothing was accepted.
+read-only is a 503 with ``Retry-After``. A 503 after a timeout does not prove that nothing was
+accepted (a stalled Redis may still run the write later): a ``/learn`` retried with the same
+``Idempotency-Key`` is never appended twice.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 
 from octr.settings import Settings
+from octr.store.ingest import IdempotencyConflictError
 from octr.store.state import ModelMismatchError
-from service.api.limits import LimitExceededError
-from service.api.messages import field_errors, summary
+from service.api.limits import InvalidFieldError
+from service.api.messages import field_errors, summary, unparseable_body
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +40,13 @@ TRANSIENT: tuple[type[Exception], ...] = (
     TimeoutError,
 )
 _TRANSIENT_REPLIES = ("MISCONF", "BUSY", "NOREPLICAS", "LOADING", "OOM", "READONLY")
+#: What a 503 tells the client to do.
+RETRY_ADVICE = (
+    "retry shortly. A /learn request may have been accepted anyway: retrying it with the same "
+    "Idempotency-Key is always safe"
+)
+#: FastAPI's answer to a body its JSON parser raised on (other than a JSON syntax error).
+_UNPARSEABLE = "There was an error parsing the body"
 
 
 class ApiError(Exception):
@@ -93,15 +103,17 @@ def describe(error: Exception, settings: Settings) -> Answer:
         return error.status_code, {"detail": error.detail}, retry if error.retry else None
     if isinstance(error, RequestValidationError):
         return _invalid(field_errors(error.errors()))
-    if isinstance(error, LimitExceededError):
+    if isinstance(error, InvalidFieldError):
         return _invalid([{"field": error.field, "message": error.message}])
+    if isinstance(error, IdempotencyConflictError):
+        return 409, {"detail": str(error)}, None
     if isinstance(error, HTTPException):
         return _http(error, settings)
     if redis_unavailable(error):
         logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
         # The class, not the message: the message names Redis's address, which is the log's.
         kind = type(error).__name__
-        return 503, {"detail": f"Redis is unavailable ({kind}); retry shortly"}, retry
+        return 503, {"detail": f"Redis is unavailable ({kind}); {RETRY_ADVICE}"}, retry
     if isinstance(error, ModelMismatchError):
         logger.error("%s", error)
         return 500, {"detail": str(error)}, None
@@ -134,6 +146,9 @@ async def handle_error(request: Request, error: Exception) -> JSONResponse:
     """The application's exception handler: every domain error becomes its HTTP answer."""
     if isinstance(error, RequestValidationError):
         error = _not_json(request, error) or error
+    elif isinstance(error, HTTPException) and error.detail == _UNPARSEABLE:
+        # Invalid UTF-8 or nesting beyond the parser's depth: say which, as a 422.
+        error = InvalidFieldError("body", unparseable_body(await request.body()))
     status, body, headers = describe(error, request.app.state.settings)
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -143,7 +158,8 @@ def install(app: FastAPI) -> None:
     for kind in (
         ApiError,
         RequestValidationError,
-        LimitExceededError,
+        InvalidFieldError,
+        IdempotencyConflictError,
         HTTPException,
         redis_errors.RedisError,
         ModelMismatchError,

@@ -8,13 +8,17 @@ from dataclasses import dataclass
 from online_ctr.features import Example
 
 
-class LimitExceededError(ValueError):
-    """A request within the schema but over a configured size limit."""
+class InvalidFieldError(ValueError):
+    """A part of a request (a field, a header) that is not acceptable: answered 422."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class LimitExceededError(InvalidFieldError):
+    """A request within the schema but over a configured size limit."""
 
 
 @dataclass(frozen=True)

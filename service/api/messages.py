@@ -12,16 +12,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
+from service.api.schemas import BATCH, MAX_NAME_CHARS, MAX_VALUE_CHARS, ONE_SHAPE, SINGLE
 
 _SOURCES = ("body", "query", "path", "header")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
 _SHOWN_NAME_CHARS = 40
 _VALUE_KINDS = "must be a string, a finite number or a list of strings"
+#: A JSON string with a lone UTF-16 surrogate escape (``"\\ud800"``) is no Unicode text.
+_SURROGATE = "contains a lone surrogate escape (like \\ud800), which is not valid Unicode text"
 _NAME_MESSAGES = {
     "string_too_short": "field names must not be empty",
     "string_pattern_mismatch": "field names must not contain '=' (it separates field and value)",
     "string_too_long": f"field names are limited to {MAX_NAME_CHARS} characters",
+    "string_unicode": f"field names must be valid text: this one {_SURROGATE}",
 }
 _MESSAGES = {
     "missing": "is required",
@@ -65,8 +68,28 @@ def summary(errors: list[dict[str, str]], limit: int = 3) -> str:
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
+def unparseable_body(body: bytes) -> str:
+    """Why a body that FastAPI's JSON parser raised on cannot be read: what to fix."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return (
+            f"is not valid UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start}); "
+            "send JSON encoded as UTF-8"
+        )
+    try:
+        json.loads(text)
+    except RecursionError:
+        return "nests too deeply to parse; a request needs at most 5 levels of nesting"
+    except ValueError as error:
+        return f"is not valid JSON ({error})"
+    return "could not be parsed as JSON; send one JSON object encoded as UTF-8"
+
+
 def _strip_source(loc: Loc) -> list[str | int]:
-    return list(loc[1:] if loc and loc[0] in _SOURCES else loc)
+    """The location inside the body, without "body" and the request shape's union tag."""
+    inside = list(loc[1:] if loc and loc[0] in _SOURCES else loc)
+    return inside[1:] if inside[:1] in ([SINGLE], [BATCH]) else inside
 
 
 def _feature_value(loc: list[str | int]) -> tuple[list[str | int], list[str | int]] | None:
@@ -86,12 +109,24 @@ def _explain(loc: list[str | int], error: Mapping[str, Any]) -> tuple[str, str]:
         return "body", f"is not valid JSON ({reason} at character {loc[0] if loc else 0})"
     if loc and loc[-1] == "label" and kind not in ("missing", "extra_forbidden"):
         return _path(loc), "must be 0 or 1 (a number, not true/false or a string)"
+    if kind == ONE_SHAPE:
+        return _shape_message(error.get("input"), str(error["msg"]))
     if kind == "value_error":
         message = str(error["msg"]).removeprefix("Value error, ")
         return _path(loc), message
     if kind == "missing" and not loc:
         return "body", "a JSON object is required"
     return _path(loc), _MESSAGES.get(kind, str(error["msg"]))
+
+
+def _shape_message(body: object, message: str) -> tuple[str, str]:
+    """Why a body has neither or both of ``features`` and ``examples``."""
+    if not isinstance(body, dict):
+        return "body", "must be a JSON object with 'features' or 'examples'"
+    unknown = [name for name in body if name not in ("features", "examples", "label")]
+    if unknown and "features" not in body and "examples" not in body:
+        return _path([unknown[0]]), "is not a field of this request; send 'features' or 'examples'"
+    return "body", message
 
 
 def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
@@ -104,6 +139,8 @@ def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
     if items:  # the value was a list: only its bad items matter
         return items
     kinds = {error["type"] for error in group}
+    if "string_unicode" in kinds:
+        return {path: _SURROGATE}
     if "finite_number" in kinds:
         return {path: "must be a finite number, not NaN or Infinity"}
     if "string_too_long" in kinds:
@@ -115,6 +152,8 @@ def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
 
 
 def _item_message(error: Mapping[str, Any]) -> str:
+    if error["type"] == "string_unicode":
+        return _SURROGATE
     if error["type"] == "string_too_long":
         return f"is longer than {MAX_VALUE_CHARS} characters"
     return f"list items must be strings, not {_describe(error.get('input'))}"

@@ -7,16 +7,18 @@ Python per feature); the limits that come from settings are checked by
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,
     Strict,
     StringConstraints,
-    model_validator,
+    Tag,
+    TypeAdapter,
 )
 
 from online_ctr.features import Example
@@ -47,8 +49,11 @@ Features = Annotated[
 ]
 Label = Annotated[int, Strict(), Field(ge=0, le=1, description="1: clicked, 0: not clicked.")]
 
-_STRICT = ConfigDict(extra="forbid")
 _ONE_SHAPE = "send either 'features' (one example) or 'examples' (a list of them), not both"
+#: The error type of a body with neither or both of ``features`` and ``examples``.
+ONE_SHAPE = "one_shape"
+#: The union tags; pydantic puts them in error locations, where messages.py drops them.
+SINGLE, BATCH = "single", "batch"
 
 FEATURES: dict[str, JsonValue] = {
     "site": "news.example",
@@ -61,86 +66,101 @@ OTHER_FEATURES: dict[str, JsonValue] = {"site": "blog.example", "hour": 9.0}
 class PredictExample(BaseModel):
     """One example to score."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"features": FEATURES}]}
+    )
+    single: ClassVar[bool] = True
     features: Features
 
+    def rows(self) -> list[Example]:
+        """The example's features, as a one-row list."""
+        return [self.features]
 
-class PredictRequest(BaseModel):
-    """One example (``features``) or several (``examples``) to score."""
+
+class PredictBatch(BaseModel):
+    """Several examples to score, answered in order."""
 
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [
-                {"features": FEATURES},
-                {"examples": [{"features": FEATURES}, {"features": OTHER_FEATURES}]},
-            ]
+            "examples": [{"examples": [{"features": FEATURES}, {"features": OTHER_FEATURES}]}]
         },
     )
-    features: Features | None = None
-    examples: Annotated[list[PredictExample], Field(min_length=1)] | None = None
-
-    @model_validator(mode="after")
-    def _one_shape(self) -> PredictRequest:
-        if (self.features is None) == (self.examples is None):
-            raise ValueError(_ONE_SHAPE)
-        return self
+    single: ClassVar[bool] = False
+    examples: Annotated[list[PredictExample], Field(min_length=1)]
 
     def rows(self) -> list[Example]:
         """The examples' features, in order."""
-        if self.features is not None:
-            return [self.features]
-        return [example.features for example in self.examples or ()]
+        return [example.features for example in self.examples]
 
 
 class LearnExample(BaseModel):
     """One labelled example."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"features": FEATURES, "label": 1}]}
+    )
+    single: ClassVar[bool] = True
     features: Features
     label: Label
 
+    def rows(self) -> list[Example]:
+        """The example's features, as a one-row list."""
+        return [self.features]
 
-class LearnRequest(BaseModel):
-    """One labelled example (``features`` and ``label``) or several (``examples``)."""
+    def labels(self) -> list[int]:
+        """The example's label, as a one-item list."""
+        return [self.label]
+
+
+class LearnBatch(BaseModel):
+    """Several labelled examples."""
 
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"features": FEATURES, "label": 1},
                 {
                     "examples": [
                         {"features": FEATURES, "label": 1},
                         {"features": OTHER_FEATURES, "label": 0},
                     ]
-                },
+                }
             ]
         },
     )
-    features: Features | None = None
-    label: Label | None = None
-    examples: Annotated[list[LearnExample], Field(min_length=1)] | None = None
-
-    @model_validator(mode="after")
-    def _one_shape(self) -> LearnRequest:
-        if (self.features is None) == (self.examples is None):
-            raise ValueError(_ONE_SHAPE)
-        if (self.features is None) != (self.label is None):
-            raise ValueError("'features' and 'label' go together; 'label' must be 0 or 1")
-        return self
+    single: ClassVar[bool] = False
+    examples: Annotated[list[LearnExample], Field(min_length=1)]
 
     def rows(self) -> list[Example]:
         """The examples' features, in order."""
-        if self.features is not None:
-            return [self.features]
-        return [example.features for example in self.examples or ()]
+        return [example.features for example in self.examples]
 
     def labels(self) -> list[int]:
         """The examples' labels, in order."""
-        if self.label is not None:
-            return [self.label]
-        return [example.label for example in self.examples or ()]
+        return [example.label for example in self.examples]
+
+
+def _shape(body: Any) -> str | None:
+    """Which request shape a body is: exactly one of ``features`` and ``examples``."""
+    if isinstance(body, dict):
+        single, batch = "features" in body, "examples" in body
+        return None if single == batch else SINGLE if single else BATCH
+    if isinstance(body, BaseModel):
+        return SINGLE if getattr(body, "single", False) else BATCH
+    return None
+
+
+#: The discriminator: in OpenAPI a ``oneOf``, so the schema itself says "exactly one of".
+_ONE_OF = Discriminator(_shape, custom_error_type=ONE_SHAPE, custom_error_message=_ONE_SHAPE)
+PredictRequest = Annotated[
+    Annotated[PredictExample, Tag(SINGLE)] | Annotated[PredictBatch, Tag(BATCH)], _ONE_OF
+]
+LearnRequest = Annotated[
+    Annotated[LearnExample, Tag(SINGLE)] | Annotated[LearnBatch, Tag(BATCH)], _ONE_OF
+]
+#: For validating a request outside FastAPI (load tests, tools).
+PREDICT_REQUEST: TypeAdapter[PredictRequest] = TypeAdapter(PredictRequest)
 
 
 class Prediction(BaseModel):
@@ -214,6 +234,24 @@ class ErrorResponse(BaseModel):
     errors: list[FieldError] | None = None
 
 
+#: What each error status means, for the OpenAPI document.
+ERROR_MEANINGS = {
+    404: "No such model here.",
+    408: "The body did not arrive within OCTR_BODY_TIMEOUT_S (e.g. shorter than its "
+    "Content-Length).",
+    409: "The Idempotency-Key was used for other examples.",
+    413: "The body is larger than OCTR_MAX_BODY_BYTES.",
+    415: "The body is not declared JSON, or has a Content-Encoding (send it uncompressed).",
+    422: "Invalid request: not UTF-8, not JSON, nested too deeply, a lone surrogate, not "
+    "exactly one of `features` and `examples`, or a field out of bounds; `errors` names each. "
+    "A key repeated in one JSON object is not refused: its last value counts.",
+    503: "Redis is unavailable; retry after Retry-After seconds.",
+}
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given error statuses."""
-    return {status: {"model": ErrorResponse} for status in statuses}
+    return {
+        status: {"model": ErrorResponse, "description": ERROR_MEANINGS[status]}
+        for status in statuses
+    }

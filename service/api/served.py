@@ -13,10 +13,11 @@ import logging
 from collections.abc import Sequence
 
 import numpy as np
-import redis.asyncio as aioredis
 
 from octr.metrics import Metrics
+from octr.redis_types import RedisClient
 from octr.settings import Settings
+from octr.store.ingest import Appended, FeedbackLog
 from octr.store.state import ModelInfo, ModelStore
 from octr.wiring import model_spec
 from online_ctr.features import Batch, Example, FeatureHasher
@@ -39,10 +40,11 @@ Rows = tuple[Sequence[Example], bool]
 class ServedModel:
     """Scores examples and appends feedback for one model."""
 
-    def __init__(self, settings: Settings, redis: aioredis.Redis, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, metrics: Metrics) -> None:
         self.name = settings.model
         spec = model_spec(settings)
         self.store = ModelStore(redis, spec)
+        self.feedback = FeedbackLog(redis, settings.model, settings.idempotency_window_s)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(settings.hash_bits)
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
@@ -112,12 +114,13 @@ class ServedModel:
             parts.append(self.hasher.batch(shared))
         return parts[0] if len(parts) == 1 else _concat(parts)
 
-    async def learn(self, rows: Sequence[Example], labels: Sequence[int]) -> int:
-        """Append the labelled examples to the feedback stream as one entry."""
+    async def learn(
+        self, rows: Sequence[Example], labels: Sequence[int], key: str | None
+    ) -> Appended:
+        """Append the labelled examples to the feedback stream as one entry; with an
+        idempotency ``key``, only if that key was not used within the window."""
         await self.ensure()
-        batch = self.hasher.batch(rows, labels)
-        await self.store.append(batch)
-        return len(batch)
+        return await self.feedback.append(self.hasher.batch(rows, labels), key)
 
     async def info(self) -> ModelInfo:
         """The model's description and counters."""

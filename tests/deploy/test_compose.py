@@ -105,7 +105,9 @@ def test_api_and_worker_share_the_model_configuration(stack: dict[str, Any]) -> 
         stack["services"]["api"]["environment"],
         stack["services"]["worker"]["environment"],
     )
-    model_settings = {name for name in api if name not in {"OCTR_HOST", "OCTR_PORT"}}
+    model_settings = {
+        name for name in api if name not in {"OCTR_HOST", "OCTR_PORT", "OCTR_API_KEYS_FILE"}
+    }
     assert api["OCTR_HOST"] == worker["OCTR_HOST"] == "0.0.0.0"
     assert {name: api[name] for name in model_settings} == {
         name: worker[name] for name in model_settings

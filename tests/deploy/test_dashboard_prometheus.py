@@ -110,7 +110,9 @@ def service_environment(redis_url: str, **settings: str) -> dict[str, str]:
         if not name.startswith("OCTR_") and name != "REDIS_URL"
     }
     return (
-        environment | {"OCTR_REDIS_URL": redis_url, "OCTR_HEARTBEAT_INTERVAL_S": "0.5"} | settings
+        environment
+        | {"OCTR_REDIS_URL": redis_url, "OCTR_HEARTBEAT_INTERVAL_S": "0.5", "OCTR_AUTH": "off"}
+        | settings
     )
 
 

@@ -82,6 +82,7 @@ def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
             "OCTR_PORT": str(api_port),
             "OCTR_HEARTBEAT_INTERVAL_S": "0.2",
             "OCTR_REDIS_TIMEOUT_S": "0.5",
+            "OCTR_AUTH": "off",  # API keys are tested in tests/service
             **settings,
         }
         service = Service(

@@ -36,7 +36,7 @@ from loadtests import (
 from loadtests.processes import Stack
 from octr.settings import Settings
 from service import commands
-from service.api.schemas import PredictRequest
+from service.api.schemas import PREDICT_REQUEST
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,13 +168,13 @@ def test_single_bodies_are_one_valid_request_per_row(tmp_path: Path) -> None:
     lines = serving.write_bodies(tmp_path / "b", rows, 1).read_text().splitlines()
     assert len(lines) == 25
     for line, (example, _) in zip(lines, rows, strict=True):
-        assert PredictRequest.model_validate_json(line).rows() == [example]
+        assert PREDICT_REQUEST.validate_json(line).rows() == [example]
 
 
 def test_batch_bodies_hold_consecutive_rows_and_drop_a_partial_one(tmp_path: Path) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=25)
     lines = serving.write_bodies(tmp_path / "b", rows, 10).read_text().splitlines()
-    assert [PredictRequest.model_validate_json(line).rows() for line in lines] == [
+    assert [PREDICT_REQUEST.validate_json(line).rows() for line in lines] == [
         [x for x, _ in rows[:10]],
         [x for x, _ in rows[10:20]],
     ]

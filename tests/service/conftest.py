@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from octr.settings import Settings
 from service.app import create_app
+from tests.service.keys import HEADERS
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.
@@ -26,5 +27,5 @@ def registry() -> CollectorRegistry:
 @pytest.fixture
 def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClient]:
     """The real app, lifespan included, on the test's settings."""
-    with TestClient(create_app(settings, registry)) as client:
+    with TestClient(create_app(settings, registry), headers=HEADERS) as client:
         yield client

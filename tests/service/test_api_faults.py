@@ -17,6 +17,7 @@ from octr.store.keys import ModelKeys
 from octr.store.state import ModelMismatchError
 from service.app import create_app
 from service.embedded import RedisServer
+from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.
@@ -31,8 +32,18 @@ LEARN = {"features": {"site": "news", "hour": 3.0}, "label": 1}
 
 def settings_for(server: RedisServer, **overrides: Any) -> Settings:
     return Settings(
-        redis_url=server.url, state_buckets=64, redis_timeout_s=0.5, retry_after_s=3, **overrides
+        redis_url=server.url,
+        state_buckets=64,
+        redis_timeout_s=0.5,
+        retry_after_s=3,
+        **AUTH,
+        **overrides,
     )
+
+
+def client_for(server: RedisServer) -> TestClient:
+    """The app on ``server``, with a client that sends an admin key."""
+    return TestClient(create_app(settings_for(server), CollectorRegistry()), headers=HEADERS)
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
@@ -53,7 +64,9 @@ def test_redis_down_is_503_then_recovers_and_keeps_every_202(
 ) -> None:
     server = make_redis_server(persist=True)
     accepted = 0
-    with TestClient(create_app(settings_for(server), CollectorRegistry())) as client:
+    with TestClient(
+        create_app(settings_for(server), CollectorRegistry()), headers=HEADERS
+    ) as client:
         for _ in range(3):
             assert client.post("/learn", json=LEARN).status_code == 202
             accepted += 1
@@ -83,7 +96,9 @@ def test_starts_with_redis_down_and_creates_the_model_on_first_use(
 ) -> None:
     server = make_redis_server(persist=False)
     server.stop()
-    with TestClient(create_app(settings_for(server), CollectorRegistry())) as client:
+    with TestClient(
+        create_app(settings_for(server), CollectorRegistry()), headers=HEADERS
+    ) as client:
         assert client.get("/healthz").status_code == 200
         assert_unavailable(client.post("/predict", json=PREDICT))
         server.start()
@@ -96,7 +111,9 @@ def test_starts_with_redis_down_and_creates_the_model_on_first_use(
 
 def test_a_hung_redis_is_503_after_the_timeout(make_redis_server: MakeServer) -> None:
     server = make_redis_server(persist=False)
-    with TestClient(create_app(settings_for(server), CollectorRegistry())) as client:
+    with TestClient(
+        create_app(settings_for(server), CollectorRegistry()), headers=HEADERS
+    ) as client:
         assert client.post("/predict", json=PREDICT).status_code == 200
         plain: Any = redis.Redis.from_url(server.url)
         plain.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # Redis stops answering
@@ -118,7 +135,9 @@ def test_redis_refusing_writes_is_503(
 ) -> None:
     server = make_redis_server(persist=False)
     plain: Any = redis.Redis.from_url(server.url)
-    with TestClient(create_app(settings_for(server), CollectorRegistry())) as client:
+    with TestClient(
+        create_app(settings_for(server), CollectorRegistry()), headers=HEADERS
+    ) as client:
         assert client.post("/learn", json=LEARN).status_code == 202
         plain.execute_command(*refuse)
         try:
@@ -131,8 +150,8 @@ def test_redis_refusing_writes_is_503(
 
 
 def test_a_model_created_with_other_settings_stops_startup(redis_url: str) -> None:
-    with TestClient(create_app(Settings(redis_url=redis_url), CollectorRegistry())):
+    with TestClient(create_app(Settings(redis_url=redis_url, **AUTH), CollectorRegistry())):
         pass
-    app = create_app(Settings(redis_url=redis_url, rule="rda"), CollectorRegistry())
+    app = create_app(Settings(redis_url=redis_url, rule="rda", **AUTH), CollectorRegistry())
     with pytest.raises(ModelMismatchError, match="was created as"), TestClient(app):
         pass

@@ -17,6 +17,7 @@ from octr.store.keys import ModelKeys
 from online_ctr.features import Batch, Example, FeatureHasher, Value
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
+from tests.service.keys import AUTH
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.
@@ -35,7 +36,7 @@ MIXED: dict[str, Value] = {
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, state_buckets=64, hash_bits=20)
+    return Settings(redis_url=redis_url, state_buckets=64, hash_bits=20, **AUTH)
 
 
 @pytest.fixture

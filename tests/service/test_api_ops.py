@@ -24,6 +24,7 @@ from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
 from tests.conftest import CRITEO
+from tests.service.keys import AUTH
 from workers.consumer import Worker, WorkerConfig
 
 with warnings.catch_warnings():
@@ -36,7 +37,7 @@ ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 200))
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, state_buckets=64, rule="rda", l1=0.001)
+    return Settings(redis_url=redis_url, state_buckets=64, rule="rda", l1=0.001, **AUTH)
 
 
 def store_of(settings: Settings, client: aioredis.Redis) -> ModelStore:
@@ -176,11 +177,22 @@ def test_openapi_documents_the_endpoints_with_examples(client: TestClient) -> No
     document = client.get("/openapi.json").json()
     paths = document["paths"]
     assert {"/predict", "/learn", "/models/{name}", "/healthz", "/readyz", "/metrics"} <= set(paths)
-    for path in ("/predict", "/learn"):
+    for path, parameters in (("/predict", ["model"]), ("/learn", ["model", "Idempotency-Key"])):
         operation = paths[path]["post"]
-        assert [p["name"] for p in operation["parameters"]] == ["model"]
-        assert {"404", "413", "415", "422", "503"} <= set(operation["responses"])
+        assert [p["name"] for p in operation["parameters"]] == parameters
+        assert {"401", "403", "404", "413", "415", "422", "503"} <= set(operation["responses"])
+        assert operation["security"] == [{"bearer": []}, {"apiKey": []}]
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert len(body["oneOf"]) == 2  # exactly one of `features` and `examples`
+    assert "409" in paths["/learn"]["post"]["responses"]
+    assert (
+        "may still have been accepted" in paths["/learn"]["post"]["responses"]["503"]["description"]
+    )
+    assert "security" not in paths["/healthz"]["get"]
     schemas = document["components"]["schemas"]
-    assert len(schemas["PredictRequest"]["examples"]) == 2
-    assert schemas["LearnRequest"]["examples"][0]["label"] == 1
+    assert set(document["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+    assert schemas["PredictBatch"]["examples"][0]["examples"][1]["features"]["site"]
+    assert schemas["LearnExample"]["examples"][0]["label"] == 1
+    for shape in ("PredictExample", "PredictBatch", "LearnExample", "LearnBatch"):
+        assert schemas[shape]["additionalProperties"] is False
     assert client.get("/docs").status_code == 200

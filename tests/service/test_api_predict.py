@@ -22,6 +22,7 @@ from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
 from tests.conftest import CRITEO
+from tests.service.keys import AUTH
 from workers.consumer import Worker, WorkerConfig
 
 with warnings.catch_warnings():
@@ -35,7 +36,7 @@ MIXED: dict[str, Value] = {"site": "news", "price": 2.5, "tags": ["a", "b", "a"]
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, state_buckets=64)
+    return Settings(redis_url=redis_url, state_buckets=64, **AUTH)
 
 
 def predict(client: TestClient, body: dict[str, Any], **params: str) -> Any:

@@ -12,6 +12,7 @@ import redis
 
 from octr.settings import Settings
 from octr.store.keys import ModelKeys
+from tests.service.keys import AUTH
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.
@@ -74,6 +75,7 @@ def settings(redis_url: str) -> Settings:
         max_examples_per_request=3,
         max_features_per_example=4,
         max_body_bytes=2048,
+        **AUTH,
     )
 
 
@@ -132,7 +134,7 @@ def test_labels_are_the_numbers_0_and_1(client: TestClient, raw: str, message: s
 
 
 def test_label_and_features_go_together(client: TestClient) -> None:
-    assert_invalid(post(client, "/learn", '{"features": {"a": "b"}}'), "body", "go together")
+    assert_invalid(post(client, "/learn", '{"features": {"a": "b"}}'), "label", "is required")
     assert_invalid(post(client, "/learn", '{"label": 1}'), "body", "send either")
     batch = '{"examples": [{"features": {"a": "b"}}]}'
     assert_invalid(post(client, "/learn", batch), "examples[0].label", "is required")

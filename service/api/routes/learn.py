@@ -2,28 +2,82 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, status
+import re
+from typing import Any
+
+from fastapi import APIRouter, Request, Response, status
+from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested_model
+from service.api.limits import InvalidFieldError
 from service.api.schemas import LearnRequest, LearnResponse, error_responses
 
 router = APIRouter(tags=["feedback"])
+
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:+/=~-]{1,255}")
+#: The answer header that marks a replay of an earlier request with the same key.
+REPLAYED = "Idempotent-Replayed"
+_KEY_RULE = "must be 1-255 characters of A-Z a-z 0-9 and . _ : + / = ~ - (a UUID fits)"
+_KEY_PARAMETER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": (
+        "Makes retries safe: a request with a key used in the last OCTR_IDEMPOTENCY_WINDOW_S "
+        "seconds is answered as the first one was (with `Idempotent-Replayed: true`) and "
+        "appends nothing; the same key with other examples is a 409. Send a new key (e.g. a "
+        f"UUID) per request and the same key on every retry of it. It {_KEY_RULE}."
+    ),
+    "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY.pattern}$"},
+}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **error_responses(404, 408, 409, 413, 415, 422, 503),
+    202: {
+        "description": "Accepted: the examples are in the stream (or were, for a replay).",
+        "headers": {
+            REPLAYED: {
+                "description": "`true` when this answers a retry of an accepted request.",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        },
+    },
+}
+_RESPONSES[503]["description"] = (
+    "Redis did not answer in time. The request may still have been accepted: retry it with "
+    "the same Idempotency-Key, which is always safe (without a key a retry may learn twice)."
+)
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key``, if it sent one; a 422 if it is malformed."""
+    key = request.headers.get("idempotency-key")
+    if key is not None and IDEMPOTENCY_KEY.fullmatch(key) is None:
+        raise InvalidFieldError("Idempotency-Key", _KEY_RULE)
+    return key
 
 
 @router.post(
     "/learn",
     status_code=status.HTTP_202_ACCEPTED,
-    responses=error_responses(404, 413, 415, 422, 503),
-    openapi_extra=MODEL_PARAMETER,
+    response_model=LearnResponse,
+    responses=_RESPONSES,
+    openapi_extra={"parameters": [*MODEL_PARAMETER["parameters"], _KEY_PARAMETER]},
 )
-async def learn(body: LearnRequest, request: Request) -> LearnResponse:
+async def learn(body: LearnRequest, request: Request) -> Response:
     """Append one labelled example (`features` + `label`) or several (`examples`).
 
     All of the request's examples go into one stream entry, and the answer is sent only after
     Redis stored it: a 202 is never lost. Learning happens in the workers, not here.
     """
     model = requested_model(request)
+    key = idempotency_key(request)
     rows = body.rows()
-    model.limits.check(rows, body.features is not None)
-    accepted = await model.learn(rows, body.labels())
-    return LearnResponse(accepted=accepted)
+    model.limits.check(rows, body.single)
+    appended = await model.learn(rows, body.labels(), key)
+    headers = {REPLAYED: "true"} if appended.replayed else None
+    return Response(
+        to_json({"accepted": appended.accepted}),
+        status_code=status.HTTP_202_ACCEPTED,
+        media_type="application/json",
+        headers=headers,
+    )

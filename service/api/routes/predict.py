@@ -21,7 +21,7 @@ router = APIRouter(tags=["predictions"])
 @router.post(
     "/predict",
     response_model=PredictResponse | PredictBatchResponse,
-    responses=error_responses(404, 413, 415, 422, 503),
+    responses=error_responses(404, 408, 413, 415, 422, 503),
     openapi_extra=MODEL_PARAMETER,
 )
 async def predict(body: PredictRequest, request: Request) -> Response:
@@ -32,7 +32,7 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     started = time.perf_counter()
     model = requested_model(request)
     rows = body.rows()
-    single = body.features is not None
+    single = body.single
     lists = model.limits.check(rows, single)
     s, p = await model.predict(rows, lists)
     # Plain floats and a name, encoded directly: a response model's validation would cost

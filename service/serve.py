@@ -1,0 +1,148 @@
+"""``online-ctr serve``: the API and one worker as child processes, like a deployment would
+run them, plus an embedded Redis when no ``OCTR_REDIS_URL``/``REDIS_URL`` is set.
+
+Everything that can be checked is checked before anything starts (ports, the data directory's
+lock, a redis-server to run, Redis answering), so a failure is one line and nothing to clean
+up. Ctrl-C stops the API and the worker first (the worker finishes its batch), Redis last:
+the children run in sessions of their own, so the terminal's SIGINT reaches only this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from octr.process import StartupError
+from octr.settings import Settings
+from octr.startup import check_port, wait_for_redis
+from service.api.auth import describe
+from service.embedded import RedisNotFoundError, RedisServer, find_redis_server
+from service.local import local_api_keys, lock_data_dir, redis_password
+
+logger = logging.getLogger(__name__)
+
+Child = subprocess.Popen[bytes]
+
+
+def check_ports(settings: Settings) -> None:
+    """Fail now if the API's or the worker's metrics port is taken."""
+    check_port(settings.host, settings.port, "OCTR_PORT")
+    check_port(
+        settings.worker_metrics_host, settings.worker_metrics_port, "OCTR_WORKER_METRICS_PORT"
+    )
+
+
+def start_embedded_redis(settings: Settings) -> RedisServer:
+    """Lock the data directory and start its Redis, password-protected."""
+    try:
+        find_redis_server()
+    except RedisNotFoundError as error:
+        raise StartupError(str(error)) from None
+    lock = lock_data_dir(settings.data_dir)
+    # The server inherits the lock: the directory stays locked while it runs, even if this
+    # process is killed without stopping it.
+    server = RedisServer(
+        settings.data_dir / "redis", password=redis_password(settings.data_dir), keep_fds=(lock,)
+    )
+    try:
+        server.start()
+    except RuntimeError as error:
+        raise StartupError(f"the embedded Redis did not start: {error}") from None
+    logger.info(
+        "embedded Redis on 127.0.0.1:%d (data and password in %s)", server.port, settings.data_dir
+    )
+    return server
+
+
+def child_environments(settings: Settings, redis_url: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The API's and the worker's environment (secrets in files or the environment, never
+    on a command line)."""
+    api = {**os.environ, "OCTR_REDIS_URL": redis_url}
+    if settings.auth == "on" and settings.api_keys is None and settings.api_keys_file is None:
+        api["OCTR_API_KEYS_FILE"] = str(local_api_keys(settings.data_dir))
+    # The worker binds its metrics to OCTR_HOST: give it the worker metrics address.
+    worker = {**api, "OCTR_HOST": settings.worker_metrics_host}
+    return api, worker
+
+
+def auth_line(settings: Settings, api_env: dict[str, str]) -> str:
+    """How the API's keys are set, with how to use a key ``serve`` generated."""
+    if settings.auth == "off" or "OCTR_API_KEYS_FILE" not in api_env or settings.api_keys_file:
+        return describe(settings)
+    path = api_env["OCTR_API_KEYS_FILE"]
+    return (
+        f"auth: on, a local key of every scope in {path}; send it as "
+        f"-H \"Authorization: Bearer $(cut -d' ' -f1 {path})\""
+    )
+
+
+def serve(settings: Settings) -> int:
+    """Run Redis (if embedded), the API and a worker until interrupted or a child dies."""
+    check_ports(settings)
+    redis = None
+    if settings.redis_url is None:
+        redis = start_embedded_redis(settings)
+        url = redis.url
+    else:
+        url = settings.redis_url
+        wait_for_redis(url, settings.redis_wait_s, settings.redis_timeout_s)
+    try:
+        api_env, worker_env = child_environments(settings, url)
+        logger.info("%s", auth_line(settings, api_env))
+        children = [_spawn("service", api_env), _spawn("workers", worker_env)]
+        logger.info("API on http://%s:%d (docs at /docs)", settings.host, settings.port)
+        try:
+            interrupted = _wait(children)
+        finally:
+            _stop(children)
+    finally:
+        if redis is not None:
+            redis.stop()  # last: the worker has finished its batch
+    return 0 if interrupted else 1
+
+
+def _spawn(module: str, env: dict[str, str]) -> Child:
+    """Start ``python -m module`` (the API is ``service``, a worker ``workers``)."""
+    # start_new_session: Ctrl-C reaches only us, so children stop in order (API, worker, Redis).
+    return subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True)
+
+
+def _wait(children: list[Child]) -> bool:
+    """Block until SIGINT/SIGTERM (True) or until a child exits (False)."""
+    stopping = False
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    while not stopping:
+        for child in children:
+            if child.poll() is not None:
+                logger.error(
+                    "child %d exited with status %s; stopping", child.pid, child.returncode
+                )
+                return False
+        time.sleep(0.2)
+    logger.info("stopping: the API and the worker first, then Redis")
+    return True
+
+
+def _stop(children: list[Child], timeout_s: float = 15.0) -> None:
+    """SIGTERM every child (the worker drains its batch), then wait; SIGKILL stragglers."""
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + timeout_s
+    for child in children:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
