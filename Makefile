@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench bench-replay clean
+.PHONY: install run test lint typecheck unit bench bench-replay bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: install
 ## Throughput of the in-process replay next to River and Vowpal Wabbit.
 bench-replay: install
 	$(BIN)/python -m loadtests.bench_replay
+
+## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
+bench-scale: install
+	$(BIN)/python -m loadtests.bench_scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

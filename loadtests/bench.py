@@ -175,13 +175,13 @@ def machine() -> dict[str, str]:
     }
 
 
-def command_line(argv: Sequence[str]) -> str:
+def command_line(argv: Sequence[str], module: str = "loadtests.bench") -> str:
     """This run's command, as someone would type it again.
 
     >>> command_line(["--quick", "--sections", "quality"])
     'python -m loadtests.bench --quick --sections quality'
     """
-    return shlex.join(["python", "-m", "loadtests.bench", *argv])
+    return shlex.join(["python", "-m", module, *argv])
 
 
 def summary_table(sections: Sequence[Section]) -> str:

@@ -1,4 +1,5 @@
-"""The benchmark's figures: curves over the stream and the sparsity-accuracy frontier.
+"""The benchmarks' figures: curves over the stream, the sparsity-accuracy frontier, and
+panels of costs against model size.
 
 Each function draws one PNG with matplotlib's file-only backend and returns its path. Every
 system keeps one colour in every figure, so the figures read together.
@@ -138,6 +139,48 @@ def frontier_limits(losses: Sequence[float], span: float = 0.12) -> tuple[float,
     high = min(worst, best * (1 + span))
     margin = (high - best) * 0.04
     return round(best - margin, 10), round(high + margin, 10)
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a figure of several: its curves, title and y-axis label (with units)."""
+
+    title: str
+    y_label: str
+    curves: Sequence[Curve]
+    log_y: bool = False
+
+
+def panels_figure(path: Path, title: str, x_label: str, panels: Sequence[Panel]) -> Path:
+    """Panels side by side in rows of two, sharing a log-scale x axis, each with a legend.
+
+    Systems without a colour of their own take matplotlib's colour cycle.
+    """
+    plt = _pyplot()
+    rows = -(-len(panels) // 2)
+    figure, axes = plt.subplots(rows, 2, figsize=(11, 4.2 * rows), squeeze=False)
+    for axis, panel in zip(axes.flat, panels, strict=False):
+        for curve in panel.curves:
+            axis.plot(
+                curve.x,
+                curve.y,
+                label=curve.label,
+                color=COLOURS.get(curve.system),
+                linestyle=STYLES.get(curve.system, "-"),
+                marker="o",
+            )
+        axis.set_xscale("log")
+        if panel.log_y:
+            axis.set_yscale("log")
+        axis.set_title(panel.title, fontsize=10)
+        axis.set_xlabel(x_label)
+        axis.set_ylabel(panel.y_label)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=8)
+    for axis in axes.flat[len(panels) :]:
+        axis.set_visible(False)
+    figure.suptitle(title)
+    return _save(plt, figure, path)
 
 
 def _save(plt: Any, figure: Any, path: Path) -> Path:

@@ -61,6 +61,24 @@ def cpu_seconds(pid: int) -> float:
         return parse_proc_stat(stream.read()).seconds
 
 
+def parse_vm_rss(status: str) -> int:
+    """Resident bytes, from the text of ``/proc/<pid>/status`` (its ``VmRSS`` line, in kB).
+
+    >>> parse_vm_rss("Name:\\tpython\\nVmRSS:\\t   20480 kB\\nVmSwap:\\t 0 kB\\n")
+    20971520
+    """
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError("no VmRSS line (a kernel thread, or a process that has exited)")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident bytes of a running process."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as stream:
+        return parse_vm_rss(stream.read())
+
+
 def children_cpu_seconds() -> float:
     """CPU seconds of every child this process has waited for (wrk, redis-benchmark...)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

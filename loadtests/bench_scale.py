@@ -1,0 +1,176 @@
+"""Cost against model size: ``python -m loadtests.bench_scale`` (``make bench-scale``).
+
+Fills one model, through the real API and worker, to each size in turn (default 100k, 1M and
+10M tracked features) and measures there: the fill's rate, learning end to end, a worker's
+drain, single and batch ``/predict``, Redis bytes per feature and the processes' RSS
+(:mod:`loadtests.scale`). Prints a table row per size as it ends, then the ratios of the
+largest size's figures to the smallest's against their targets, and writes the report
+(``docs/benchmarks-scale.md``) with a plot (``docs/img/scale.png`` beside it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from loadtests import scale_report
+from loadtests.bench import ROOT, command_line, machine
+from loadtests.plots import Curve, Panel, panels_figure
+from loadtests.report import table
+from loadtests.scale import Scale, ScaleConfig, measure
+
+MODULE = "loadtests.bench_scale"
+SIZES = (100_000, 1_000_000, 10_000_000)
+QUICK_SIZES = (10_000, 40_000)
+SUFFIXES = {"k": 1_000, "m": 1_000_000}
+
+
+def size(text: str) -> int:
+    """A model size, with an optional ``k`` or ``M`` suffix.
+
+    >>> size("100k"), size("10M"), size("2500")
+    (100000, 10000000, 2500)
+    """
+    text = text.strip().lower().replace("_", "").replace(",", "")
+    scale = SUFFIXES.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        value = round(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 100k, 1M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be positive, got {text!r}")
+    return value
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes, at least two different ones, in increasing order.
+
+    >>> sizes("1M, 100k,1M")
+    (100000, 1000000)
+    """
+    found = tuple(sorted({size(part) for part in text.split(",") if part.strip()}))
+    if len(found) < 2:
+        raise argparse.ArgumentTypeError("give at least two different sizes, e.g. 100k,1M")
+    return found
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for trying it out")
+    parser.add_argument("--sizes", type=sizes, help="features tracked (100k,1M,10M; quick 10k,40k)")
+    parser.add_argument("--examples", type=int, help="Criteo rows per timing (50,000; quick 2,000)")
+    parser.add_argument("--criteo-rows", type=int, help="head rows used (10,000; quick 500)")
+    parser.add_argument("--duration-s", type=float, help="each /predict timing (10; quick 1)")
+    parser.add_argument("--features-per-example", type=int, default=50, help="in the fill")
+    parser.add_argument("--fill-window", type=int, help="timed fill features (50,000; quick 2,000)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-scale.md")
+    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    args = parser.parse_args(argv)
+    quick = (QUICK_SIZES, 2_000, 500, 1.0, 2_000)
+    defaults = quick if args.quick else (SIZES, 50_000, 10_000, 10.0, 50_000)
+    names = ("sizes", "examples", "criteo_rows", "duration_s", "fill_window")
+    for name, default in zip(names, defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
+
+
+#: The plot's panels: title, y-axis label, log y, and each curve's label and field.
+PANELS = (
+    (
+        "Throughput",
+        "features/s or examples/s (log scale)",
+        True,
+        {
+            "fill, timed window (features/s)": "fill_features_per_s",
+            "bulk fill (features/s)": "bulk_fill_features_per_s",
+            "learned end to end (examples/s)": "learned_examples_per_s",
+            "worker-only drain (examples/s)": "drain_examples_per_s",
+            "batch /predict (examples/s)": "batch_examples_per_s",
+        },
+    ),
+    (
+        "Single /predict latency, sequential",
+        "milliseconds",
+        False,
+        {"p50": "predict_p50_ms", "p99": "predict_p99_ms"},
+    ),
+    (
+        "Redis memory",
+        "bytes per tracked feature",
+        False,
+        {"used_memory growth / features tracked": "redis_bytes_per_feature"},
+    ),
+    (
+        "Process memory",
+        "resident set (VmRSS), MiB",
+        False,
+        {"worker": "worker_rss_mib", "API": "api_rss_mib"},
+    ),
+)
+
+
+def plot(scale: Scale, path: Path) -> Path:
+    """Every figure against features tracked (log x), one panel per unit."""
+    x = [float(r.tracked) for r in scale.results]
+    panels = [
+        Panel(
+            title,
+            y_label,
+            [
+                Curve(label, label, x, [getattr(r, key) for r in scale.results])
+                for label, key in curves.items()
+            ],
+            log_y,
+        )
+        for title, y_label, log_y, curves in PANELS
+    ]
+    title = f"Cost against model size (/predict timed with {scale.tool})"
+    return panels_figure(path, title, "features tracked (log scale)", panels)
+
+
+def about_run(argv: Sequence[str]) -> dict[str, str]:
+    """Date, command, machine and load average at the start."""
+    about = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    about["command"] = f"`{command_line(argv, MODULE)}`"
+    about.update(machine())
+    about["load average at start (1 min)"] = f"{os.getloadavg()[0]:.2f}"
+    return about
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    config = ScaleConfig(
+        args.sizes,
+        args.examples,
+        args.criteo_rows,
+        args.duration_s,
+        args.features_per_example,
+        args.fill_window,
+        args.data_dir,
+    )
+    about = about_run(argv)
+    started = time.perf_counter()
+    print(table(scale_report.HEADER, []), flush=True)
+    scale = measure(config, lambda r: print(scale_report.row_line(r), flush=True))
+    about["load average at end (1 min)"] = f"{os.getloadavg()[0]:.2f}"
+    about["duration"] = f"{(time.perf_counter() - started) / 60:.1f} min"
+    found = scale_report.ratios(scale.results)
+    print("\n" + scale_report.ratio_table(found), flush=True)
+    report_dir = args.out.resolve().parent
+    image = plot(scale, report_dir / "img" / "scale.png")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(scale_report.render(scale, config, about, found, image, report_dir))
+    print(f"report written to {args.out}, plot to {image}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

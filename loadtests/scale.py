@@ -1,0 +1,194 @@
+"""What the scale benchmark measures at each model size, through the real service.
+
+One Redis, one real ``online-ctr api`` and one real ``online-ctr worker``
+(:class:`loadtests.processes.Stack`). The model first learns the Criteo rows once, so
+``/predict`` reads real state and the later Criteo posts add no features; then, for each size
+in increasing order, new features are learned until ``features_tracked`` reaches it, and the
+costs are measured at that size (:func:`measure_size`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import cycle, islice
+from pathlib import Path
+
+from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
+from loadtests.scale_client import (
+    BODY_EXAMPLES,
+    WINDOW_BODY_EXAMPLES,
+    ModelClient,
+    Row,
+    UniqueFeatures,
+    criteo_rows,
+    learn_bodies,
+    predict_bodies,
+)
+from loadtests.sequential import timed, timing_tool
+from loadtests.stats import rss_bytes
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """How big a run: model sizes, Criteo rows posted per timing, how long each timing."""
+
+    sizes: tuple[int, ...]
+    examples: int
+    criteo_rows: int
+    duration_s: float
+    per_example: int
+    fill_window: int
+    data_dir: Path
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """Every figure measured at one model size."""
+
+    target: int
+    tracked: int
+    bulk_fill_features_per_s: float
+    fill_window: int
+    fill_features_per_s: float
+    learned_examples_per_s: float
+    drain_examples_per_s: float
+    predict_p50_ms: float
+    predict_p99_ms: float
+    batch_examples_per_s: float
+    redis_bytes_per_feature: float
+    worker_rss_mib: float
+    api_rss_mib: float
+    load_1min: float
+
+
+@dataclass
+class Scale:
+    """A whole run: how ``/predict`` was timed, the model before the fills, and each size."""
+
+    tool: str
+    warm_up_features: int
+    baseline_bytes: int
+    results: list[SizeResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Bodies:
+    """What is posted: ``/learn`` bodies of Criteo rows, and ``/predict`` body files."""
+
+    learn: list[bytes]
+    single: Path
+    batch: Path
+
+
+def used_memory(stack: Stack) -> int:
+    """Redis's ``INFO memory`` ``used_memory``, in bytes."""
+    with stack.client() as client:
+        return int(client.info("memory")["used_memory"])
+
+
+def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int) -> float:
+    """Stop the worker, post ``count`` bodies, start a worker: the seconds from its start
+    (``Popen``, so interpreter start, imports and connecting included) until it has learned
+    them all."""
+    stack.stop(*stack.workers())
+    target = client.progress().step + count * BODY_EXAMPLES
+    for body in islice(cycle(bodies), count):
+        client.learn(body)
+    started = time.perf_counter()
+    stack.start_workers(1)
+    return client.wait_for_step(target, stack.check_alive) - started
+
+
+@dataclass(frozen=True)
+class Rig:
+    """The running service, a client of its model, and what is posted to it."""
+
+    stack: Stack
+    client: ModelClient
+    bodies: Bodies
+    predict_url: str
+
+
+def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> SizeResult:
+    """Fill the model to ``target`` tracked features, then measure every figure.
+
+    The fill's last ``fill_window`` features are timed on their own, from an idle worker, so
+    that every size's fill rate covers the same amount of work.
+    """
+    stack, client, bodies = rig.stack, rig.client, rig.bodies
+    factory = UniqueFeatures(config.per_example, seed=target)
+    bulk = client.fill(target - config.fill_window, factory, stack.check_alive)
+    fill = client.fill(target, factory, stack.check_alive, WINDOW_BODY_EXAMPLES)
+    tracked = client.progress().tracked
+    grown = used_memory(stack) - scale.baseline_bytes
+    count = math.ceil(config.examples / BODY_EXAMPLES)
+    learned_s = client.learn_all(bodies.learn, count, stack.check_alive)
+    # The worker that did the fill and the timed learning: its state copies are the largest.
+    worker_rss = rss_bytes(stack.children[stack.workers()[0]].pid)
+    api_rss = rss_bytes(stack.children["api"].pid)
+    drain_s = drain(stack, client, bodies.learn, count)
+    timed(scale.tool, rig.predict_url, bodies.single, min(config.duration_s, 3.0))
+    single = timed(scale.tool, rig.predict_url, bodies.single, config.duration_s)
+    batch = timed(scale.tool, rig.predict_url, bodies.batch, config.duration_s)
+    return SizeResult(
+        target=target,
+        tracked=tracked,
+        bulk_fill_features_per_s=bulk.features_per_second,
+        fill_window=fill.features,
+        fill_features_per_s=fill.features_per_second,
+        learned_examples_per_s=count * BODY_EXAMPLES / learned_s,
+        drain_examples_per_s=count * BODY_EXAMPLES / drain_s,
+        predict_p50_ms=single.p50_ms,
+        predict_p99_ms=single.p99_ms,
+        batch_examples_per_s=batch.requests_per_s * BODY_EXAMPLES,
+        redis_bytes_per_feature=grown / tracked,
+        worker_rss_mib=worker_rss / MIB,
+        api_rss_mib=api_rss / MIB,
+        load_1min=os.getloadavg()[0],
+    )
+
+
+def write_bodies(folder: Path, rows: list[Row]) -> Bodies:
+    """Learn bodies in memory; single and 1,000-example ``/predict`` bodies in files."""
+    return Bodies(
+        learn=learn_bodies(rows),
+        single=predict_bodies(folder / "single.jsonl", rows, 1),
+        batch=predict_bodies(folder / "batch.jsonl", rows, BODY_EXAMPLES),
+    )
+
+
+def start(stack: Stack) -> str:
+    """The API and one worker; the API's URL once a worker's heartbeat made it ready."""
+    url = stack.start_api()
+    stack.start_workers(1)
+
+    def ready() -> bool:
+        stack.check_alive()
+        return http_ok(f"{url}/readyz")
+
+    wait_until(ready, 60, "a ready API (a worker heartbeat)")
+    return url
+
+
+def measure(config: ScaleConfig, on_result: Callable[[SizeResult], None]) -> Scale:
+    """Every size in increasing order on one model; ``on_result`` hears each as it ends."""
+    rows = criteo_rows(config.data_dir, limit=config.criteo_rows)
+    with scratch_dir("scale") as folder, Stack(Path(folder)) as stack:
+        url = start(stack)
+        scale = Scale(timing_tool(), 0, used_memory(stack))  # the empty model
+        rig = Rig(stack, ModelClient(url), write_bodies(Path(folder), rows), f"{url}/predict")
+        try:
+            rig.client.learn_all(rig.bodies.learn, len(rig.bodies.learn), stack.check_alive)
+            scale.warm_up_features = rig.client.progress().tracked
+            for target in sorted(config.sizes):
+                scale.results.append(measure_size(rig, config, scale, target))
+                on_result(scale.results[-1])
+        finally:
+            rig.client.close()
+    return scale

@@ -1,0 +1,198 @@
+"""The scale benchmark's output: its table rows, ratio table, plot and Markdown report."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadtests.report import Cell, figure, table, verdict
+from loadtests.scale import MIB, Scale, ScaleConfig, SizeResult
+from loadtests.scale_client import BODY_EXAMPLES, MAX_LAG_ENTRIES, POLL_S, WINDOW_BODY_EXAMPLES
+
+#: The table's columns: header, and the :class:`SizeResult` field shown.
+COLUMNS = {
+    "target features": "target",
+    "features tracked": "tracked",
+    "bulk fill features/s": "bulk_fill_features_per_s",
+    "fill features/s": "fill_features_per_s",
+    "learned ex/s": "learned_examples_per_s",
+    "drain ex/s": "drain_examples_per_s",
+    "/predict p50 ms": "predict_p50_ms",
+    "/predict p99 ms": "predict_p99_ms",
+    "batch /predict ex/s": "batch_examples_per_s",
+    "Redis bytes/feature": "redis_bytes_per_feature",
+    "worker RSS MiB": "worker_rss_mib",
+    "API RSS MiB": "api_rss_mib",
+    "load (1 min)": "load_1min",
+}
+HEADER = list(COLUMNS)
+#: Figures whose ratio has a target: at least 0.8 (throughputs) or at most 1.25 (latency).
+TARGETS = {
+    "fill_features_per_s": ("fill, features/s", ">=", 0.8),
+    "learned_examples_per_s": ("learned end to end, examples/s", ">=", 0.8),
+    "drain_examples_per_s": ("worker-only drain, examples/s", ">=", 0.8),
+    "batch_examples_per_s": ("batch /predict, examples/s", ">=", 0.8),
+    "predict_p99_ms": ("single /predict p99, ms", "<=", 1.25),
+}
+#: Figures whose ratio is shown without a target.
+SHOWN = {
+    "bulk_fill_features_per_s": "bulk fill (before the timed window), features/s",
+    "predict_p50_ms": "single /predict p50, ms",
+    "redis_bytes_per_feature": "Redis bytes per tracked feature",
+    "worker_rss_mib": "worker RSS, MiB",
+    "api_rss_mib": "API RSS, MiB",
+}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A figure at the largest size over the same figure at the smallest, and its target
+    (empty: shown without one)."""
+
+    name: str
+    smallest: float
+    largest: float
+    target: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.largest / self.smallest if self.smallest else math.nan
+
+    @property
+    def met(self) -> bool | None:
+        """None without a target, or when a figure is missing (not finite).
+
+        >>> Ratio("x", 10.0, 8.0, ">= 0.8").met, Ratio("x", 1.0, 1.3, "<= 1.25").met
+        (True, False)
+        """
+        if not self.target or not math.isfinite(self.ratio):
+            return None
+        sign, bound = self.target.split()
+        return self.ratio >= float(bound) if sign == ">=" else self.ratio <= float(bound)
+
+
+def ratios(results: Sequence[SizeResult]) -> list[Ratio]:
+    """Largest size over smallest, for every figure with a target, then the others."""
+    first, last = results[0], results[-1]
+    found = [
+        Ratio(name, getattr(first, key), getattr(last, key), f"{sign} {bound:g}")
+        for key, (name, sign, bound) in TARGETS.items()
+    ]
+    found += [Ratio(name, getattr(first, key), getattr(last, key)) for key, name in SHOWN.items()]
+    return found
+
+
+def row(result: SizeResult) -> list[Cell]:
+    """One size's cells, in :data:`HEADER` order."""
+    return [getattr(result, name) for name in COLUMNS.values()]
+
+
+def row_line(result: SizeResult) -> str:
+    """One size's Markdown table line, to print under the header as the run goes."""
+    return table(HEADER, [row(result)], digits=2).splitlines()[-1]
+
+
+def ratio_table(ratios: Sequence[Ratio]) -> str:
+    """Largest size over smallest, each with its target and verdict."""
+    rows: list[list[Cell]] = [
+        [
+            r.name,
+            r.smallest,
+            r.largest,
+            r.ratio,
+            r.target or "none (shown)",
+            verdict(r.met) if r.target else "",
+        ]
+        for r in ratios
+    ]
+    header = ["figure", "smallest size", "largest size", "largest / smallest", "target"]
+    return table([*header, "verdict"], rows, digits=2)
+
+
+def short_windows(scale: Scale, config: ScaleConfig) -> str:
+    """A sentence naming the sizes whose timed fill was smaller than the window, if any."""
+    short = [r for r in scale.results if r.fill_window < config.fill_window]
+    if not short:
+        return ""
+    listed = ", ".join(f"{r.fill_window:,} at {r.target:,}" for r in short)
+    return f" The timed part was shorter where the whole fill was: {listed} features."
+
+
+def method(scale: Scale, config: ScaleConfig) -> str:
+    """What each column includes."""
+    predict = (
+        "`wrk` (1 thread, 1 connection: one request at a time), p50/p99 from its histogram"
+        if scale.tool == "wrk"
+        else "httpx, one request at a time on a keep-alive connection, nearest-rank "
+        "percentiles of the client-side times (httpx's own overhead included)"
+    )
+    bodies = math.ceil(config.examples / BODY_EXAMPLES)
+    return "\n".join(
+        [
+            f"- **Model**: one model, grown size after size. It first learned the first "
+            f"{config.criteo_rows:,} Criteo rows once ({scale.warm_up_features:,} features "
+            "tracked), so `/predict` reads real state and the timed Criteo posts add no "
+            "features. `features tracked` is `features_tracked` of `GET /models/default` after "
+            "the fill; it includes those Criteo features.",
+            f"- **bulk fill, fill features/s**: `/learn` bodies whose examples each carry "
+            f"{config.per_example} features never seen before. The bulk of the fill (bodies of "
+            f"{BODY_EXAMPLES:,} examples) stops {config.fill_window:,} features short of the "
+            "size; once the worker has learned it, those last features are posted in bodies "
+            f"of {WINDOW_BODY_EXAMPLES} examples and timed on their own (`fill features/s`, "
+            "the figure judged: the same work at every size, from an idle worker). Each: "
+            "features added over the seconds from the first post until the worker had "
+            "learned them all, this process building the bodies meanwhile on the same cores "
+            f"and pausing while more than {MAX_LAG_ENTRIES} bodies await the worker (which "
+            f"keeps the stream short).{short_windows(scale, config)}",
+            f"- **learned ex/s**: {bodies:,} bodies of {BODY_EXAMPLES:,} Criteo rows posted "
+            "one after another, from the first post until `global_step` shows them all "
+            f"learned (polled every {POLL_S * 1e3:.0f} ms).",
+            "- **drain ex/s**: the worker stopped (SIGTERM, it finishes its batch and exits), "
+            f"the same {bodies * BODY_EXAMPLES:,} rows posted, then a new worker started: from its "
+            "`Popen` (so interpreter start, imports, connecting to Redis and reading the "
+            "state it needs, cold) until `global_step` shows them all learned.",
+            f"- **/predict p50/p99**: single Criteo-row bodies, {predict}, "
+            f"{config.duration_s:g} s after a warm-up of {min(config.duration_s, 3.0):g} s.",
+            f"- **batch /predict ex/s**: bodies of {BODY_EXAMPLES:,} Criteo rows, one request "
+            f"at a time ({scale.tool}), {config.duration_s:g} s; requests/s x {BODY_EXAMPLES:,}.",
+            "- **Redis bytes/feature**: growth of `INFO memory` `used_memory` from the empty "
+            f"model ({scale.baseline_bytes / MIB:.1f} MiB, API and worker up) to right after "
+            "the fill, over `features_tracked`: everything Redis holds counts.",
+            "- **worker RSS, API RSS**: `VmRSS` of `/proc/<pid>/status` right after the "
+            "learned ex/s timing; the worker is the one that did the fill and that timing.",
+            "- **load**: the machine's 1-minute load average when the size's row ended (2 "
+            "cores, shared with other engineers' work: absolute figures drift).",
+        ]
+    )
+
+
+def render(
+    scale: Scale,
+    config: ScaleConfig,
+    about: Mapping[str, str],
+    ratios: Sequence[Ratio],
+    image: Path,
+    report_dir: Path,
+) -> str:
+    """The whole report; links relative to ``report_dir``."""
+    return (
+        "\n\n".join(
+            [
+                "# Benchmark: cost against model size",
+                "Generated by `make bench-scale`; do not edit by hand.",
+                table(["this run", ""], list(about.items())),
+                "## Method",
+                method(scale, config),
+                "## Figures at each size",
+                table(HEADER, [row(r) for r in scale.results], digits=2),
+                "## Largest size over smallest",
+                "Targets: every throughput at the largest size at least 0.8x its value at "
+                "the smallest; single `/predict` p99 at most 1.25x.",
+                ratio_table(ratios),
+                figure(image, "Cost against model size", report_dir),
+            ]
+        )
+        + "\n"
+    )

@@ -1,0 +1,117 @@
+"""The scale benchmark: its pieces alone, then its ``--quick`` mode run for real.
+
+No test asserts a timing: the real run checks that every figure is there and finite, and that
+the report and its plot were written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from loadtests import bench_scale, scale, scale_client, scale_report, stats
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = ROOT.parent / "shared" / "data"
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes"),
+    [("100k,1M,10M", (100_000, 1_000_000, 10_000_000)), ("2k, 20_000,2k", (2_000, 20_000))],
+)
+def test_sizes_take_suffixes_and_sort(text: str, sizes: tuple[int, ...]) -> None:
+    assert bench_scale.sizes(text) == sizes
+
+
+@pytest.mark.parametrize("text", ["1M", "1M,1000k", "big,1M", "0,1M"])
+def test_sizes_refuses_fewer_than_two_or_nonsense(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench_scale.sizes(text)
+
+
+def test_quick_defaults_are_tiny_and_flags_win() -> None:
+    quick = bench_scale.parse_args(["--quick"])
+    assert quick.sizes == bench_scale.QUICK_SIZES and quick.examples <= 2_000
+    full = bench_scale.parse_args(["--sizes", "1k,2k", "--examples", "7"])
+    assert full.sizes == (1_000, 2_000) and full.examples == 7 and full.duration_s == 10.0
+
+
+def test_unique_features_never_repeat_a_feature() -> None:
+    factory = scale_client.UniqueFeatures(per_example=4, seed=3)
+    seen = set()
+    for body in (factory.body(5), factory.body(7)):
+        for example in json.loads(body)["examples"]:
+            assert example["label"] in (0, 1)
+            seen.update(example["features"].items())
+    assert len(seen) == 12 * 4
+
+
+def test_learn_bodies_hold_every_row_in_full_bodies() -> None:
+    rows: list[scale_client.Row] = [({"a": str(i)}, i % 2) for i in range(2500)]
+    bodies = [json.loads(b)["examples"] for b in scale_client.learn_bodies(rows)]
+    assert [len(b) for b in bodies] == [1000, 1000, 1000]
+    assert [e["features"]["a"] for e in bodies[2][-2:]] == ["498", "499"]  # cycled
+
+
+def test_predict_bodies_single_and_batch(tmp_path: Path) -> None:
+    rows: list[scale_client.Row] = [({"a": str(i), "n": 1.5}, 0) for i in range(3)]
+    single = scale_client.predict_bodies(tmp_path / "s", rows, 1).read_text().splitlines()
+    assert [json.loads(line) for line in single][1] == {"features": {"a": "1", "n": 1.5}}
+    batch = scale_client.predict_bodies(tmp_path / "b", rows, 2).read_text().splitlines()
+    assert [len(json.loads(line)["examples"]) for line in batch] == [2, 2]
+
+
+def test_ratios_judge_throughput_and_latency_targets() -> None:
+    small = scale.SizeResult(1, 1, 1.0, 1, *[1.0] * 10)
+    large = dataclasses.replace(small, target=2, tracked=2, drain_examples_per_s=0.5)
+    verdicts = {r.name: r.met for r in scale_report.ratios([small, large])}
+    assert verdicts["worker-only drain, examples/s"] is False
+    assert verdicts["single /predict p99, ms"] is True
+    assert verdicts["Redis bytes per tracked feature"] is None  # shown, no target
+    assert scale_report.Ratio("x", 0.0, 1.0, ">= 0.8").met is None
+
+
+def test_parse_vm_rss_refuses_a_status_without_it() -> None:
+    with pytest.raises(ValueError, match="VmRSS"):
+        stats.parse_vm_rss("Name:\tkthreadd\n")
+
+
+def numbers(line: str) -> list[float]:
+    """The cells of a Markdown table line as numbers (``n/a`` and text raise)."""
+    return [float(cell.strip().replace(",", "")) for cell in line.strip().strip("|").split("|")]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tool", ["wrk", "httpx"])
+def test_quick_run_reports_every_figure(
+    tool: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if tool == "wrk" and shutil.which("wrk") is None:
+        pytest.skip("apt-get install -y wrk")
+    monkeypatch.setattr(scale, "timing_tool", lambda: tool)
+    out = tmp_path / "report" / "scale.md"
+    argv = ["--quick", "--duration-s", "0.5", "--out", str(out), "--data-dir", str(DATA_DIR)]
+    assert bench_scale.main(argv) == 0
+    printed = capsys.readouterr().out
+    header = "| " + " | ".join(scale_report.HEADER) + " |"
+    lines = printed.splitlines()
+    rows = lines[lines.index(header) + 2 :][: len(bench_scale.QUICK_SIZES)]
+    for size, line in zip(bench_scale.QUICK_SIZES, rows, strict=True):
+        cells = numbers(line)
+        assert len(cells) == len(scale_report.HEADER) and all(map(math.isfinite, cells))
+        assert cells[0] == size and cells[1] >= size  # target, then features tracked
+    for name, *_ in scale_report.TARGETS.values():
+        assert any(line.startswith(f"| {name} |") and "met |" in line for line in lines)
+    report = out.read_text()
+    assert all(line in report for line in [header, *rows])
+    assert "![Cost against model size](img/scale.png)" in report
+    assert f"`{tool}`" in report or f"({tool})" in report
+    image = out.parent / "img" / "scale.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
