@@ -13,8 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-import redis.asyncio as aioredis
-
+from octr.redis_types import RedisClient
 from octr.store import codec
 from octr.store.keys import ModelKeys
 from online_ctr.features import Batch
@@ -36,7 +35,7 @@ class Appended:
 class FeedbackLog:
     """The write side of one model's feedback stream."""
 
-    def __init__(self, redis: aioredis.Redis, model: str, window_s: int) -> None:
+    def __init__(self, redis: RedisClient, model: str, window_s: int) -> None:
         self.redis = redis
         self.keys = ModelKeys(model)
         self.window_s = window_s

@@ -17,13 +17,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from octr.store import codec
 from octr.store.commits import CommitLog
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
-from online_ctr.features import Batch
 from online_ctr.rules import Rule, get_rule
 from online_ctr.rules.base import Array
 
@@ -162,10 +160,6 @@ class ModelStore:
             return None
         return float(seconds + micros / 1e6 - newest[0][1])
 
-    async def append(self, batch: Batch) -> str:
-        """Append a labelled batch to the feedback stream as one entry; returns its id."""
-        entry_id = await self.redis.xadd(self.keys.stream, {"b": codec.encode_entry(batch)})
-        return _text(entry_id)
 
 
 def spec_from(

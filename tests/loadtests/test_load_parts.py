@@ -239,8 +239,8 @@ def test_workers_drain_every_fed_example_and_their_redis_calls_are_counted(stack
     assert (run.workers, run.batch_size, run.examples) == (2, 64, 1200)
     with stack.client() as client:
         assert feed.global_step(client) == 1200 and client.xlen(feed.MODEL.stream) == 0
-    # At least one commit per group of OCTR_COMMIT_BATCHES mini-batches.
-    assert run.calls.get("evalsha", 0) >= 1200 // (64 * Settings().commit_batches)
+    # A finalize and an apply per group of at most 64 examples.
+    assert run.calls.get("evalsha", 0) >= 2 * (1200 // 64)
     assert "info" not in run.calls  # our one INFO in the window is subtracted
     assert run.logloss is not None and 0 < run.logloss < 1
     assert stack.workers() == []

@@ -50,7 +50,7 @@ async def in_redis(settings: Settings, work: str) -> None:
     client = aioredis.Redis.from_url(str(settings.redis_url))
     store = store_of(settings, client)
     if work == "learn":
-        worker = Worker(store, WorkerConfig(consumer="w1"), Metrics(CollectorRegistry()))
+        worker = Worker(store, WorkerConfig(name="w1"), Metrics(CollectorRegistry()))
         await worker.run_until_idle()
     else:
         await store.heartbeat("w1")

@@ -50,7 +50,7 @@ async def learn_with_worker(settings: Settings) -> None:
     redis = aioredis.Redis.from_url(str(settings.redis_url))
     spec = model_spec(settings)
     worker = Worker(
-        ModelStore(redis, spec), WorkerConfig(consumer="w1"), Metrics(CollectorRegistry())
+        ModelStore(redis, spec), WorkerConfig(name="w1"), Metrics(CollectorRegistry())
     )
     await worker.run_until_idle()
     await redis.aclose()
