@@ -101,7 +101,9 @@ async def check_topology(settings: Settings) -> None:
     ``ConnectionError``/``TimeoutError``.
     """
     if settings.redis_url is None:
-        raise ValueError("no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or use `serve`")
+        raise StartupError(
+            "no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or run `online-ctr serve`"
+        )
     probe = aioredis.Redis.from_url(
         settings.redis_url,
         socket_timeout=settings.redis_timeout_s,

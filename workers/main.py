@@ -12,9 +12,11 @@ from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from octr.metrics import Metrics
+from octr.process import StartupError
 from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec, redis_client
+from octr.startup import check_port, wait_for_redis
+from octr.store.state import ModelMismatchError, ModelStore
+from octr.wiring import check_topology, model_spec, redis_client
 from workers.consumer import Worker, WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,8 @@ async def _ensure_model(store: ModelStore, worker: Worker, retry_s: float) -> bo
 
 
 async def run_worker(settings: Settings, metrics: Metrics) -> None:
-    """Run one worker until SIGTERM or SIGINT, then finish the batch in flight and exit."""
+    """Run one worker until SIGTERM or SIGINT, then finish the group in flight and exit."""
+    await check_topology(settings)
     client = redis_client(settings)
     store = ModelStore(client, model_spec(settings))
     worker = Worker(store, worker_config(settings), metrics)
@@ -55,7 +58,7 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.stop)
     try:
-        if await _ensure_model(store, worker, settings.retry_after_s):
+        if await _ensure_model_or_exit(store, worker, settings.retry_after_s):
             logger.info("worker %s learning model %r", worker.config.name, settings.model)
             await worker.run()
     finally:
@@ -63,10 +66,21 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
     logger.info("worker %s stopped", worker.config.name)
 
 
+async def _ensure_model_or_exit(store: ModelStore, worker: Worker, retry_s: float) -> bool:
+    try:
+        return await _ensure_model(store, worker, retry_s)
+    except ModelMismatchError as error:
+        raise StartupError(str(error)) from None
+
+
 def main(settings: Settings) -> int:
     """Entry point of ``online-ctr worker``."""
     metrics = Metrics()
-    if settings.worker_metrics_port:
-        start_http_server(settings.worker_metrics_port, addr=settings.host)
+    host, port = settings.worker_metrics_host, settings.worker_metrics_port
+    check_port(host, port, "OCTR_WORKER_METRICS_PORT")
+    if settings.redis_url:
+        wait_for_redis(settings.redis_url, settings.redis_wait_s, settings.redis_timeout_s)
+    if port:
+        start_http_server(port, addr=host)
     asyncio.run(run_worker(settings, metrics))
     return 0

@@ -3,6 +3,11 @@
 Each call of ``read.lua`` or ``apply.lua`` names the shards it touches in KEYS. On Redis
 Cluster a call names one shard (one slot), and the calls for a batch go out in one pipeline
 that redis-py splits by node; on a single Redis one call covers every shard.
+
+redis-py's cluster pipelines refuse script objects and never load a missing script
+(docs/redis-cluster.md), so there the calls are raw EVALSHA; a shard that answers NOSCRIPT
+(a promoted replica, a flushed cache) gets its call again through the script object, which
+loads it. Reads are pure and applies idempotent, so a repeated call is harmless.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
 from octr.store.keys import ModelKeys
 from octr.store.layout import Array, Layout
@@ -58,6 +64,8 @@ class StateShards:
     ) -> list[Any]:
         """One script call per group of shards, in one pipeline; with ``step``, the model's
         step first."""
+        if self.one_shard_per_call:
+            return await self._run_on_cluster(script, head, calls, step)
         async with self.redis.pipeline(transaction=False) as pipe:
             if step:
                 pipe.hget(self.keys.meta, "t")
@@ -65,6 +73,31 @@ class StateShards:
                 keys, args = self._keys_args(runs)
                 await script(keys=keys, args=head + args, client=pipe)
             return list(await pipe.execute())
+
+    async def _run_on_cluster(
+        self, script: Any, head: list[Any], calls: list[Runs], step: bool
+    ) -> list[Any]:
+        called = [self._keys_args(runs) for runs in calls]
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                if step:
+                    pipe.hget(self.keys.meta, "t")
+                for keys, args in called:
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
+                replies = list(await pipe.execute(raise_on_error=False))
+        except (ConnectionError, TimeoutError):
+            # A pipeline-only client never refreshes its slot map by itself after a failover.
+            await self.redis.aclose()
+            raise
+        offset = int(step)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                keys, args = called[index - offset]
+                replies[index] = await script(keys=keys, args=head + args)
+            elif isinstance(reply, Exception):
+                await self.redis.aclose()
+                raise reply
+        return replies
 
     async def read(self, ids: NDArray[np.uint64]) -> Rows:
         """The stored state of ``ids``."""

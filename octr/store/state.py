@@ -110,10 +110,7 @@ class ModelStore:
             stored = await self.redis.hgetall(self.keys.meta)
         stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
-            raise ModelMismatchError(
-                f"model {self.spec.name!r} in Redis was created as {stored_spec}, but this "
-                f"process is configured as {described}; use another model name or delete it"
-            )
+            raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""
@@ -160,6 +157,25 @@ class ModelStore:
             return None
         return float(seconds + micros / 1e6 - newest[0][1])
 
+
+def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
+    """Which settings differ from the stored model's, named as environment variables."""
+    old, new = dict(stored), dict(wanted)
+    for spec in (old, new):
+        spec.update({k: str(v) for k, v in json.loads(spec.pop("params", "{}")).items()})
+        spec.pop("fields", None)
+    names = {"buckets": "state_buckets", "shards": "state_shards"}
+    differ = ", ".join(
+        f"OCTR_{names.get(key, key).upper()}={new.get(key, 'unset')} "
+        f"(stored: {old.get(key, 'unset')})"
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    )
+    return (
+        f"model {name!r} in Redis was created with other settings: {differ}; set them as "
+        f"stored, use another OCTR_MODEL, or delete the model first "
+        f"(`online-ctr models delete {name}`)"
+    )
 
 
 def spec_from(

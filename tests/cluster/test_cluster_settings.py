@@ -74,6 +74,6 @@ async def test_cluster_client_on_a_plain_redis_fails_at_discovery(redis_url: str
 
 
 def test_api_refuses_to_start_on_a_cluster_without_the_setting(redis_cluster_url: str) -> None:
-    app = create_app(Settings(redis_url=redis_cluster_url), CollectorRegistry())
+    app = create_app(Settings(redis_url=redis_cluster_url, auth="off"), CollectorRegistry())
     with pytest.raises(ValueError, match="set OCTR_REDIS_CLUSTER=true"), TestClient(app):
         pass

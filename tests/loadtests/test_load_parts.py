@@ -34,7 +34,6 @@ from loadtests import (
     tools,
 )
 from loadtests.processes import Stack
-from octr.settings import Settings
 from service import commands
 from service.api.schemas import PREDICT_REQUEST
 

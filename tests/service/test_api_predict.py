@@ -49,9 +49,7 @@ async def learn_with_worker(settings: Settings) -> None:
     """Apply everything in the stream with the real worker code, then close."""
     redis = aioredis.Redis.from_url(str(settings.redis_url))
     spec = model_spec(settings)
-    worker = Worker(
-        ModelStore(redis, spec), WorkerConfig(name="w1"), Metrics(CollectorRegistry())
-    )
+    worker = Worker(ModelStore(redis, spec), WorkerConfig(name="w1"), Metrics(CollectorRegistry()))
     await worker.run_until_idle()
     await redis.aclose()
 

@@ -3,6 +3,7 @@ stderr and a non-zero exit status naming the setting or port."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -11,7 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from octr.settings import Settings
+from octr.store.state import ModelStore
+from octr.wiring import model_spec, redis_client
 from service.embedded import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -99,11 +104,6 @@ def test_an_unreachable_redis_after_a_bounded_wait(tmp_path: Path) -> None:
     assert_one_line(result, "did not answer within 1s", "OCTR_REDIS_URL")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs workers/main.py to call octr.startup.check_port and wait_for_redis "
-    "(the worker loop is being rewritten elsewhere)",
-)
 def test_the_worker_alone_fails_clearly(busy_port: int, tmp_path: Path, redis_url: str) -> None:
     result = run(
         "worker", tmp_path, OCTR_REDIS_URL=redis_url, OCTR_WORKER_METRICS_PORT=str(busy_port)
@@ -111,6 +111,29 @@ def test_the_worker_alone_fails_clearly(busy_port: int, tmp_path: Path, redis_ur
     assert_one_line(result, f"port {busy_port}", "OCTR_WORKER_METRICS_PORT")
     url = f"redis://127.0.0.1:{free_port()}/0"
     assert_one_line(run("worker", tmp_path, OCTR_REDIS_URL=url, OCTR_REDIS_WAIT_S="1"), "1s")
+
+
+def test_a_worker_for_a_model_created_otherwise_names_what_differs(
+    tmp_path: Path, redis_url: str
+) -> None:
+    redis.Redis.from_url(redis_url).flushall()
+    settings = Settings(redis_url=redis_url, state_buckets=1024)
+
+    async def create() -> None:
+        client = redis_client(settings)
+        await ModelStore(client, model_spec(settings)).ensure()
+        await client.aclose()
+
+    asyncio.run(create())
+    result = run(
+        "worker",
+        tmp_path,
+        OCTR_REDIS_URL=redis_url,
+        OCTR_WORKER_METRICS_PORT="0",
+        OCTR_STATE_BUCKETS="1024",
+        OCTR_ALPHA="0.5",
+    )
+    assert_one_line(result, "OCTR_ALPHA=0.5 (stored: 0.1)", "online-ctr models delete default")
 
 
 def test_the_worker_without_a_redis_url(tmp_path: Path) -> None:
