@@ -45,3 +45,7 @@ async def cluster(redis_cluster_url: str) -> AsyncIterator[RedisCluster]:
     await client.initialize()
     yield client
     await client.aclose()
+
+
+# The real API and worker processes, as the integration tests start them.
+from tests.integration.conftest import start_service  # noqa: E402, F401

@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
@@ -68,19 +69,18 @@ def test_a_cluster_run_with_a_killed_learner_equals_a_single_redis_run(
     learn_all(service, ROWS[:1_000])
     wait_until(lambda: step(service) > 0, 30, "the cluster run to start learning")
     masters = [redis.Redis(port=port) for port in redis_cluster.master_ports()]
-    holder = next(
-        m.get("octr:{default}:lease") for m in masters if m.exists("octr:{default}:lease")
-    )
-    leader = holder.decode().split()[1]
+    cluster = RedisCluster.from_url(redis_cluster_url)
+    leader = cluster.get("octr:{default}:lease").decode().split()[1]
     service.processes[leader].send_signal(signal.SIGKILL)  # mid-run, lease still held
     learn_all(service, ROWS[1_000:])
     wait_until(lambda: step(service) == len(ROWS), 60, f"the standby to finish\n{service.logs()}")
 
-    meta_owner = next(m for m in masters if m.exists("octr:{default}:meta"))
-    assert meta_of(meta_owner) == expected_meta
+    assert cluster.get("octr:{default}:lease").decode().split()[1] != leader  # taken over
+    assert meta_of(cluster) == expected_meta
     state = state_of(masters)
     assert state.keys() == expected_state.keys()
     for key, value in expected_state.items():
         np.testing.assert_array_equal(np.frombuffer(state[key]), np.frombuffer(value))
     spread = [state_of([master]) for master in masters]
     assert all(spread), "the model's state did not spread over every master"
+    cluster.close()
