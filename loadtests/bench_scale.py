@@ -64,7 +64,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for trying it out")
     parser.add_argument("--sizes", type=sizes, help="features tracked (100k,1M,10M; quick 10k,40k)")
-    parser.add_argument("--examples", type=int, help="Criteo rows per timing (50,000; quick 2,000)")
+    parser.add_argument("--examples", type=int, help="Criteo rows per timing (50,000; quick 10,000)")
     parser.add_argument("--criteo-rows", type=int, help="head rows used (10,000; quick 500)")
     parser.add_argument("--duration-s", type=float, help="each /predict timing (10; quick 1)")
     parser.add_argument("--features-per-example", type=int, default=50, help="in the fill")
@@ -72,7 +72,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-scale.md")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args(argv)
-    quick = (QUICK_SIZES, 2_000, 500, 1.0, 2_000)
+    quick = (QUICK_SIZES, 10_000, 500, 1.0, 2_000)
     defaults = quick if args.quick else (SIZES, 50_000, 10_000, 10.0, 50_000)
     names = ("sizes", "examples", "criteo_rows", "duration_s", "fill_window")
     for name, default in zip(names, defaults, strict=True):

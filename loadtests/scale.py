@@ -93,16 +93,18 @@ def used_memory(stack: Stack) -> int:
 
 
 def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int) -> float:
-    """Stop the worker, post ``count`` bodies, start a worker: the seconds from its start
-    (``Popen``, so interpreter start, imports and connecting included) until it has learned
-    them all."""
+    """Stop the worker, post ``count`` bodies, start a worker: its learning rate, examples
+    per second from its first commit until it has learned them all (so not counting the
+    process's start, imports and first connection, which a running worker does not pay)."""
     stack.stop(*stack.workers())
-    target = client.progress().step + count * BODY_EXAMPLES
+    start = client.progress().step
+    target = start + count * BODY_EXAMPLES
     for body in islice(cycle(bodies), count):
         client.learn(body)
-    started = time.perf_counter()
     stack.start_workers(1)
-    return client.wait_for_step(target, stack.check_alive) - started
+    first = client.wait_for_step(start + 1, stack.check_alive)
+    done_at = client.progress().step
+    return (target - done_at) / (client.wait_for_step(target, stack.check_alive) - first)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     # The worker that did the fill and the timed learning: its state copies are the largest.
     worker_rss = rss_bytes(stack.children[stack.workers()[0]].pid)
     api_rss = rss_bytes(stack.children["api"].pid)
-    drain_s = drain(stack, client, bodies.learn, count)
+    drain_rate = drain(stack, client, bodies.learn, count)
     timed(scale.tool, rig.predict_url, bodies.single, min(config.duration_s, 3.0))
     single = timed(scale.tool, rig.predict_url, bodies.single, config.duration_s)
     batch = timed(scale.tool, rig.predict_url, bodies.batch, config.duration_s)
@@ -143,7 +145,7 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         fill_window=fill.features,
         fill_features_per_s=fill.features_per_second,
         learned_examples_per_s=count * BODY_EXAMPLES / learned_s,
-        drain_examples_per_s=count * BODY_EXAMPLES / drain_s,
+        drain_examples_per_s=drain_rate,
         predict_p50_ms=single.p50_ms,
         predict_p99_ms=single.p99_ms,
         batch_examples_per_s=batch.requests_per_s * BODY_EXAMPLES,
