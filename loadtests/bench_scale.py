@@ -64,7 +64,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for trying it out")
     parser.add_argument("--sizes", type=sizes, help="features tracked (100k,1M,10M; quick 10k,40k)")
-    parser.add_argument("--examples", type=int, help="Criteo rows per timing (50,000; quick 10,000)")
+    parser.add_argument(
+        "--examples", type=int, help="Criteo rows per timing (50,000; quick 10,000)"
+    )
     parser.add_argument("--criteo-rows", type=int, help="head rows used (10,000; quick 500)")
     parser.add_argument("--duration-s", type=float, help="each /predict timing (10; quick 1)")
     parser.add_argument("--features-per-example", type=int, default=50, help="in the fill")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import cycle, islice

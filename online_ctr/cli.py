@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "online_ctr.commands.replay",
     "online_ctr.commands.train_batch",
     "service.commands",
+    "service.models_command",
     "workers.commands",
 )
 

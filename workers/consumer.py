@@ -21,6 +21,7 @@ from octr.store.commits import Commit
 from octr.store.lease import Lease
 from octr.store.state import ModelStore
 from workers.cache import StateCache
+from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.learn import learn_group
 
@@ -52,7 +53,7 @@ class Worker:
         self.stream = FeedbackStream(store)
         self.cache = StateCache(store.spec.width, config.cache_features)
         self.version = (0, "")
-        self.applied_through = 0
+        self.committer = Committer(store, self.cache, self.lease)
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         self._stopping = False
@@ -88,6 +89,7 @@ class Worker:
                 self._reset()
                 await asyncio.sleep(self.config.error_backoff_s)
         try:
+            await self.committer.settle()
             await self.lease.release()
         except (RedisError, OSError) as error:
             logger.warning("could not release the lease (%s); it expires by itself", error)
@@ -98,6 +100,7 @@ class Worker:
         await self._heartbeat_if_due()
         while await self._lead() and await self._step(block=False):
             commits += 1
+        await self.committer.settle()
         return commits
 
     async def _lead(self) -> bool:
@@ -118,13 +121,15 @@ class Worker:
 
     async def _recover(self) -> None:
         """Apply every commit still in the redo log, then start from the model as stored."""
+        self.committer.abandon()
         self.cache.forget()
+        await self.store.ensure()  # the model may have been deleted and created again
         pending = await self.store.log.pending()
         for seq, runs in pending:
             await self.store.shards.apply(seq, runs)
         if pending:
             await self.store.log.trim(pending[-1][0])
-        self.applied_through = pending[-1][0] if pending else 0
+        self.committer.applied_through = pending[-1][0] if pending else 0
         self.version = await self.store.version()
         self._recovered = True
         logger.info(
@@ -136,6 +141,7 @@ class Worker:
 
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
+        self.committer.abandon()
         self.cache.forget()
         self._recovered = False
 
@@ -177,6 +183,7 @@ class Worker:
         dead-letter reason and the following entries are learned one at a time."""
         started = time.perf_counter()
         assert group.batch is not None
+        await self.committer.trim_cache()
         try:
             learning = await learn_group(
                 self.store, self.cache, group.batch, group.entry_ids, self.version
@@ -188,17 +195,11 @@ class Worker:
             await self.stream.record_failures(dict.fromkeys(group.entry_ids, repr(error)))
             self._single_left = max(self._single_left, len(group.entry_ids))
             return
-        commit = await self.store.log.finalize(
-            learning.change, self.lease.token, self.applied_through
-        )
+        commit = await self.committer.commit(learning)
         if commit.status != "ok":
             self._refused(commit)
             return
-        self.cache.update(learning.rows, learning.learned.state)
-        await self.store.shards.apply(commit.seq, learning.change.runs)
-        self.applied_through = commit.seq
         self.version = (commit.t, self.version[1])
-        self.cache.trim()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group.examples, commit, learning.change.logloss_sum, started)
 

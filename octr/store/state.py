@@ -101,9 +101,9 @@ class ModelStore:
     async def ensure(self) -> None:
         """Create the model (its meta hash) if new; refuse a different existing one."""
         described = self.spec.describe()
-        await self.redis.hsetnx(self.keys.meta, "rule", described["rule"])
         stored = await self.redis.hgetall(self.keys.meta)
-        if len(stored) == 1:
+        if b"epoch" not in stored:
+            # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
@@ -143,6 +143,22 @@ class ModelStore:
         """The model's step and epoch (which changes if it is deleted and created again)."""
         t, epoch = await self.redis.hmget(self.keys.meta, "t", "epoch")
         return int(t or 0), _text(epoch or b"")
+
+    async def delete(self) -> int:
+        """Delete every key of the model (its log side and every shard's keys, found with
+        SCAN on every node); returns how many there were. A learner at work is fenced off by
+        it and starts again on the new, empty model."""
+        keys = list(self.keys.log_side())
+        pattern = f"octr:{{{self.spec.name}/*}}:*"
+        keys += [key async for key in self.redis.scan_iter(match=pattern, count=1000)]
+        deleted = 0
+        for first in range(0, len(keys), 1000):
+            # One key per UNLINK: on a cluster the keys of one call must share a slot.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys[first : first + 1000]:
+                    pipe.unlink(key)
+                deleted += sum(await pipe.execute())
+        return deleted
 
     async def heartbeat(self, worker: str) -> None:
         """Record that ``worker`` is alive, stamped with Redis's clock (one clock for all)."""

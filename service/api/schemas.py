@@ -189,6 +189,13 @@ class LearnResponse(BaseModel):
     accepted: int = Field(examples=[1])
 
 
+class ModelDeletedResponse(BaseModel):
+    """What ``DELETE /models/{name}`` removed."""
+
+    name: str
+    keys_deleted: int
+
+
 class ModelInfoResponse(BaseModel):
     """A model's rule, hyper-parameters and progress."""
 

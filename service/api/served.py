@@ -122,6 +122,13 @@ class ServedModel:
         await self.ensure()
         return await self.feedback.append(self.hasher.batch(rows, labels), key)
 
+    async def delete(self) -> int:
+        """Delete the model and every key of it; it is created again, empty, at once."""
+        deleted = await self.store.delete()
+        self._ensured = False
+        await self.ensure()
+        return deleted
+
     async def info(self) -> ModelInfo:
         """The model's description and counters."""
         await self.ensure()

@@ -196,3 +196,26 @@ def test_openapi_documents_the_endpoints_with_examples(client: TestClient) -> No
     for shape in ("PredictExample", "PredictBatch", "LearnExample", "LearnBatch"):
         assert schemas[shape]["additionalProperties"] is False
     assert client.get("/docs").status_code == 200
+
+
+def test_delete_removes_every_key_and_the_model_starts_again_empty(
+    client: TestClient, settings: Settings
+) -> None:
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
+    assert client.post("/learn", json=body).status_code == 202
+    asyncio.run(in_redis(settings, "learn"))
+    plain = redis.Redis.from_url(str(settings.redis_url))
+    assert plain.keys("octr:{default/*}:b:*"), "the model has state to delete"
+
+    reply = client.delete("/models/default")
+    assert reply.status_code == 200 and reply.json()["name"] == "default"
+    assert reply.json()["keys_deleted"] > len(ROWS) // 10
+    assert plain.keys("octr:{default/*}:*") == []
+    info = client.get("/models/default").json()
+    assert (info["global_step"], info["features_tracked"], info["stream_lag"]) == (0, 0, 0)
+    assert client.delete("/models/another").status_code == 404
+
+    assert client.post("/learn", json={"examples": body["examples"][:10]}).status_code == 202
+    asyncio.run(in_redis(settings, "learn"))
+    assert client.get("/models/default").json()["global_step"] == 10
+    plain.close()

@@ -145,3 +145,35 @@ def test_a_server_keeps_its_password_out_of_its_command_line(tmp_path: Path) -> 
     with RedisServer(tmp_path / "r", persist=False, password="secret-0123") as server:
         assert "secret-0123" not in " ".join(server.command())
         assert (tmp_path / "r" / "redis.conf").stat().st_mode & 0o777 == 0o600
+
+
+def test_models_delete_removes_a_model_and_asks_first(tmp_path: Path, redis_url: str) -> None:
+    plain = redis.Redis.from_url(redis_url)
+    plain.flushall()
+    plain.hset("octr:{gone}:meta", "t", 5)
+    plain.hset("octr:{gone/3}:b:7", "x", "y")
+    plain.hset("octr:{kept}:meta", "t", 1)
+
+    def models(*args: str) -> subprocess.CompletedProcess[str]:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
+        environment.update(PYTHONPATH=str(ROOT), OCTR_REDIS_URL=redis_url)
+        command = [sys.executable, "-m", "online_ctr.cli", "models", "delete", *args]
+        return subprocess.run(
+            command,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+
+    unconfirmed = models("gone")
+    assert unconfirmed.returncode == 1 and "nothing deleted" in unconfirmed.stdout
+    assert plain.exists("octr:{gone}:meta")
+    done = models("gone", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "deleted model 'gone': 2 keys" in done.stdout
+    assert plain.keys("octr:{gone*") == [] and plain.exists("octr:{kept}:meta")
+    invalid = models("no/such", "--yes")
+    assert invalid.returncode == 1 and "invalid model name" in invalid.stderr
+    plain.close()

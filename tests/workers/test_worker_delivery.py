@@ -176,3 +176,16 @@ async def test_stop_finishes_the_group_in_flight_and_takes_no_more(make_store: M
     assert 0 < info.t < len(ROWS) and info.t % 50 == 0
     assert info.stream_lag == len(ROWS) - info.t
     assert await store.redis.get(store.keys.lease) is None  # released for a standby
+
+
+async def test_a_learner_of_a_deleted_model_starts_over_on_the_new_one(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    await send(store, ROWS[:200])
+    worker = make_worker(await make_store(), "w1", batch_size=100)
+    assert await worker.run_until_idle() == 2
+    assert await store.delete() > 0
+    await send(store, ROWS[:300])
+    await worker.run_until_idle()  # fenced once, then learns the new model from scratch
+    await assert_learned_once_in_order(store, 300)

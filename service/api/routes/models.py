@@ -1,11 +1,11 @@
-"""``GET /models/{name}``: what a model is and how far it has learned."""
+"""``GET /models/{name}``: what a model is and how far it has learned; ``DELETE`` removes it."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from service.api.deps import ServedDep, not_served
-from service.api.schemas import ModelInfoResponse, error_responses
+from service.api.schemas import ModelDeletedResponse, ModelInfoResponse, error_responses
 
 router = APIRouter(tags=["models"])
 
@@ -28,3 +28,15 @@ async def read_model(name: str, served: ServedDep) -> ModelInfoResponse:
         stream_lag=info.stream_lag,
         dead_letters=info.dead_letters,
     )
+
+
+@router.delete("/models/{name}", responses=error_responses(404, 503))
+async def delete_model(name: str, served: ServedDep) -> ModelDeletedResponse:
+    """Delete the model and all its keys: state, feedback not learned yet, dead letters.
+
+    It starts again empty, with the settings this service runs with; the learner notices on
+    its next commit and starts over on the new model.
+    """
+    if name != served.name:
+        raise not_served(name, served)
+    return ModelDeletedResponse(name=name, keys_deleted=await served.delete())
