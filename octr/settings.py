@@ -10,7 +10,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    redis_password_file: Path | None = Field(
+        None, description="A file holding the Redis password (a Compose or Kubernetes secret)."
+    )
     redis_wait_s: float = Field(
         30.0, gt=0, description="How long a starting process waits for Redis to answer."
     )
@@ -131,6 +134,29 @@ class Settings(BaseSettings):
             # The rules name their parameters as in the paper; name the variables instead.
             named = _VARIABLE_NAME.sub(lambda m: f"OCTR_{m[0].upper()}", str(error))
             raise ValueError(named) from None
+        return self
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> Settings:
+        """Put the password of ``OCTR_REDIS_PASSWORD_FILE`` into the URL, so that it never
+        has to be in an environment variable or on a command line."""
+        if self.redis_password_file is None:
+            return self
+        if self.redis_url is None:
+            raise ValueError("OCTR_REDIS_PASSWORD_FILE needs OCTR_REDIS_URL")
+        try:
+            password = self.redis_password_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(
+                f"OCTR_REDIS_PASSWORD_FILE: cannot read {self.redis_password_file}: "
+                f"{error.strerror}"
+            ) from None
+        parts = urlsplit(self.redis_url)
+        host = parts.netloc.rpartition("@")[2]
+        user = quote(parts.username or "", safe="")
+        netloc = f"{user}:{quote(password, safe='')}@{host}"
+        # Frozen settings: set once here, while they are being built.
+        object.__setattr__(self, "redis_url", urlunsplit(parts._replace(netloc=netloc)))
         return self
 
     @model_validator(mode="after")

@@ -93,7 +93,7 @@ def test_two_workers_by_default(stack: dict[str, Any]) -> None:
 
 def test_redis_persists_every_second_and_never_evicts(stack: dict[str, Any]) -> None:
     redis = stack["services"]["redis"]
-    command = " ".join(redis["command"])
+    command = " ".join(redis["entrypoint"] + redis["command"])
     assert "--appendonly yes" in command
     assert "--appendfsync everysec" in command
     assert "--maxmemory-policy noeviction" in command
@@ -112,7 +112,26 @@ def test_api_and_worker_share_the_model_configuration(stack: dict[str, Any]) -> 
     assert {name: api[name] for name in model_settings} == {
         name: worker[name] for name in model_settings
     }
-    assert api["OCTR_REDIS_URL"] == f"redis://:{REQUIRED['REDIS_PASSWORD']}@redis:6379/0"
+    assert api["OCTR_REDIS_URL"] == "redis://redis:6379/0"
+    assert api["OCTR_REDIS_PASSWORD_FILE"] == "/run/secrets/redis_password"
+
+
+def test_the_redis_password_is_a_secret_on_no_command_line_and_in_no_environment(
+    stack: dict[str, Any],
+) -> None:
+    # `docker inspect` shows every container's command line and environment.
+    shown = json.dumps(
+        {
+            name: {
+                key: service.get(key)
+                for key in ("command", "entrypoint", "environment", "healthcheck")
+            }
+            for name, service in stack["services"].items()
+        }
+    )
+    assert REQUIRED["REDIS_PASSWORD"] not in shown
+    for name in ("redis", "api", "worker"):
+        assert "redis_password" in {s["source"] for s in stack["services"][name]["secrets"]}, name
 
 
 def test_unset_hyper_parameters_stay_unset(compose: list[str]) -> None:
@@ -132,7 +151,7 @@ def test_grafana_secrets_come_from_variables(stack: dict[str, Any]) -> None:
         f"{name}.{key}": value
         for name, service in raw["services"].items()
         for key, value in service.get("environment", {}).items()
-        if re.search("PASSWORD|SECRET|TOKEN|AUTH$", key)
+        if re.search("PASSWORD|SECRET|TOKEN|AUTH$", key) and not key.endswith("_FILE")
     }
     assert secrets
     for where, value in secrets.items():

@@ -1,0 +1,40 @@
+"""Settings that need more than a type check: the Redis password from a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from octr.settings import Settings
+from service.embedded import RedisServer
+
+
+def test_the_password_file_goes_into_the_url_quoted(tmp_path: Path) -> None:
+    secret = tmp_path / "redis_password"
+    secret.write_text("p@ss/word:1\n")  # a Compose secret file ends with a newline
+    settings = Settings(redis_url="redis://user@redis:6379/2", redis_password_file=secret)
+    assert settings.redis_url == "redis://user:p%40ss%2Fword%3A1@redis:6379/2"
+    parsed = redis.connection.parse_url(str(settings.redis_url))
+    assert (parsed["username"], parsed["password"], parsed["db"]) == ("user", "p@ss/word:1", 2)
+
+
+def test_a_real_redis_accepts_the_password_from_the_file(tmp_path: Path) -> None:
+    secret = tmp_path / "redis_password"
+    secret.write_text("from-a-file-0123\n")
+    with RedisServer(tmp_path / "r", persist=False, password="from-a-file-0123") as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis.from_url(url).ping()
+        settings = Settings(redis_url=url, redis_password_file=secret)
+        client = redis.Redis.from_url(str(settings.redis_url))
+        assert client.ping()
+        client.close()
+
+
+def test_an_unreadable_password_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="OCTR_REDIS_PASSWORD_FILE: cannot read .*missing"):
+        Settings(redis_url="redis://redis:6379/0", redis_password_file=tmp_path / "missing")
+    with pytest.raises(ValueError, match="OCTR_REDIS_PASSWORD_FILE needs OCTR_REDIS_URL"):
+        Settings(redis_password_file=tmp_path / "missing")
