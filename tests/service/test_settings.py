@@ -34,7 +34,7 @@ def test_a_real_redis_accepts_the_password_from_the_file(tmp_path: Path) -> None
 
 
 def test_an_unreadable_password_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="OCTR_REDIS_PASSWORD_FILE: cannot read .*missing"):
+    with pytest.raises(ValueError, match=r"OCTR_REDIS_PASSWORD_FILE: cannot read .*missing"):
         Settings(redis_url="redis://redis:6379/0", redis_password_file=tmp_path / "missing")
     with pytest.raises(ValueError, match="OCTR_REDIS_PASSWORD_FILE needs OCTR_REDIS_URL"):
         Settings(redis_password_file=tmp_path / "missing")
