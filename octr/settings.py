@@ -117,6 +117,14 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a power of two up to 2^24, got {value}")
         return value
 
+    @field_validator("state_shards")
+    @classmethod
+    def _few_shards(cls, value: int) -> int:
+        # A commit's redo entry has a field per shard; Lua passes at most ~8000 arguments.
+        if value > 2048:
+            raise ValueError(f"must be at most 2048, got {value}")
+        return value
+
     @model_validator(mode="after")
     def _shards_fit_buckets(self) -> Settings:
         if self.state_shards > self.state_buckets:

@@ -6,25 +6,41 @@
 -- sorted by bucket. Returns how many shards applied it now.
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local record = 4 + field_bytes + value_bytes
+local call, sub, unpack_bucket = redis.call, string.sub, struct.unpack
 local applied = 0
 for shard = 1, #KEYS do
-  if tonumber(redis.call('GET', KEYS[shard]) or '0') < seq then
+  if tonumber(call('GET', KEYS[shard]) or '0') < seq then
     local prefix, records = ARGV[2 + 2 * shard], ARGV[3 + 2 * shard]
-    -- One HSET per bucket with all of its touched fields (records are sorted by bucket).
-    local args, current = {}, nil
-    for i = 1, #records / record do
+    local count = #records / record
+    local i = 1
+    while i <= count do
       local at = (i - 1) * record
-      local bucket = struct.unpack('<I4', records, at + 1)
-      if bucket ~= current and current then
-        redis.call('HSET', prefix .. current, unpack(args))
-        args = {}
+      local bucket = unpack_bucket('<I4', records, at + 1)
+      local key = prefix .. bucket
+      -- Most buckets get one feature per commit: one HSET each. Records are sorted by
+      -- bucket, so a bucket's further features follow and share its HSET.
+      local last = i
+      while last < count and unpack_bucket('<I4', records, last * record + 1) == bucket do
+        last = last + 1
       end
-      current = bucket
-      args[#args + 1] = string.sub(records, at + 5, at + 4 + field_bytes)
-      args[#args + 1] = string.sub(records, at + 5 + field_bytes, at + record)
+      if last == i then
+        call('HSET', key, sub(records, at + 5, at + 4 + field_bytes),
+          sub(records, at + 5 + field_bytes, at + record))
+      else
+        -- In chunks of 1000 fields: unpack() has a stack limit.
+        for first = i, last, 1000 do
+          local args = {}
+          for j = first, math.min(first + 999, last) do
+            local from = (j - 1) * record
+            args[#args + 1] = sub(records, from + 5, from + 4 + field_bytes)
+            args[#args + 1] = sub(records, from + 5 + field_bytes, from + record)
+          end
+          call('HSET', key, unpack(args))
+        end
+      end
+      i = last + 1
     end
-    if current then redis.call('HSET', prefix .. current, unpack(args)) end
-    redis.call('SET', KEYS[shard], ARGV[1])
+    call('SET', KEYS[shard], ARGV[1])
     applied = applied + 1
   end
 end

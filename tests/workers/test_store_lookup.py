@@ -34,3 +34,16 @@ async def test_lookup_equals_the_stored_rows(
     expected = store.spec.rule.weights(rows, t, store.spec.params)
     np.testing.assert_array_equal(await store.weights(ids), expected)
     assert np.count_nonzero(expected) > 100
+
+
+async def test_one_bucket_takes_a_commit_of_thousands_of_features(make_store: MakeStore) -> None:
+    # Every feature in one bucket: the scripts must chunk what they pass to one command.
+    store = await make_store("ftrl", buckets=1, shards=1)
+    await send(store, itertools.islice(read_examples(CRITEO, "criteo"), 2_000), per_entry=100)
+    await make_worker(store, batch_size=2_000).run_until_idle()
+    stored = await scan_state(store)
+    assert len(stored) > 5_000
+    ids = np.array(list(stored), dtype=np.uint64)
+    t = (await store.info()).t
+    expected = store.spec.rule.weights(np.array(list(stored.values())), t, store.spec.params)
+    np.testing.assert_array_equal(await store.weights(ids), expected)
