@@ -56,7 +56,7 @@ class Settings(BaseSettings):
         64, description="Hash slots a model's state is spread over (a power of two, <= buckets)."
     )
     batch_size: int = Field(
-        4096, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
+        65_536, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
     )
     batch_wait_ms: int = Field(50, ge=0, description="How long an idle worker waits for feedback.")
     lease_ttl_ms: int = Field(

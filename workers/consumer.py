@@ -33,7 +33,7 @@ class WorkerConfig:
     """How a worker groups, leads and dead-letters."""
 
     name: str
-    batch_size: int = 4096  # most examples learned per commit
+    batch_size: int = 65_536  # most examples learned per commit
     batch_wait_ms: int = 50
     lease_ttl_ms: int = 5_000
     max_deliveries: int = 5

@@ -46,7 +46,9 @@ class FeedbackStream:
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
         one entry), or one entry if ``single``; an empty group if the stream is empty."""
-        count = 1 if single else max(1, min(max_examples, 4096))
+        # Entries hold one example or many: read up to max_examples of them (bounded, since
+        # every entry read travels and is deleted in the commit).
+        count = 1 if single else max(1, min(max_examples, 16_384))
         messages: list[Message] = await self.redis.xrange(self.keys.stream, count=count)
         if not messages:
             return Group()

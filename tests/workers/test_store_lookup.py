@@ -47,3 +47,22 @@ async def test_one_bucket_takes_a_commit_of_thousands_of_features(make_store: Ma
     t = (await store.info()).t
     expected = store.spec.rule.weights(np.array(list(stored.values())), t, store.spec.params)
     np.testing.assert_array_equal(await store.weights(ids), expected)
+
+
+async def test_a_large_commit_goes_out_in_several_calls_and_every_shard_applies_it_once(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=1 << 12, shards=16)
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(0, 2**64 - 1, size=30_000, dtype=np.uint64, endpoint=True))
+    state = rng.normal(size=(len(ids), store.spec.width))
+    runs = store.spec.layout.records(ids, state)
+    calls = store.shards._calls(runs)
+    assert len(calls) > 2, "the commit should need several calls"
+    assert sorted(shard for call in calls for shard, _ in call) == list(range(16))
+    await store.shards.apply(1, runs)
+    # A replay of the same commit, and a late older one, change nothing.
+    await store.shards.apply(1, store.spec.layout.records(ids, state + 1))
+    read = await store.shards.read(ids)
+    np.testing.assert_array_equal(read.state, state)
+    assert read.stored.all()
