@@ -150,11 +150,10 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "one after another, from the first post until `global_step` shows them all "
             f"learned (polled every {POLL_S * 1e3:.0f} ms).",
             "- **drain ex/s**: the worker stopped (SIGTERM, it finishes its batch and exits), "
-            f"the same {bodies * BODY_EXAMPLES:,} rows posted, then a new worker started: the "
-            "examples it learned after its first commit over the time from that commit until "
-            "`global_step` shows them all learned (so the process's start, imports and first "
-            "connection, which a running worker does not pay, are left out; its cache starts "
-            "cold).",
+            f"the same {bodies * BODY_EXAMPLES:,} rows posted, then a new worker started: the rows "
+            "over the time from when it holds the model's lease (so the process's start, "
+            "imports and first connection, which a running worker does not pay, are left out; "
+            "its recovery and cold cache are in) until `global_step` shows them all learned.",
             f"- **/predict p50/p99**: single Criteo-row bodies, {predict}, "
             f"{config.duration_s:g} s after a warm-up of {min(config.duration_s, 3.0):g} s.",
             f"- **batch /predict ex/s**: bodies of {BODY_EXAMPLES:,} Criteo rows, one request "

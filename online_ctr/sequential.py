@@ -112,3 +112,12 @@ def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) ->
         raise ValueError(f"{len(batch)} examples but {len(batch.labels)} labels")
     if pairs and not 0 <= features.inverse.min() <= features.inverse.max() < k:
         raise ValueError("features.inverse points outside the features")
+
+
+def warm_up(rule: Rule, params: Any) -> None:
+    """Compile (or load from numba's cache) the kernel now, on one throwaway example, so the
+    first real batch does not pay for it (a worker calls this before it takes the lease)."""
+    batch = Batch(np.array([0, 1]), np.zeros(1, np.uint64), np.ones(1), np.zeros(1))
+    learn_sequential(
+        rule, params, rule.zeros(1), 0, batch, Features(batch.ids, np.zeros(1, np.intp))
+    )

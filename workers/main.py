@@ -17,6 +17,7 @@ from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
 from octr.store.state import ModelMismatchError, ModelStore
 from octr.wiring import check_topology, model_spec, redis_client
+from online_ctr.sequential import warm_up
 from workers.consumer import Worker, WorkerConfig
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.stop)
+    warm_up(store.spec.rule, store.spec.params)  # compile before leading, not on the clock
     try:
         if await _ensure_model_or_exit(store, worker, settings.retry_after_s):
             logger.info("worker %s learning model %r", worker.config.name, settings.model)
