@@ -101,7 +101,8 @@ def _parser(
         try:
             return build(body, response)
         except (KeyError, TypeError, ValueError) as error:
-            raise OnlineCtrError(f"unexpected answer from {response.url.path}: {body}") from error
+            shown = str(body)[:300]
+            raise OnlineCtrError(f"unexpected answer from {response.url.path}: {shown}") from error
 
     return parse
 
@@ -220,7 +221,7 @@ def learn(
 ) -> Operation[Accepted, Accepted]:
     """``POST /learn`` for one example, with ``key`` or a new ``Idempotency-Key``."""
     headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
-    body = {"features": dict(features), "label": label}
+    body = {"features": dict(features), "label": int(label)}
     return Operation([Call("POST", "/learn", body, headers, _model(model), 1)], _accepted, _sum)
 
 
@@ -233,7 +234,7 @@ def learn_many(
         Call(
             "POST",
             "/learn",
-            {"examples": [{"features": dict(x), "label": y} for x, y in batch]},
+            {"examples": [{"features": dict(x), "label": int(y)} for x, y in batch]},
             _new_key(),
             _model(model),
             len(batch),

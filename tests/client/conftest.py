@@ -42,3 +42,7 @@ class Recorder(httpx.HTTPTransport):
         key = request.headers.get("idempotency-key")
         self.attempts.append((request.url.path, response.status_code, key))
         return response
+
+    def open_connections(self) -> int:
+        """Connections in the pool: one for a client whose requests reused it (keep-alive)."""
+        return len(self._pool.connections)

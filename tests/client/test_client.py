@@ -74,6 +74,8 @@ def test_predict_learn_model_and_delete(
         assert deleted.name == "default" and deleted.keys_deleted > 0
         assert client.model("default").global_step == 0
         assert client.predict(rows[0][0]).probability == 0.5
+        # Dozens of requests, one keep-alive connection.
+        assert len(recorder.attempts) > 40 and recorder.open_connections() == 1
 
 
 def test_async_client(redis_url: str, start_authed: Callable[..., Service]) -> None:
@@ -136,6 +138,13 @@ def test_an_unreachable_service_is_retried_then_reported() -> None:
     ):
         client.predict({"site": "a"})
     assert isinstance(error.value.__cause__, httpx.ConnectError)
+
+    async def learn() -> None:
+        async with AsyncClient(url, retry=Retry(attempts=2, backoff_s=0.01)) as client:
+            await client.learn_many([({"site": "a"}, 1)])
+
+    with pytest.raises(UnreachableError, match="after 2 attempt"):
+        asyncio.run(learn())
 
 
 def test_the_readme_example_runs(
