@@ -1,29 +1,32 @@
-"""Each client call as data: the HTTP requests it needs and how their answers become results.
+"""Each client call as data: the HTTP requests it needs, and which :mod:`answers` parser
+reads each answer and combines the parts into the call's result.
 
 :class:`Client` and :class:`AsyncClient` only send the :class:`Call` objects an
 :class:`Operation` lists (each with the retry policy) and hand the answers back, so both share
 everything here. A new endpoint is one more function returning an :class:`Operation`, and one
-line in each client; that is where learning by prediction id and model snapshots (export and
-import) will go once the service has them (issue 12, items 1 and 2): they do not exist yet.
-"""
+line in each client.
+
+Hook, not built yet: learning by prediction id and model snapshots (export and import) go
+here, as such functions, once the service has those endpoints (issue 12, items 1 and 2);
+none exists yet, so no request shape is guessed."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from online_ctr.client.errors import ApiError, ClientError, OnlineCtrError, ServerError
+from online_ctr.client import answers
 from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
 
 #: The service's default ``OCTR_MAX_EXAMPLES_PER_REQUEST``.
 MAX_BATCH = 1000
-#: The request header that makes a ``/learn`` retry safe, and the answer's replay marker.
-IDEMPOTENCY_KEY, REPLAYED = "Idempotency-Key", "idempotent-replayed"
+#: The request header that makes a ``/learn`` retry safe.
+IDEMPOTENCY_KEY = "Idempotency-Key"
 
 Part = TypeVar("Part")
 Result = TypeVar("Result")
@@ -63,107 +66,6 @@ class Operation(Generic[Part, Result]):
     combine: Callable[[list[Part]], Result]
 
 
-def check(response: httpx.Response) -> httpx.Response:
-    """The response if it is a success; the service's error, typed by its status, if not."""
-    status = response.status_code
-    if 200 <= status < 300:
-        return response
-    message = response.reason_phrase or "error"
-    errors: tuple[tuple[str, str], ...] = ()
-    try:
-        body = response.json()
-        message = str(body["detail"])
-        errors = tuple((str(e["field"]), str(e["message"])) for e in body.get("errors") or ())
-    except (ValueError, KeyError, TypeError, AttributeError):
-        message = response.text.strip()[:500] or message
-    kind = ClientError if 400 <= status < 500 else ServerError if status >= 500 else ApiError
-    raise kind(status, message, errors)
-
-
-def _body(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError as error:
-        raise OnlineCtrError(f"the service answered {response.status_code} without JSON") from error
-    if not isinstance(body, dict):
-        raise OnlineCtrError(f"the service answered {type(body).__name__}, not an object")
-    return body
-
-
-def _parser(
-    build: Callable[[dict[str, Any], httpx.Response], Part],
-) -> Callable[[httpx.Response], Part]:
-    """``build`` applied to the JSON object of a checked response; a clear error if it does
-    not have the expected shape (a proxy's page, another service)."""
-
-    def parse(response: httpx.Response) -> Part:
-        body = _body(check(response))
-        try:
-            return build(body, response)
-        except (KeyError, TypeError, ValueError) as error:
-            shown = str(body)[:300]
-            raise OnlineCtrError(f"unexpected answer from {response.url.path}: {shown}") from error
-
-    return parse
-
-
-def _prediction(item: dict[str, Any], model: str) -> Prediction:
-    return Prediction(float(item["probability"]), float(item["logit"]), model)
-
-
-@_parser
-def _one_prediction(body: dict[str, Any], _: httpx.Response) -> list[Prediction]:
-    return [_prediction(body, str(body["model"]))]
-
-
-@_parser
-def _predictions(body: dict[str, Any], _: httpx.Response) -> list[Prediction]:
-    return [_prediction(item, str(body["model"])) for item in body["predictions"]]
-
-
-@_parser
-def _accepted(body: dict[str, Any], response: httpx.Response) -> Accepted:
-    return Accepted(int(body["accepted"]), response.headers.get(REPLAYED) == "true")
-
-
-@_parser
-def _model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
-    loss = body.get("progressive_logloss")
-    return ModelInfo(
-        name=str(body["name"]),
-        rule=str(body["rule"]),
-        params={str(k): float(v) for k, v in body["params"].items()},
-        hash_bits=int(body["hash_bits"]),
-        global_step=int(body["global_step"]),
-        nonzero_weights=int(body["nonzero_weights"]),
-        features_tracked=int(body["features_tracked"]),
-        progressive_logloss=None if loss is None else float(loss),
-        stream_lag=int(body["stream_lag"]),
-        dead_letters=int(body["dead_letters"]),
-    )
-
-
-@_parser
-def _deleted(body: dict[str, Any], _: httpx.Response) -> ModelDeleted:
-    return ModelDeleted(str(body["name"]), int(body["keys_deleted"]))
-
-
-def _first(parts: list[Part]) -> Part:
-    return parts[0]
-
-
-def _single(parts: list[list[Prediction]]) -> Prediction:
-    return parts[0][0]
-
-
-def _flat(parts: list[list[Prediction]]) -> list[Prediction]:
-    return [prediction for part in parts for prediction in part]
-
-
-def _sum(parts: list[Accepted]) -> Accepted:
-    return Accepted(sum(p.accepted for p in parts), any(p.replayed for p in parts))
-
-
 def batches(items: Iterable[Part], size: int) -> Iterator[list[Part]]:
     """``items`` in consecutive lists of at most ``size``, read lazily.
 
@@ -194,7 +96,9 @@ def predict(features: Features, model: str | None) -> Operation[list[Prediction]
     """``POST /predict`` for one example."""
     body = {"features": dict(features)}
     return Operation(
-        [Call("POST", "/predict", body, {}, _model(model), 1)], _one_prediction, _single
+        [Call("POST", "/predict", body, {}, _model(model), 1)],
+        answers.one_prediction,
+        answers.single,
     )
 
 
@@ -213,7 +117,7 @@ def predict_many(
         )
         for batch in batches(rows, max_batch)
     )
-    return Operation(calls, _predictions, _flat)
+    return Operation(calls, answers.predictions, answers.flat)
 
 
 def learn(
@@ -222,7 +126,9 @@ def learn(
     """``POST /learn`` for one example, with ``key`` or a new ``Idempotency-Key``."""
     headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
     body = {"features": dict(features), "label": int(label)}
-    return Operation([Call("POST", "/learn", body, headers, _model(model), 1)], _accepted, _sum)
+    return Operation(
+        [Call("POST", "/learn", body, headers, _model(model), 1)], answers.accepted, answers.total
+    )
 
 
 def learn_many(
@@ -241,17 +147,21 @@ def learn_many(
         )
         for batch in batches(examples, max_batch)
     )
-    return Operation(calls, _accepted, _sum)
+    return Operation(calls, answers.accepted, answers.total)
 
 
 def model_info(name: str) -> Operation[ModelInfo, ModelInfo]:
     """``GET /models/{name}``."""
-    return Operation([Call("GET", f"/models/{quote(name, safe='')}")], _model_info, _first)
+    return Operation(
+        [Call("GET", f"/models/{quote(name, safe='')}")], answers.model_info, answers.first
+    )
 
 
 def delete_model(name: str) -> Operation[ModelDeleted, ModelDeleted]:
     """``DELETE /models/{name}``."""
-    return Operation([Call("DELETE", f"/models/{quote(name, safe='')}")], _deleted, _first)
+    return Operation(
+        [Call("DELETE", f"/models/{quote(name, safe='')}")], answers.deleted, answers.first
+    )
 
 
 def headers(api_key: str | None) -> dict[str, str]:
