@@ -1,0 +1,40 @@
+"""A Python client of the online-ctr service (needs only httpx: ``pip install httpx``).
+
+``Client`` blocks, ``AsyncClient`` is its asyncio twin; both batch, retry with backoff
+(honoring ``Retry-After``), send an ``Idempotency-Key`` with every ``/learn`` request and keep
+connections alive. Example::
+
+    from online_ctr.client import Client
+
+    with Client("http://127.0.0.1:8000", api_key=KEY) as ctr:
+        ctr.learn({"site": "news.example", "device": "mobile"}, label=1)
+        print(ctr.predict({"site": "news.example"}).probability)
+"""
+
+from online_ctr.client.aio import AsyncClient
+from online_ctr.client.errors import (
+    ApiError,
+    ClientError,
+    OnlineCtrError,
+    ServerError,
+    UnreachableError,
+)
+from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.retry import Retry
+from online_ctr.client.sync import Client
+
+__all__ = [
+    "Accepted",
+    "ApiError",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "Features",
+    "ModelDeleted",
+    "ModelInfo",
+    "OnlineCtrError",
+    "Prediction",
+    "Retry",
+    "ServerError",
+    "UnreachableError",
+]

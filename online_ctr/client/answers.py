@@ -1,0 +1,120 @@
+"""What the service's answers mean: its errors, typed by status, and its bodies, as results.
+
+Every parser checks the status first (:func:`check`), then reads the JSON object; an answer
+of the wrong shape (a proxy's error page, another service) is a clear :class:`OnlineCtrError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from online_ctr.client.errors import ApiError, ClientError, OnlineCtrError, ServerError
+from online_ctr.client.results import Accepted, ModelDeleted, ModelInfo, Prediction
+
+Part = TypeVar("Part")
+#: The answer header that marks a replay of an earlier ``/learn`` with the same key.
+REPLAYED = "idempotent-replayed"
+
+
+def check(response: httpx.Response) -> httpx.Response:
+    """The response if it is a success; the service's error, typed by its status, if not."""
+    status = response.status_code
+    if 200 <= status < 300:
+        return response
+    message = response.reason_phrase or "error"
+    errors: tuple[tuple[str, str], ...] = ()
+    try:
+        body = response.json()
+        message = str(body["detail"])
+        errors = tuple((str(e["field"]), str(e["message"])) for e in body.get("errors") or ())
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message = response.text.strip()[:500] or message
+    kind = ClientError if 400 <= status < 500 else ServerError if status >= 500 else ApiError
+    raise kind(status, message, errors)
+
+
+def _body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError as error:
+        raise OnlineCtrError(f"the service answered {response.status_code} without JSON") from error
+    if not isinstance(body, dict):
+        raise OnlineCtrError(f"the service answered {type(body).__name__}, not an object")
+    return body
+
+
+def _parser(
+    build: Callable[[dict[str, Any], httpx.Response], Part],
+) -> Callable[[httpx.Response], Part]:
+    """``build`` applied to the JSON object of a checked response; a clear error if it does
+    not have the expected shape (a proxy's page, another service)."""
+
+    def parse(response: httpx.Response) -> Part:
+        body = _body(check(response))
+        try:
+            return build(body, response)
+        except (KeyError, TypeError, ValueError) as error:
+            shown = str(body)[:300]
+            raise OnlineCtrError(f"unexpected answer from {response.url.path}: {shown}") from error
+
+    return parse
+
+
+def _prediction(item: dict[str, Any], model: str) -> Prediction:
+    return Prediction(float(item["probability"]), float(item["logit"]), model)
+
+
+@_parser
+def one_prediction(body: dict[str, Any], _: httpx.Response) -> list[Prediction]:
+    return [_prediction(body, str(body["model"]))]
+
+
+@_parser
+def predictions(body: dict[str, Any], _: httpx.Response) -> list[Prediction]:
+    return [_prediction(item, str(body["model"])) for item in body["predictions"]]
+
+
+@_parser
+def accepted(body: dict[str, Any], response: httpx.Response) -> Accepted:
+    return Accepted(int(body["accepted"]), response.headers.get(REPLAYED) == "true")
+
+
+@_parser
+def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
+    loss = body.get("progressive_logloss")
+    return ModelInfo(
+        name=str(body["name"]),
+        rule=str(body["rule"]),
+        params={str(k): float(v) for k, v in body["params"].items()},
+        hash_bits=int(body["hash_bits"]),
+        global_step=int(body["global_step"]),
+        nonzero_weights=int(body["nonzero_weights"]),
+        features_tracked=int(body["features_tracked"]),
+        progressive_logloss=None if loss is None else float(loss),
+        stream_lag=int(body["stream_lag"]),
+        dead_letters=int(body["dead_letters"]),
+    )
+
+
+@_parser
+def deleted(body: dict[str, Any], _: httpx.Response) -> ModelDeleted:
+    return ModelDeleted(str(body["name"]), int(body["keys_deleted"]))
+
+
+def first(parts: list[Part]) -> Part:
+    return parts[0]
+
+
+def single(parts: list[list[Prediction]]) -> Prediction:
+    return parts[0][0]
+
+
+def flat(parts: list[list[Prediction]]) -> list[Prediction]:
+    return [prediction for part in parts for prediction in part]
+
+
+def total(parts: list[Accepted]) -> Accepted:
+    return Accepted(sum(p.accepted for p in parts), any(p.replayed for p in parts))

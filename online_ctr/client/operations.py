@@ -1,0 +1,170 @@
+"""Each client call as data: the HTTP requests it needs, and which :mod:`answers` parser
+reads each answer and combines the parts into the call's result.
+
+:class:`Client` and :class:`AsyncClient` only send the :class:`Call` objects an
+:class:`Operation` lists (each with the retry policy) and hand the answers back, so both share
+everything here. A new endpoint is one more function returning an :class:`Operation`, and one
+line in each client.
+
+Hook, not built yet: learning by prediction id and model snapshots (export and import) go
+here, as such functions, once the service has those endpoints (issue 12, items 1 and 2);
+none exists yet, so no request shape is guessed."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from online_ctr.client import answers
+from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+
+#: The service's default ``OCTR_MAX_EXAMPLES_PER_REQUEST``.
+MAX_BATCH = 1000
+#: The request header that makes a ``/learn`` retry safe.
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+Part = TypeVar("Part")
+Result = TypeVar("Result")
+Example = tuple[Features, int]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request, built afresh for every attempt from the same parts (so a retry
+    sends the same ``Idempotency-Key``); ``examples`` is how many examples it carries."""
+
+    method: str
+    path: str
+    body: object = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = field(default_factory=dict)
+    examples: int = 0
+
+    def request(self, http: httpx.Client | httpx.AsyncClient, timeout_s: float) -> httpx.Request:
+        """The request for one attempt, with that attempt's timeout."""
+        return http.build_request(
+            self.method,
+            self.path,
+            json=self.body,
+            headers=self.headers,
+            params=self.params,
+            timeout=timeout_s,
+        )
+
+
+@dataclass(frozen=True)
+class Operation(Generic[Part, Result]):
+    """Calls to send in order, what each successful answer means, and how the parts combine."""
+
+    calls: Iterable[Call]
+    parse: Callable[[httpx.Response], Part]
+    combine: Callable[[list[Part]], Result]
+
+
+def batches(items: Iterable[Part], size: int) -> Iterator[list[Part]]:
+    """``items`` in consecutive lists of at most ``size``, read lazily.
+
+    >>> list(batches(range(5), 2))
+    [[0, 1], [2, 3], [4]]
+    """
+    if size < 1:
+        raise ValueError(f"the batch size must be at least 1, not {size}")
+    batch: list[Part] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _model(model: str | None) -> dict[str, str]:
+    return {"model": model} if model else {}
+
+
+def _new_key() -> dict[str, str]:
+    return {IDEMPOTENCY_KEY: uuid.uuid4().hex}
+
+
+def predict(features: Features, model: str | None) -> Operation[list[Prediction], Prediction]:
+    """``POST /predict`` for one example."""
+    body = {"features": dict(features)}
+    return Operation(
+        [Call("POST", "/predict", body, {}, _model(model), 1)],
+        answers.one_prediction,
+        answers.single,
+    )
+
+
+def predict_many(
+    rows: Iterable[Features], model: str | None, max_batch: int
+) -> Operation[list[Prediction], list[Prediction]]:
+    """``POST /predict`` for many examples, ``max_batch`` per request, answers in order."""
+    calls = (
+        Call(
+            "POST",
+            "/predict",
+            {"examples": [{"features": dict(x)} for x in batch]},
+            {},
+            _model(model),
+            len(batch),
+        )
+        for batch in batches(rows, max_batch)
+    )
+    return Operation(calls, answers.predictions, answers.flat)
+
+
+def learn(
+    features: Features, label: int, model: str | None, key: str | None
+) -> Operation[Accepted, Accepted]:
+    """``POST /learn`` for one example, with ``key`` or a new ``Idempotency-Key``."""
+    headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
+    body = {"features": dict(features), "label": int(label)}
+    return Operation(
+        [Call("POST", "/learn", body, headers, _model(model), 1)], answers.accepted, answers.total
+    )
+
+
+def learn_many(
+    examples: Iterable[Example], model: str | None, max_batch: int
+) -> Operation[Accepted, Accepted]:
+    """``POST /learn`` for many examples, ``max_batch`` per request, each request with an
+    ``Idempotency-Key`` of its own (made when the request is, and kept for its retries)."""
+    calls = (
+        Call(
+            "POST",
+            "/learn",
+            {"examples": [{"features": dict(x), "label": int(y)} for x, y in batch]},
+            _new_key(),
+            _model(model),
+            len(batch),
+        )
+        for batch in batches(examples, max_batch)
+    )
+    return Operation(calls, answers.accepted, answers.total)
+
+
+def model_info(name: str) -> Operation[ModelInfo, ModelInfo]:
+    """``GET /models/{name}``."""
+    return Operation(
+        [Call("GET", f"/models/{quote(name, safe='')}")], answers.model_info, answers.first
+    )
+
+
+def delete_model(name: str) -> Operation[ModelDeleted, ModelDeleted]:
+    """``DELETE /models/{name}``."""
+    return Operation(
+        [Call("DELETE", f"/models/{quote(name, safe='')}")], answers.deleted, answers.first
+    )
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    """The headers every request of a client carries."""
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return {"User-Agent": "online-ctr-client", "Accept": "application/json", **auth}

@@ -1,0 +1,56 @@
+"""What the client returns: frozen dataclasses mirroring the service's response bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: A feature value: a category (``str``), a finite number, or several categories.
+FeatureValue = str | float | Sequence[str]
+#: One example's features, ``field -> value``.
+Features = Mapping[str, FeatureValue]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The click probability of one example, its logit, and the model that scored it."""
+
+    probability: float
+    logit: float
+    model: str
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """How many examples the service accepted into the model's feedback stream.
+
+    ``replayed`` is true when a request was answered as a retry of one already accepted
+    (its ``Idempotency-Key`` was known), so its examples were not appended again.
+    """
+
+    accepted: int
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's rule, hyper-parameters and progress, as ``GET /models/{name}`` reports."""
+
+    name: str
+    rule: str
+    params: Mapping[str, float] = field(hash=False)
+    hash_bits: int
+    global_step: int
+    nonzero_weights: int
+    features_tracked: int
+    progressive_logloss: float | None
+    stream_lag: int
+    dead_letters: int
+
+
+@dataclass(frozen=True)
+class ModelDeleted:
+    """What ``DELETE /models/{name}`` removed."""
+
+    name: str
+    keys_deleted: int

@@ -1,0 +1,119 @@
+"""The blocking client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from types import TracebackType
+
+import httpx
+
+from online_ctr.client import operations
+from online_ctr.client.errors import OnlineCtrError
+from online_ctr.client.operations import MAX_BATCH, Call, Example, Operation, Part, Result
+from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.retry import Retry
+
+
+class Client:
+    """A client of one online-ctr service, over one pooled keep-alive HTTP connection set.
+
+    ``api_key`` is sent as ``Authorization: Bearer``; ``model`` (default: the one the service
+    serves) is sent as ``?model=`` with predictions and feedback; ``timeout_s`` bounds each
+    attempt, ``retry`` the attempts (see :class:`Retry`); ``max_batch`` is the most examples
+    per request (the service's ``OCTR_MAX_EXAMPLES_PER_REQUEST``). ``transport`` replaces
+    httpx's network transport (a proxy, a mounted ASGI app). Errors are
+    :class:`OnlineCtrError` subclasses. Learning by prediction id and model snapshots are not
+    here yet: the service does not have them (see :mod:`online_ctr.client.operations`).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout_s: float = 10.0,
+        retry: Retry = Retry(),  # noqa: B008 (frozen, so sharing the default is safe)
+        max_batch: int = MAX_BATCH,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.model_name, self.retry, self.max_batch, self.timeout_s = (
+            model,
+            retry,
+            max_batch,
+            timeout_s,
+        )
+        self._http = httpx.Client(
+            base_url=base_url,
+            headers=operations.headers(api_key),
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def predict(self, features: Features) -> Prediction:
+        """The click probability of one example."""
+        return self._run(operations.predict(features, self.model_name))
+
+    def predict_many(self, rows: Iterable[Features]) -> list[Prediction]:
+        """The click probabilities of many examples, in order, ``max_batch`` per request."""
+        return self._run(operations.predict_many(rows, self.model_name, self.max_batch))
+
+    def learn(self, features: Features, label: int, idempotency_key: str | None = None) -> Accepted:
+        """Send one labelled example (``label`` 1: clicked) under ``idempotency_key`` (by
+        default a new one, kept on retries: the example is accepted once)."""
+        return self._run(operations.learn(features, label, self.model_name, idempotency_key))
+
+    def learn_many(self, examples: Iterable[Example]) -> Accepted:
+        """Send ``(features, label)`` pairs in order, ``max_batch`` per request, each with an
+        ``Idempotency-Key`` of its own kept on its retries: each is accepted exactly once."""
+        return self._run(operations.learn_many(examples, self.model_name, self.max_batch))
+
+    def model(self, name: str) -> ModelInfo:
+        """A model's rule, hyper-parameters and progress (needs the ``admin`` scope)."""
+        return self._run(operations.model_info(name))
+
+    def delete_model(self, name: str) -> ModelDeleted:
+        """Delete a model, its state and its unlearned feedback (needs ``admin``)."""
+        return self._run(operations.delete_model(name))
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, operation: Operation[Part, Result]) -> Result:
+        parts: list[Part] = []
+        done = 0
+        for call in operation.calls:
+            try:
+                parts.append(operation.parse(self._send(call)))
+            except OnlineCtrError as error:
+                error.examples_done = done
+                raise
+            done += call.examples
+        return operation.combine(parts)
+
+    def _send(self, call: Call) -> httpx.Response:
+        attempts = self.retry.start()
+        while True:
+            request = call.request(self._http, attempts.timeout_s(self.timeout_s))
+            try:
+                response = self._http.send(request)
+            except httpx.TransportError as error:
+                time.sleep(attempts.after_error(error))
+                continue
+            wait = attempts.after_response(response)
+            if wait is None:
+                return response
+            time.sleep(wait)

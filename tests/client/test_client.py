@@ -1,0 +1,160 @@
+"""The sync and async clients against the real API and worker processes on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from online_ctr.client import (
+    Accepted,
+    AsyncClient,
+    Client,
+    ClientError,
+    Features,
+    Prediction,
+    Retry,
+    UnreachableError,
+)
+from service.embedded import free_port
+from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Recorder, Service, wait_until
+
+pytestmark = pytest.mark.integration
+
+SITES = [f"site{i}.example" for i in range(20)]
+
+
+def examples(count: int, seed: int = 0) -> list[tuple[Features, int]]:
+    """Labelled examples whose label depends on the site, so the model learns something."""
+    rng = random.Random(seed)
+    rows: list[tuple[Features, int]] = []
+    for _ in range(count):
+        site = rng.randrange(len(SITES))
+        features = {"site": SITES[site], "device": rng.choice(["mobile", "desktop"])}
+        rows.append((features, int(rng.random() < (0.8 if site < 10 else 0.1))))
+    return rows
+
+
+def learned(client: Client, count: int) -> None:
+    wait_until(lambda: client.model("default").global_step >= count, what=f"{count} learned")
+
+
+def test_predict_learn_model_and_delete(
+    redis_url: str, start_authed: Callable[..., Service]
+) -> None:
+    service = start_authed(redis_url, OCTR_BATCH_SIZE="16")
+    rows = examples(50)
+    recorder = Recorder()
+    with Client(service.api_url, api_key=ADMIN_KEY, max_batch=8, transport=recorder) as client:
+        assert client.predict(rows[0][0]) == Prediction(0.5, 0.0, "default")
+        assert client.learn(*rows[0]) == Accepted(1)
+        assert client.learn_many(rows[1:]) == Accepted(49)  # 7 requests of at most 8
+        learns = [key for path, status, key in recorder.attempts if path == "/learn"]
+        assert len(learns) == 8 and len(set(learns)) == 8 and None not in learns
+        learned(client, 50)
+
+        info = client.model("default")
+        assert (info.name, info.rule, info.global_step, info.stream_lag) == (
+            "default",
+            "ftrl",
+            50,
+            0,
+        )
+        assert info.progressive_logloss is not None and info.nonzero_weights > 0
+        features = [x for x, _ in rows[:20]]
+        many = client.predict_many(features)  # 3 requests
+        assert many == [client.predict(x) for x in features]
+        assert many[0].probability != 0.5 and client.predict_many([]) == []
+
+        deleted = client.delete_model("default")
+        assert deleted.name == "default" and deleted.keys_deleted > 0
+        assert client.model("default").global_step == 0
+        assert client.predict(rows[0][0]).probability == 0.5
+        # Dozens of requests, one keep-alive connection.
+        assert len(recorder.attempts) > 40 and recorder.open_connections() == 1
+
+
+def test_async_client(redis_url: str, start_authed: Callable[..., Service]) -> None:
+    service = start_authed(redis_url)
+    rows = examples(30)
+
+    async def run() -> tuple[Accepted, list[Prediction], Prediction, int]:
+        async with AsyncClient(service.api_url, api_key=ADMIN_KEY, max_batch=7) as client:
+            accepted = await client.learn_many(rows)
+            accepted_one = await client.learn({"site": "solo.example"}, 0)
+            assert accepted_one == Accepted(1)
+            for _ in range(600):
+                if (await client.model("default")).global_step >= 31:
+                    break
+                await asyncio.sleep(0.05)
+            many = await client.predict_many(x for x, _ in rows)
+            one = await client.predict(rows[0][0])
+            return accepted, many, one, (await client.model("default")).global_step
+
+    accepted, many, one, step = asyncio.run(run())
+    assert accepted == Accepted(30) and step == 31
+    assert len(many) == 30 and many[0] == one and one.probability != 0.5
+
+
+def test_errors_are_client_errors_with_the_servers_message(
+    redis_url: str, start_authed: Callable[..., Service]
+) -> None:
+    service = start_authed(redis_url)
+    recorder = Recorder()
+    with Client(service.api_url, api_key=ADMIN_KEY, transport=recorder) as client:
+        with pytest.raises(ClientError) as invalid:
+            client.learn({"site": "a"}, label=2)
+        assert invalid.value.status == 422
+        assert invalid.value.message.startswith("invalid request")
+        assert [field for field, _ in invalid.value.errors] == ["label"]
+        with pytest.raises(ClientError) as unknown:
+            client.model("other")
+        assert unknown.value.status == 404 and "not served here" in unknown.value.message
+        # A later request of a batch fails: the earlier ones were accepted, and it says so.
+        with pytest.raises(ClientError) as partial:
+            client.learn_many([({"site": "a"}, 1)] * 1000 + [({"a=b": "c"}, 1)])
+        assert partial.value.status == 422 and partial.value.examples_done == 1000
+    assert [status for _, status, _ in recorder.attempts] == [422, 404, 202, 422]  # no retries
+
+    with Client(service.api_url) as anonymous, pytest.raises(ClientError) as no_key:
+        anonymous.predict({"site": "a"})
+    assert no_key.value.status == 401 and "Authorization: Bearer" in no_key.value.message
+    with Client(service.api_url, api_key=PREDICT_KEY) as predictor:
+        assert predictor.predict({"site": "a"}).model == "default"
+        with pytest.raises(ClientError) as forbidden:
+            predictor.learn({"site": "a"}, 1)
+    assert forbidden.value.status == 403 and "learn" in forbidden.value.message
+
+
+def test_an_unreachable_service_is_retried_then_reported() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with (
+        Client(url, retry=Retry(attempts=3, backoff_s=0.01)) as client,
+        pytest.raises(UnreachableError, match="after 3 attempt") as error,
+    ):
+        client.predict({"site": "a"})
+    assert isinstance(error.value.__cause__, httpx.ConnectError)
+
+    async def learn() -> None:
+        async with AsyncClient(url, retry=Retry(attempts=2, backoff_s=0.01)) as client:
+            await client.learn_many([({"site": "a"}, 1)])
+
+    with pytest.raises(UnreachableError, match="after 2 attempt"):
+        asyncio.run(learn())
+
+
+def test_the_readme_example_runs(
+    redis_url: str, start_authed: Callable[..., Service], capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = start_authed(redis_url)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Python client") :]
+    code = section[section.index("```python\n") + 10 : section.index("```\n")]
+    code = code.replace("http://127.0.0.1:8000", service.api_url)
+    exec(compile(code, "README.md", "exec"), {"KEY": ADMIN_KEY})
+    probability, step = capsys.readouterr().out.split()
+    assert 0 < float(probability) < 1 and 0 <= int(step) <= 3
