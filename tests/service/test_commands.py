@@ -30,7 +30,11 @@ def run(command: str, tmp_path: Path, timeout_s: float = 30, **env: str) -> tupl
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
     # Free ports unless the test says otherwise: the defaults may be taken on this machine.
-    defaults = {"OCTR_PORT": str(free_port()), "OCTR_WORKER_METRICS_PORT": str(free_port())}
+    defaults = {
+        "OCTR_PORT": str(free_port()),
+        "OCTR_WORKER_METRICS_PORT": str(free_port()),
+        "OCTR_EMBEDDED_REDIS_PORT": str(free_port()),
+    }
     environment.update(PYTHONPATH=str(ROOT), OCTR_DATA_DIR=str(tmp_path / "data"), OCTR_AUTH="off")
     environment.update({**defaults, **env})
     done = subprocess.run(
