@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     result = minimize(design, args.l1, max_iter=args.max_iter, tol=args.tol)
     heldout = heldout_logloss(design, result.w, _batch(hasher, rows[len(rows) - held :]))
     seconds = time.perf_counter() - start
-    out = _output(args, result, design, seconds)
-    print(json.dumps({**out, "heldout_logloss": heldout, "heldout_examples": held}))
+    print(json.dumps(_output(args, result, design, seconds, (heldout, held))))
     return 0
 
 
@@ -102,16 +101,22 @@ def heldout_logloss(design: Design, w: Any, batch: Batch) -> float | None:
 
 
 def _output(
-    args: argparse.Namespace, result: OWLQNResult, design: Design, seconds: float
+    args: argparse.Namespace,
+    result: OWLQNResult,
+    design: Design,
+    seconds: float,
+    heldout: tuple[float | None, int],
 ) -> dict[str, Any]:
     """The JSON object: the optimum's figures, then how they were produced."""
     return {
         "objective": result.objective,
         "nonzero_weights": result.nonzero_weights,
         "training_logloss": result.loss / design.n_examples,
+        "heldout_logloss": heldout[0],
         "iterations": result.iterations,
         "converged": result.converged,
         "examples": design.n_examples,
+        "heldout_examples": heldout[1],
         "features": design.n_features,
         "l1": args.l1,
         "seconds": seconds,
