@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import free_port
+from service.embedded import RedisServer, free_port
+from service.status import redis_answers
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +87,11 @@ def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
     stopped = status(data)
     assert stopped.returncode == 1
     assert "not running" in stopped.stdout and "does not answer" in stopped.stdout
+
+
+def test_redis_answers_tells_a_missing_password_from_no_answer(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r", persist=False, password="pw-0123") as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        assert redis_answers(url, None) == "answers (needs a password)"
+        assert redis_answers(url, "pw-0123") == "answers"
+    assert redis_answers(f"redis://127.0.0.1:{free_port()}/0", None) == "does not answer"
