@@ -43,7 +43,7 @@ def api(args: argparse.Namespace) -> int:
             "run more `online-ctr api` behind a load balancer"
         )
     app = create_app(settings)
-    check_port(settings.host, settings.port, "OCTR_PORT")
+    check_port(settings.host, settings.port, "OCTR_PORT", "--port")
     configure_logging(settings.log_level)
     logger.info("%s", describe(settings))
     uvicorn.run(

@@ -37,7 +37,7 @@ def metrics_ports(settings: Settings) -> list[int]:
 
 def check_ports(settings: Settings) -> None:
     """Fail now if the API's or a worker's metrics port is taken."""
-    check_port(settings.host, settings.port, "OCTR_PORT")
+    check_port(settings.host, settings.port, "OCTR_PORT", "--port")
     for port in metrics_ports(settings):
         check_port(settings.worker_metrics_host, port, "OCTR_WORKER_METRICS_PORT")
 

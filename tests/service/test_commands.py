@@ -68,7 +68,11 @@ def busy_port() -> Iterator[int]:
 def test_the_api_port_in_use(command: str, busy_port: int, tmp_path: Path, redis_url: str) -> None:
     url = {"OCTR_REDIS_URL": redis_url} if command == "api" else {}
     result = run(command, tmp_path, OCTR_PORT=str(busy_port), **url)
-    assert_one_line(result, f"port {busy_port} on 127.0.0.1 (OCTR_PORT) is already in use")
+    assert_one_line(
+        result,
+        f"port {busy_port} on 127.0.0.1 (OCTR_PORT) is already in use",
+        "set OCTR_PORT (or --port) to a free port",
+    )
 
 
 def test_the_worker_metrics_port_in_use(busy_port: int, tmp_path: Path) -> None:
