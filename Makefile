@@ -4,20 +4,35 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Separate stamps: `make run` installs only the service, and must not make a later
+# `make test` believe the dev and benchmark extras are installed too.
+VENV_STAMP := $(VENV)/.venv-stamp
+SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench bench-replay bench-scale clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale clean
 
-$(STAMP): pyproject.toml
+$(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
+$(SERVICE_STAMP): pyproject.toml $(VENV_STAMP)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(STAMP): pyproject.toml $(VENV_STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@ $(SERVICE_STAMP)
+
+## Everything: the service, the dev tools and the benchmark extras.
 install: $(STAMP)
 
+## Only the service (no dev or benchmark extras).
+install-service: $(SERVICE_STAMP)
+
 ## The service on an embedded Redis (set OCTR_REDIS_URL to use your own), API on :8000.
-run: install
+run: install-service
 	$(BIN)/online-ctr serve
 
 ## Lint, types and the whole test suite (starts its own Redis, API, workers, Prometheus).

@@ -23,9 +23,11 @@ class StartupError(SystemExit):
         super().__init__(f"online-ctr: {message}")
 
 
-def configure_logging() -> None:
-    """One log format for the API, the worker and ``serve``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def configure_logging(level: str = "info") -> None:
+    """One log format for the API, the worker and ``serve``, at ``level`` (OCTR_LOG_LEVEL)."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
 
 
 def variable(field: str) -> str:
@@ -33,22 +35,27 @@ def variable(field: str) -> str:
     return _VARIABLES.get(field, f"OCTR_{field.upper()}")
 
 
-def _one(error: Mapping[str, Any]) -> str:
+def _one(error: Mapping[str, Any], flags: Mapping[str, str]) -> str:
     loc: Sequence[str | int] = error["loc"]
     message = str(error["msg"]).removeprefix("Value error, ")
     if not loc:  # a check across settings: its message names the variables itself
         return message
     name = str(loc[0])
     name = name if name.startswith(("OCTR_", "REDIS_")) else variable(name)
+    if name in flags:  # the value came from a flag, which overrides the variable
+        name = f"{flags[name]} ({name})"
     got = error.get("input")
     quiet = not isinstance(got, str) or "got " in message or repr(got) in message
     shown = "" if quiet else f" (got {got!r})"
     return f"{name}: {message[:1].lower()}{message[1:]}{shown}"
 
 
-def describe_settings_error(error: ValidationError) -> str:
-    """A pydantic settings error as one line naming the environment variables."""
-    return "invalid configuration: " + "; ".join(_one(e) for e in error.errors(include_url=False))
+def describe_settings_error(error: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """A pydantic settings error as one line naming the environment variables, and the flag
+    of each variable in ``flags`` (variable -> flag: the flags given on the command line)."""
+    given = flags or {}
+    errors = error.errors(include_url=False)
+    return "invalid configuration: " + "; ".join(_one(e, given) for e in errors)
 
 
 def settings_or_exit() -> Settings:

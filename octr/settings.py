@@ -74,11 +74,20 @@ class Settings(BaseSettings):
         30.0, gt=0, description="How long a starting process waits for Redis to answer."
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
-    max_examples_per_request: int = Field(1000, ge=1)
-    max_features_per_example: int = Field(1000, ge=1)
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_examples_per_request: int = Field(1000, ge=1, description="Larger requests get a 422.")
+    max_features_per_example: int = Field(1000, ge=1, description="List items count one each.")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger bodies: a 413.")
     host: str = Field("127.0.0.1", description="API bind address.")
     port: int = Field(8000, ge=0, le=65535, description="API port.")
+    embedded_redis_port: int = Field(
+        6380, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0: any."
+    )
+    workers: int = Field(
+        1, ge=1, le=64, description="Learning workers `serve` starts (one learns, others stand by)."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Logging level: debug, info, warning or error."
+    )
     worker_metrics_host: str = Field("127.0.0.1", description="Worker /metrics bind address.")
     worker_metrics_port: int = Field(9101, ge=0, le=65535, description="Worker /metrics; 0: off.")
     auth: Literal["on", "off"] = Field("on", description="API keys required; off: local use.")
@@ -91,8 +100,15 @@ class Settings(BaseSettings):
     )
     body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
     worker_name: str | None = Field(None, description="Worker name; default host-pid.")
-    heartbeat_interval_s: float = Field(2.0, gt=0)
-    ready_max_heartbeat_age_s: float = Field(15.0, gt=0)
+    heartbeat_interval_s: float = Field(2.0, gt=0, description="How often a worker says so.")
+    ready_max_heartbeat_age_s: float = Field(
+        15.0, gt=0, description="/readyz fails when the newest heartbeat is older."
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("rule")
     @classmethod

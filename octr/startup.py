@@ -12,8 +12,9 @@ import redis
 from octr.process import StartupError
 
 
-def check_port(host: str, port: int, variable: str) -> None:
-    """Fail unless ``host:port`` can be bound now (0 means "any port" and always can)."""
+def check_port(host: str, port: int, variable: str, flag: str | None = None) -> None:
+    """Fail unless ``host:port`` can be bound now (0 means "any port" and always can); the
+    message names the ``variable`` and the command's ``flag`` that set the port."""
     if not port:
         return
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
@@ -23,9 +24,10 @@ def check_port(host: str, port: int, variable: str) -> None:
             probe.bind((host, port))
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
+                also = f" (or {flag})" if flag else ""
                 raise StartupError(
                     f"port {port} on {host} ({variable}) is already in use; stop what "
-                    f"listens there or set {variable} to a free port"
+                    f"listens there or set {variable}{also} to a free port"
                 ) from None
             raise StartupError(
                 f"cannot listen on {host}:{port} ({variable}): {error.strerror}"

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 #: Modules that each define ``register(subparsers)``; the parser they add sets ``func``.
 COMMAND_MODULES = (
@@ -17,8 +18,17 @@ COMMAND_MODULES = (
     "online_ctr.commands.train_batch",
     "service.commands",
     "service.models_command",
+    "service.status",
     "workers.commands",
 )
+
+
+def package_version() -> str:
+    """The installed package's version (from its metadata), or ``unknown``."""
+    try:
+        return version("online-ctr")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="online-ctr", description="Streaming online learning for CTR prediction."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

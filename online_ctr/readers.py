@@ -179,6 +179,8 @@ def _avazu(first: str) -> tuple[LineParser, bool]:
     header = first.split(",")
     if "click" not in header:
         raise _Bad("the header has no 'click' column")
+    if "propensity_score" in header or not header[0]:  # the Open Bandit Dataset's CSVs
+        raise _Bad("an Open Bandit Dataset CSV (propensity scores, a row index) is not Avazu")
     click, width = header.index("click"), len(header)
     kept = [j for j, name in enumerate(header) if name not in ("id", "click")]
     names = [header[j] for j in kept]

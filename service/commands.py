@@ -1,8 +1,9 @@
 """The service's sub-commands: ``api`` and the all-in-one ``serve`` (:mod:`service.serve`).
 
-Configuration comes from the environment (``OCTR_*``, see :mod:`octr.settings`), read once.
-A configuration or environment that cannot work (invalid settings, a port in use, no Redis)
-stops the command with one line on stderr and a non-zero exit status.
+Configuration comes from the environment (``OCTR_*``, see :mod:`octr.settings`) with the flags
+overriding it (:mod:`octr.flags`), read once. A configuration or environment that cannot work
+(invalid settings, a port in use, no Redis) stops the command with one line on stderr and a
+non-zero exit status.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import argparse
 import logging
 from typing import Any
 
-from octr.process import configure_logging, settings_or_exit
+from octr.flags import add_parser, settings_from_args
+from octr.process import StartupError, configure_logging
 from octr.startup import check_port
 
 logger = logging.getLogger(__name__)
@@ -20,11 +22,10 @@ logger = logging.getLogger(__name__)
 def register(subparsers: Any) -> None:
     """Add ``serve`` and ``api`` to the ``online-ctr`` command line."""
     for name, func, text in (
-        ("serve", serve, "run Redis (embedded unless OCTR_REDIS_URL is set), the API and a worker"),
+        ("serve", serve, "run Redis (embedded unless OCTR_REDIS_URL is set), the API and workers"),
         ("api", api, "run the HTTP API (needs OCTR_REDIS_URL)"),
     ):
-        parser = subparsers.add_parser(name, help=text, description=text)
-        parser.set_defaults(func=func)
+        add_parser(subparsers, name, text).set_defaults(func=func)
 
 
 def api(args: argparse.Namespace) -> int:
@@ -34,12 +35,20 @@ def api(args: argparse.Namespace) -> int:
     from service.api.auth import describe
     from service.app import create_app
 
-    settings = settings_or_exit()
+    settings = settings_from_args(args, "api")
+    if args.workers is not None and settings.workers != 1:  # OCTR_WORKERS is serve's
+        # One process per container: the metrics and the coalescing are per process.
+        raise StartupError(
+            f"--workers is {settings.workers}, but the API runs in one process; "
+            "run more `online-ctr api` behind a load balancer"
+        )
     app = create_app(settings)
-    check_port(settings.host, settings.port, "OCTR_PORT")
-    configure_logging()
+    check_port(settings.host, settings.port, "OCTR_PORT", "--port")
+    configure_logging(settings.log_level)
     logger.info("%s", describe(settings))
-    uvicorn.run(app, host=settings.host, port=settings.port, access_log=False)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, access_log=False, log_level=settings.log_level
+    )
     return 0
 
 
@@ -47,6 +56,6 @@ def serve(args: argparse.Namespace) -> int:
     """Run everything on one machine; returns when interrupted or when a child dies."""
     from service.serve import serve as run
 
-    settings = settings_or_exit()
-    configure_logging()
+    settings = settings_from_args(args, "serve")
+    configure_logging(settings.log_level)
     return run(settings)

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from octr.process import StartupError
 
 LOCK_FILE = "serve.lock"
 REDIS_PASSWORD_FILE = "redis-password"
 API_KEYS_FILE = "api-keys"
+#: Where ``serve`` runs everything (``online-ctr status`` reads it); no secret in it.
+RECORD_FILE = "serve.json"
 #: The scopes of the key ``serve`` generates for local use.
 LOCAL_SCOPES = "predict,learn,admin"
 
@@ -64,3 +69,56 @@ def local_api_keys(data_dir: Path) -> Path:
     path = data_dir / API_KEYS_FILE
     secret_file(path, f"{secrets.token_urlsafe(32)} {LOCAL_SCOPES}")
     return path
+
+
+def without_password(url: str) -> str:
+    """A Redis URL with its password removed, fit to print.
+
+    >>> without_password("redis://:s3cret@127.0.0.1:6380/0")
+    'redis://127.0.0.1:6380/0'
+    """
+    parts = urlsplit(url)
+    user = parts.username or ""
+    netloc = f"{user}@{parts.hostname}" if user else str(parts.hostname)
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc)) if parts.hostname else url
+
+
+def save_record(data_dir: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` (its Redis URL without the password) as the directory's record."""
+    public = {**record, "redis_url": without_password(str(record["redis_url"]))}
+    path = data_dir / RECORD_FILE
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(public, indent=2) + "\n")
+    temporary.replace(path)  # atomically: status never reads half a record
+
+
+def load_record(data_dir: Path) -> dict[str, Any] | None:
+    """The record ``serve`` last wrote in ``data_dir``, or None."""
+    try:
+        loaded: dict[str, Any] = json.loads((data_dir / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded
+
+
+def lock_holder(data_dir: Path) -> tuple[bool, str | None]:
+    """Whether ``data_dir`` is locked by a running ``serve`` (or its Redis), and the pid
+    written in the lock file."""
+    path = data_dir / LOCK_FILE
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False, None
+    try:
+        pid = os.pread(descriptor, 64, 0).decode(errors="replace").strip() or None
+        try:
+            # Taken and at once released: a serve starting in this instant could be refused.
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True, pid
+        return False, pid
+    finally:
+        os.close(descriptor)  # closing releases a lock taken here

@@ -22,19 +22,24 @@ from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
 from service.api.auth import describe
 from service.embedded import RedisNotFoundError, RedisServer, find_redis_server
-from service.local import local_api_keys, lock_data_dir, redis_password
+from service.local import local_api_keys, lock_data_dir, redis_password, save_record
 
 logger = logging.getLogger(__name__)
 
 Child = subprocess.Popen[bytes]
 
 
+def metrics_ports(settings: Settings) -> list[int]:
+    """Each worker's /metrics port: OCTR_WORKER_METRICS_PORT and the ones after it (0: off)."""
+    base = settings.worker_metrics_port
+    return [base + index if base else 0 for index in range(settings.workers)]
+
+
 def check_ports(settings: Settings) -> None:
-    """Fail now if the API's or the worker's metrics port is taken."""
-    check_port(settings.host, settings.port, "OCTR_PORT")
-    check_port(
-        settings.worker_metrics_host, settings.worker_metrics_port, "OCTR_WORKER_METRICS_PORT"
-    )
+    """Fail now if the API's or a worker's metrics port is taken."""
+    check_port(settings.host, settings.port, "OCTR_PORT", "--port")
+    for port in metrics_ports(settings):
+        check_port(settings.worker_metrics_host, port, "OCTR_WORKER_METRICS_PORT")
 
 
 def start_embedded_redis(settings: Settings) -> RedisServer:
@@ -44,10 +49,16 @@ def start_embedded_redis(settings: Settings) -> RedisServer:
     except RedisNotFoundError as error:
         raise StartupError(str(error)) from None
     lock = lock_data_dir(settings.data_dir)
+    # A fixed port, so that clients and `online-ctr status` know where it is; checked after
+    # the lock, so that a second serve of this directory is told the directory is in use.
+    check_port("127.0.0.1", settings.embedded_redis_port, "OCTR_EMBEDDED_REDIS_PORT")
     # The server inherits the lock: the directory stays locked while it runs, even if this
     # process is killed without stopping it.
     server = RedisServer(
-        settings.data_dir / "redis", password=redis_password(settings.data_dir), keep_fds=(lock,)
+        settings.data_dir / "redis",
+        port=settings.embedded_redis_port,
+        password=redis_password(settings.data_dir),
+        keep_fds=(lock,),
     )
     try:
         server.start()
@@ -59,15 +70,24 @@ def start_embedded_redis(settings: Settings) -> RedisServer:
     return server
 
 
-def child_environments(settings: Settings, redis_url: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The API's and the worker's environment (secrets in files or the environment, never
-    on a command line)."""
-    api = {**os.environ, "OCTR_REDIS_URL": redis_url}
+def child_environments(
+    settings: Settings, redis_url: str
+) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """The API's and each worker's environment (secrets in files or the environment, never
+    on a command line); the settings flags overrode are passed on as their variables."""
+    api = {
+        **os.environ,
+        "OCTR_REDIS_URL": redis_url,
+        "OCTR_HOST": settings.host,
+        "OCTR_PORT": str(settings.port),
+        "OCTR_DATA_DIR": str(settings.data_dir),
+        "OCTR_LOG_LEVEL": settings.log_level,
+    }
+    api.pop("OCTR_WORKERS", None)  # serve's own: each child is one process
     if settings.auth == "on" and settings.api_keys is None and settings.api_keys_file is None:
         api["OCTR_API_KEYS_FILE"] = str(local_api_keys(settings.data_dir))
-    # The worker binds its metrics to OCTR_HOST: give it the worker metrics address.
-    worker = {**api, "OCTR_HOST": settings.worker_metrics_host}
-    return api, worker
+    workers = [{**api, "OCTR_WORKER_METRICS_PORT": str(port)} for port in metrics_ports(settings)]
+    return api, workers
 
 
 def auth_line(settings: Settings, api_env: dict[str, str]) -> str:
@@ -82,7 +102,7 @@ def auth_line(settings: Settings, api_env: dict[str, str]) -> str:
 
 
 def serve(settings: Settings) -> int:
-    """Run Redis (if embedded), the API and a worker until interrupted or a child dies."""
+    """Run Redis (if embedded), the API and the workers until interrupted or a child dies."""
     check_ports(settings)
     redis = None
     if settings.redis_url is None:
@@ -92,9 +112,10 @@ def serve(settings: Settings) -> int:
         url = settings.redis_url
         wait_for_redis(url, settings.redis_wait_s, settings.redis_timeout_s)
     try:
-        api_env, worker_env = child_environments(settings, url)
+        api_env, worker_envs = child_environments(settings, url)
         logger.info("%s", auth_line(settings, api_env))
-        children = [_spawn("service", api_env), _spawn("workers", worker_env)]
+        children = [_spawn("service", api_env), *(_spawn("workers", e) for e in worker_envs)]
+        write_record(settings, url, embedded=redis is not None)
         logger.info("API on http://%s:%d (docs at /docs)", settings.host, settings.port)
         try:
             interrupted = _wait(children)
@@ -104,6 +125,24 @@ def serve(settings: Settings) -> int:
         if redis is not None:
             redis.stop()  # last: the worker has finished its batch
     return 0 if interrupted else 1
+
+
+def write_record(settings: Settings, redis_url: str, embedded: bool) -> None:
+    """Where everything runs, in the data directory, for `online-ctr status`."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    metrics_host = settings.worker_metrics_host
+    save_record(
+        settings.data_dir,
+        {
+            "pid": os.getpid(),
+            "api_url": f"http://{host}:{settings.port}",
+            "redis_url": redis_url,
+            "embedded_redis": embedded,
+            "worker_metrics_urls": [
+                f"http://{metrics_host}:{port}/metrics" for port in metrics_ports(settings) if port
+            ],
+        },
+    )
 
 
 def _spawn(module: str, env: dict[str, str]) -> Child:

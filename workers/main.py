@@ -79,7 +79,7 @@ def main(settings: Settings) -> int:
     """Entry point of ``online-ctr worker``."""
     metrics = Metrics()
     host, port = settings.worker_metrics_host, settings.worker_metrics_port
-    check_port(host, port, "OCTR_WORKER_METRICS_PORT")
+    check_port(host, port, "OCTR_WORKER_METRICS_PORT", "worker --port")
     if settings.redis_url:
         wait_for_redis(settings.redis_url, settings.redis_wait_s, settings.redis_timeout_s)
     if port:

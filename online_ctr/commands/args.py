@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from online_ctr.detect import detect_format
 from online_ctr.readers import FORMATS
 
 
@@ -39,9 +40,20 @@ def number(low: float) -> Callable[[str], float]:
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """FILE, --format, --limit and --hash-bits: which examples to read and how to hash them."""
     parser.add_argument("file", type=Path, help="the click log")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="the file's format")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="the file's format; default: detected from its first line (a file that matches "
+        "no format, such as the Open Bandit Dataset's CSVs, is refused)",
+    )
     parser.add_argument("--limit", type=integer(0), help="read only the first N examples")
     parser.add_argument("--hash-bits", type=integer(1), help="hashing-trick bits; default 64")
+
+
+def resolve_format(args: argparse.Namespace) -> None:
+    """Set ``args.format`` from the file when no --format was given (a FormatError if none fits)."""
+    if args.format is None:
+        args.format = detect_format(args.file)
 
 
 def fail(command: str, message: str, status: int) -> int:

@@ -14,7 +14,8 @@ from dataclasses import fields
 from itertools import chain
 from typing import Any
 
-from online_ctr.commands.args import add_data_arguments, fail, integer
+from online_ctr.commands.args import add_data_arguments, fail, integer, resolve_format
+from online_ctr.detect import FormatError
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.progress import ProgressBar, count_lines
@@ -51,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "progressive metrics as JSON.",
     )
     add_data_arguments(parser)
-    parser.add_argument("--rule", required=True, choices=sorted(RULES), help="learning rule")
+    parser.add_argument(
+        "--rule", default="ftrl", choices=sorted(RULES), help="learning rule; default: ftrl"
+    )
     for name, (kind, text) in HYPER_PARAMETERS.items():
         parser.add_argument(f"--{name}", type=kind, help=f"{text}; default: the rule's")
     parser.add_argument(
@@ -92,11 +95,32 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:  # unknown flags for the rule, or values it refuses
         return fail("replay", str(error), status=2)
     try:
+        resolve_format(args)
         result = _replay_file(args, InMemoryModel(rule, params, args.minibatch), hasher)
-    except (ReaderError, OSError) as error:
+    except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
     print(json.dumps(_output(args, result), allow_nan=False))
+    warning = sparsity_warning(result)
+    if warning:
+        print(f"online-ctr replay: warning: {warning}", file=sys.stderr)
     return 0
+
+
+#: The hyper-parameter that zeroes weights, by rule: the one to lower when all are zero.
+SPARSIFIER = {"truncation": "theta"}
+
+
+def sparsity_warning(result: ReplayResult) -> str | None:
+    """What to say when a run learned examples but kept no nonzero weight, else None."""
+    if result.nonzero_weights or not result.examples:
+        return None
+    name = SPARSIFIER.get(result.rule, "l1")
+    value = result.params.get(name)
+    return (
+        f"the run ended with zero nonzero weights: the model predicts a constant. "
+        f"{name}={value} is likely too strong for {result.rule} on this data; "
+        f"try a smaller --{name}"
+    )
 
 
 def _passes(args: argparse.Namespace) -> Iterator[Row]:

@@ -2,8 +2,10 @@
 
 The batch optimum is the reference the online rules are measured against. The last line of
 stdout is one JSON object: ``objective`` (summed log loss + C ||w||_1), ``nonzero_weights``,
-``logloss`` (mean training log loss), ``iterations``, ``converged``, ``examples``, ``features``,
-``l1`` and ``seconds``.
+``training_logloss`` (mean log loss on the examples it was fitted on, an optimistic figure),
+``heldout_logloss`` (with ``--holdout``: mean log loss on the file's tail, which the fit never
+saw; null without), ``iterations``, ``converged``, ``examples`` (trained on),
+``heldout_examples``, ``features``, ``l1`` and ``seconds``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import json
 import time
 from typing import Any
 
-from online_ctr.commands.args import add_data_arguments, fail, integer, number
+import numpy as np
+
+from online_ctr.commands.args import add_data_arguments, fail, integer, number, resolve_format
+from online_ctr.detect import FormatError
 from online_ctr.features import Batch, FeatureHasher
-from online_ctr.owlqn import OWLQNResult, design_from_batch, minimize
-from online_ctr.readers import ReaderError, read_examples
+from online_ctr.owlqn import Design, OWLQNResult, design_from_batch, minimize
+from online_ctr.readers import ReaderError, Row, read_examples
 
 #: What ``seconds`` measures, stated in the JSON.
 TIMED = "read+hash+fit, wall clock"
@@ -37,7 +42,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tol", type=number(0.0), default=1e-6, help="relative decrease of the objective, "
         "averaged over 5 iterations, to stop at; default: 1e-6"
     )  # fmt: skip
+    parser.add_argument(
+        "--holdout",
+        type=fraction,
+        default=0.0,
+        help="hold out this fraction of the file's last examples (in file order) and report "
+        "their log loss under the fitted weights; default: 0 (report only the training loss)",
+    )
     parser.set_defaults(func=run)
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1)."""
+    value = float(text)
+    if not 0.0 <= value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), got {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,36 +68,56 @@ def run(args: argparse.Namespace) -> int:
         return fail("train-batch", str(error), status=2)
     start = time.perf_counter()
     try:
-        batch = _read(args, hasher)
-    except (ReaderError, OSError) as error:
+        resolve_format(args)
+        rows = list(read_examples(args.file, args.format, args.limit))
+    except (FormatError, ReaderError, OSError) as error:
         return fail("train-batch", str(error), status=1)
-    if len(batch) == 0:
+    held = round(len(rows) * args.holdout)
+    if len(rows) - held == 0:
         return fail("train-batch", f"{args.file}: no examples to train on", status=1)
-    design = design_from_batch(batch)
+    design = design_from_batch(_batch(hasher, rows[: len(rows) - held]))
     result = minimize(design, args.l1, max_iter=args.max_iter, tol=args.tol)
+    heldout = heldout_logloss(design, result.w, _batch(hasher, rows[len(rows) - held :]))
     seconds = time.perf_counter() - start
-    print(json.dumps(_output(args, result, len(batch), design.n_features, seconds)))
+    print(json.dumps(_output(args, result, design, seconds, (heldout, held))))
     return 0
 
 
-def _read(args: argparse.Namespace, hasher: FeatureHasher) -> Batch:
-    """Every example of the file (up to ``--limit``) as one batch."""
-    rows = list(read_examples(args.file, args.format, args.limit))
+def _batch(hasher: FeatureHasher, rows: list[Row]) -> Batch:
     return hasher.batch((example for example, _ in rows), (label for _, label in rows))
 
 
+def heldout_logloss(design: Design, w: Any, batch: Batch) -> float | None:
+    """Mean log loss of ``batch`` under the weights ``w`` of ``design``'s features (a feature
+    the fit never saw weighs 0); None for an empty batch."""
+    if len(batch) == 0:
+        return None
+    column = np.searchsorted(design.ids, batch.ids).clip(max=len(design.ids) - 1)
+    known = design.ids[column] == batch.ids
+    weights = np.where(known, w[column], 0.0)
+    logits = np.bincount(batch.rows(), weights * batch.values, len(batch))
+    losses = np.logaddexp(0.0, (1.0 - 2.0 * batch.labels) * logits)
+    return float(np.mean(losses))
+
+
 def _output(
-    args: argparse.Namespace, result: OWLQNResult, examples: int, features: int, seconds: float
+    args: argparse.Namespace,
+    result: OWLQNResult,
+    design: Design,
+    seconds: float,
+    heldout: tuple[float | None, int],
 ) -> dict[str, Any]:
     """The JSON object: the optimum's figures, then how they were produced."""
     return {
         "objective": result.objective,
         "nonzero_weights": result.nonzero_weights,
-        "logloss": result.loss / examples,
+        "training_logloss": result.loss / design.n_examples,
+        "heldout_logloss": heldout[0],
         "iterations": result.iterations,
         "converged": result.converged,
-        "examples": examples,
-        "features": features,
+        "examples": design.n_examples,
+        "heldout_examples": heldout[1],
+        "features": design.n_features,
         "l1": args.l1,
         "seconds": seconds,
         "file": str(args.file),
@@ -86,5 +126,6 @@ def _output(
         "hash_bits": args.hash_bits,
         "max_iter": args.max_iter,
         "tol": args.tol,
+        "holdout": args.holdout,
         "timed": TIMED,
     }

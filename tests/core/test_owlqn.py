@@ -385,7 +385,7 @@ def test_command_reports_the_optimum(
     assert out["nonzero_weights"] == expected.nonzero_weights
     assert out["iterations"] == expected.iterations
     assert out["converged"] is expected.converged is True
-    assert out["logloss"] == pytest.approx(expected.loss / CRITEO_ROWS, rel=1e-15)
+    assert out["training_logloss"] == pytest.approx(expected.loss / CRITEO_ROWS, rel=1e-15)
     assert (out["examples"], out["features"], out["l1"]) == (CRITEO_ROWS, criteo.n_features, 10.0)
     assert out["seconds"] > 0
 

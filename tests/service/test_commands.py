@@ -30,7 +30,11 @@ def run(command: str, tmp_path: Path, timeout_s: float = 30, **env: str) -> tupl
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
     # Free ports unless the test says otherwise: the defaults may be taken on this machine.
-    defaults = {"OCTR_PORT": str(free_port()), "OCTR_WORKER_METRICS_PORT": str(free_port())}
+    defaults = {
+        "OCTR_PORT": str(free_port()),
+        "OCTR_WORKER_METRICS_PORT": str(free_port()),
+        "OCTR_EMBEDDED_REDIS_PORT": str(free_port()),
+    }
     environment.update(PYTHONPATH=str(ROOT), OCTR_DATA_DIR=str(tmp_path / "data"), OCTR_AUTH="off")
     environment.update({**defaults, **env})
     done = subprocess.run(
@@ -64,7 +68,11 @@ def busy_port() -> Iterator[int]:
 def test_the_api_port_in_use(command: str, busy_port: int, tmp_path: Path, redis_url: str) -> None:
     url = {"OCTR_REDIS_URL": redis_url} if command == "api" else {}
     result = run(command, tmp_path, OCTR_PORT=str(busy_port), **url)
-    assert_one_line(result, f"port {busy_port} on 127.0.0.1 (OCTR_PORT) is already in use")
+    assert_one_line(
+        result,
+        f"port {busy_port} on 127.0.0.1 (OCTR_PORT) is already in use",
+        "set OCTR_PORT (or --port) to a free port",
+    )
 
 
 def test_the_worker_metrics_port_in_use(busy_port: int, tmp_path: Path) -> None:

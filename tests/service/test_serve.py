@@ -36,6 +36,7 @@ def start_serve(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
         OCTR_DATA_DIR=str(tmp_path / "data"),
         OCTR_PORT=str(port),
         OCTR_WORKER_METRICS_PORT=str(free_port()),
+        OCTR_EMBEDDED_REDIS_PORT=str(free_port()),
         OCTR_HEARTBEAT_INTERVAL_S="0.2",
     )
     # A process group of its own, like a shell job: the test signals the group, not itself.

@@ -1,0 +1,97 @@
+"""``online-ctr serve`` with flags, seen by ``online-ctr status``: where each part runs, that it
+answers, and no password on the screen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.embedded import RedisServer, free_port
+from service.status import redis_answers
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def environment() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
+    clean.pop("REDIS_URL", None)
+    return {**clean, "PYTHONPATH": str(ROOT), "OCTR_AUTH": "off"}
+
+
+def two_free_ports() -> int:
+    """A port that, with the one after it, was free a moment ago."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
+def status(data: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "online_ctr.cli", "status", "--data-dir", str(data)]
+    return subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=30)
+
+
+def wait_healthy(data: Path, serve: subprocess.Popen[bytes]) -> subprocess.CompletedProcess[str]:
+    deadline = time.monotonic() + 60
+    while True:
+        assert serve.poll() is None, f"serve exited with {serve.returncode}"
+        done = status(data)
+        if done.returncode == 0:
+            return done
+        assert time.monotonic() < deadline, done.stdout
+        time.sleep(0.3)
+
+
+def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
+    data, port, redis_port, metrics = tmp_path / "data", free_port(), free_port(), two_free_ports()
+    argv = ["serve", "--port", str(port), "--data-dir", str(data), "--workers", "2",
+            "--log-level", "warning"]  # fmt: skip
+    env = {**environment(), "OCTR_EMBEDDED_REDIS_PORT": str(redis_port),
+           "OCTR_WORKER_METRICS_PORT": str(metrics)}  # fmt: skip
+    with (tmp_path / "serve.log").open("wb") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "online_ctr.cli", *argv],
+            env=env, cwd=tmp_path, stderr=log, start_new_session=True,
+        )  # fmt: skip
+    try:
+        out = wait_healthy(data, serve).stdout
+        assert f"pid {serve.pid}, running" in out
+        assert f"http://127.0.0.1:{port}: answers" in out
+        assert f"redis://127.0.0.1:{redis_port}/0 (embedded): answers" in out
+        for worker_port in (metrics, metrics + 1):
+            assert f"http://127.0.0.1:{worker_port}/metrics: answers" in out
+        assert (data / "redis-password").read_text().strip() not in out
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        os.killpg(serve.pid, signal.SIGINT)
+        assert serve.wait(30) == 0
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait()
+    # --log-level warning: the children's info lines are not logged.
+    assert " INFO " not in (tmp_path / "serve.log").read_text()
+    stopped = status(data)
+    assert stopped.returncode == 1
+    assert "not running" in stopped.stdout and "does not answer" in stopped.stdout
+
+
+def test_redis_answers_tells_a_missing_password_from_no_answer(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r", persist=False, password="pw-0123") as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        assert redis_answers(url, None) == "answers (needs a password)"
+        assert redis_answers(url, "pw-0123") == "answers"
+    assert redis_answers(f"redis://127.0.0.1:{free_port()}/0", None) == "does not answer"
