@@ -39,7 +39,13 @@ def main() -> None:
     from octr.settings import get_settings
 
     settings = get_settings()
-    uvicorn.run(create_bare_app(), host=settings.host, port=settings.port, access_log=False)
+    uvicorn.run(
+        create_bare_app(),
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level=settings.log_level,
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Section 5, memory: Redis bytes per tracked feature after a real worker learned the Criteo
 head file (all 10,000 rows).
 
-State layout (``octr/store/keys.py``): features are spread over ``OCTR_STATE_BUCKETS``
-string keys by their id; each bucket's value is its features' records sorted by id, a record
-being the 8-byte id and then the rule's fields and the occurrence count as float64 (FTRL:
-``z``, ``n``, count), so 32 bytes of payload per feature. What Redis adds is per key (the
-key's name, its dictionary entry and object header, the allocator's size-class rounding of
-the value), spread over the features of the bucket. The default 4,096 buckets hold about 11
-of the file's features each; 64 buckets hold about 690 each, which is what 4,096 buckets hold
-for a model of about 2.8 million features.
+State layout (``octr/store/keys.py``, ``octr/store/layout.py``): a feature is one field of
+one of ``OCTR_STATE_BUCKETS`` Redis hashes, named by the id's bits above the bucket bits
+(6 bytes at the default 2^18 buckets, 7 at 64), its value the rule's fields as float64 (FTRL:
+``z``, ``n``), so 22 (or 23) bytes of payload per feature. What Redis adds is per entry (a
+small hash is a listpack: a length byte before and after each field and value) and per key
+(the key's name, its dictionary entry and object header, the allocator's size-class rounding),
+spread over the features of the bucket. The file's 44k features spread thinly over the default
+2^18 buckets (under one each, so the per-key cost dominates); 64 buckets hold about 690 each.
+``make bench-scale`` measures the same at 10 million features.
 
 Per configuration: ``used_memory`` once the worker has created the empty model (baseline),
 and again after it learned the file (the stream's entries are deleted as they are applied);
@@ -30,9 +31,9 @@ from loadtests import feed
 from loadtests.processes import Stack, scratch_dir
 from loadtests.report import BenchOptions, Cell, Section, table
 
-BUCKET_COUNTS = (4096, 64)
-#: Payload bytes per FTRL feature: the 8-byte id and three float64 (z, n, count).
-PAYLOAD_BYTES = 8 + 3 * 8
+BUCKET_COUNTS = (1 << 18, 64)
+#: Payload bytes per FTRL feature at 64 buckets: a 7-byte field name and two float64 (z, n).
+PAYLOAD_BYTES = 7 + 2 * 8
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,9 @@ class MemoryResult:
         return self.buckets_bytes / self.tracked
 
 
-def bucket_usage(client: redis.Redis, buckets: int) -> tuple[int, dict[str, int]]:
+def bucket_usage(client: redis.Redis) -> tuple[int, dict[str, int]]:
     """Exact bytes of every existing bucket key, and how many are in each encoding."""
-    keys = [feed.MODEL.bucket(b) for b in range(buckets)]
+    keys = list(client.scan_iter(match="octr:{default/*}:b:*", count=10_000))
     with client.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.memory_usage(key, samples=0)
@@ -81,7 +82,7 @@ def measure_one(work_dir: Path, rows: list[feed.Row], buckets: int) -> MemoryRes
         stack.stop(*stack.workers())
         used = int(client.info("memory")["used_memory"])
         tracked = int(client.hget(feed.MODEL.meta, "tracked") or 0)
-        buckets_bytes, encodings = bucket_usage(client, buckets)
+        buckets_bytes, encodings = bucket_usage(client)
         expiry_bytes = int(client.memory_usage(feed.MODEL.expiry, samples=0) or 0)
         client.close()
     return MemoryResult(

@@ -106,7 +106,8 @@ class Worker:
     async def _lead(self) -> bool:
         """Keep (or take) the lease, renewing it every third of its TTL; recover on taking it."""
         now = time.monotonic()
-        if self.lease.token and now - self._renewed < self.config.lease_ttl_ms / 3000:
+        renewed_lately = now - self._renewed < self.config.lease_ttl_ms / 3000
+        if self.lease.token and self._recovered and renewed_lately:
             return True
         had = self.lease.token
         if not await self.lease.hold():

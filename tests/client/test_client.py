@@ -75,7 +75,7 @@ def test_predict_learn_model_and_delete(
         assert client.model("default").global_step == 0
         assert client.predict(rows[0][0]).probability == 0.5
         # Dozens of requests, one keep-alive connection.
-        assert len(recorder.attempts) > 40 and recorder.open_connections() == 1
+        assert len(recorder.attempts) >= 36 and recorder.open_connections() == 1
 
 
 def test_async_client(redis_url: str, start_authed: Callable[..., Service]) -> None:

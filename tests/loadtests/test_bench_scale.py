@@ -38,7 +38,7 @@ def test_sizes_refuses_fewer_than_two_or_nonsense(text: str) -> None:
 
 def test_quick_defaults_are_tiny_and_flags_win() -> None:
     quick = bench_scale.parse_args(["--quick"])
-    assert quick.sizes == bench_scale.QUICK_SIZES and quick.examples <= 2_000
+    assert quick.sizes == bench_scale.QUICK_SIZES and quick.examples <= 10_000
     full = bench_scale.parse_args(["--sizes", "1k,2k", "--examples", "7"])
     assert full.sizes == (1_000, 2_000) and full.examples == 7 and full.duration_s == 10.0
 

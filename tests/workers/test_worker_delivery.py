@@ -189,3 +189,18 @@ async def test_a_learner_of_a_deleted_model_starts_over_on_the_new_one(
     await send(store, ROWS[:300])
     await worker.run_until_idle()  # fenced once, then learns the new model from scratch
     await assert_learned_once_in_order(store, 300)
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_learned_again(make_store: MakeStore) -> None:
+    store = await make_store()
+    await send(store, ROWS[:300])
+    worker = make_worker(store, "w1", batch_size=100)
+    assert await worker._lead()
+    group = await worker.stream.next_group(100)
+    assert group.batch is not None
+    learning = await learn_group(store, worker.cache, group.batch, group.entry_ids, worker.version)
+    # Redis ran the commit, but the worker saw a timeout (as when Redis stalls mid-call).
+    assert (await store.log.finalize(learning.change, worker.lease.token, 0)).status == "ok"
+    worker._reset()
+    await worker.run_until_idle()
+    await assert_learned_once_in_order(store, 300)
