@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench bench-replay bench-scale clean
+.PHONY: install run test lint typecheck unit bench bench-replay bench-scale chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench-replay: install
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install
 	$(BIN)/python -m loadtests.bench_scale
+
+## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
+chaos: install
+	$(BIN)/python -m loadtests.chaos
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
