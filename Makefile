@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench bench-replay bench-scale chaos clean
+.PHONY: install run test lint typecheck unit bench bench-replay bench-scale chaos fuzz-api clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench-scale: install
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install
 	$(BIN)/python -m loadtests.chaos
+
+## Schemathesis, all checks, against the real API on a real Redis: over 2,000 cases.
+fuzz-api: install
+	$(BIN)/python -m loadtests.fuzz_api
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
