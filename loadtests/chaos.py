@@ -13,6 +13,7 @@ exactly once (:func:`loadtests.chaos_parts.audit`). Exit status 1 if any was dou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
@@ -44,6 +45,7 @@ class Summary:
     """One chaos run: what was done, what the clients saw, what Redis holds."""
 
     kills: int
+    leader_kills: int
     redis_restarts: int
     stall_s: float
     feed: FeedLog
@@ -77,11 +79,12 @@ class Summary:
     def render(self) -> str:
         feed = self.feed
         lines = [
-            f"worker SIGKILLs      {self.kills}",
+            f"worker SIGKILLs      {self.kills} ({self.leader_kills} of the lease holder)",
             f"redis restarts       {self.redis_restarts} (one SIGTERM, one SIGKILL)",
             f"redis stall          {self.stall_s:g}s (SIGSTOP/SIGCONT)",
             f"requests             {feed.requests} ({feed.answers_503} answers 503, "
             f"{feed.connection_errors} connection errors, all retried with their key)",
+            f"replayed retries     {feed.replayed} (accepted before their 503, not appended again)",
             f"examples accepted    {feed.accepted} ({len(feed.accepted_tags)} distinct tags)",
             f"max 503 latency      {feed.max_503_s:.3f}s (bound {BOUND_503_S:g}s)",
             f"redis: t             {self.result.t}",
@@ -101,35 +104,47 @@ class Chaos:
         self.stack = Stack(work_dir, **SETTINGS)
         self.redis = DurableRedis(work_dir / "redis")
         self.stack.redis_server = self.redis
+        self.names: dict[int, str] = {}
         self.generation = 0
         self.kills = 0
+        self.leader_kills = 0  # kills of the worker that held the lease at the time
 
     def start_worker(self, slot: int) -> None:
         self.generation += 1
-        port = str(free_port())
+        self.names[slot] = f"w{slot}-{self.generation}"
         self.stack.spawn(
             f"worker{slot}",
             [sys.executable, "-m", "online_ctr.cli", "worker"],
-            OCTR_WORKER_METRICS_PORT=port,
-            OCTR_WORKER_NAME=f"w{slot}-{self.generation}",
+            OCTR_WORKER_METRICS_PORT=str(free_port()),
+            OCTR_WORKER_NAME=self.names[slot],
         )
 
-    def leader_slot(self) -> int:
-        """The slot of the worker holding the lease (slot 0 if none does)."""
+    def leader_slot(self) -> int | None:
+        """The slot of the running worker holding the lease; None if none does (yet)."""
         url = self.redis.url
         with redis.Redis.from_url(url, socket_timeout=0.3, socket_connect_timeout=0.3) as client:
             value = client.get("octr:{default}:lease")
-        holder = value.decode().split()[-1] if value else "w0-0"
-        return int(holder[1:].split("-")[0])
+        holder = value.decode().split()[-1] if value else ""
+        return next((slot for slot, name in self.names.items() if name == holder), None)
+
+    def _victim(self, patience_s: float = 2.0) -> int:
+        """The learner's slot, waiting a little for one to lead; either slot if none does
+        (Redis is down or stalled, or the lease is still a killed worker's)."""
+        deadline = time.monotonic() + patience_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError):
+                slot = self.leader_slot()
+                if slot is not None:
+                    self.leader_kills += 1
+                    return slot
+            time.sleep(0.05)
+        return self.kills % 2
 
     def kill_loop(self, kills: int, every_s: float) -> None:
         """SIGKILL the learner (restarting it) every ``every_s`` until ``kills`` were made."""
         while self.kills < kills:
             time.sleep(every_s)
-            try:
-                slot = self.leader_slot()
-            except redis.RedisError:  # Redis is down or stalled: kill either
-                slot = self.kills % 2
+            slot = self._victim()
             process = self.stack.children.pop(f"worker{slot}")
             process.kill()
             process.wait()
@@ -166,6 +181,7 @@ def run(kills: int, stall_s: float, every_s: float, pause_s: float) -> Summary:
             stack.check_alive()
             return Summary(
                 kills=chaos.kills,
+                leader_kills=chaos.leader_kills,
                 redis_restarts=2,
                 stall_s=stall_s,
                 feed=feeders.log,

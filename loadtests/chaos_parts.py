@@ -77,6 +77,7 @@ class FeedLog:
     accepted: int = 0
     requests: int = 0
     answers_503: int = 0
+    replayed: int = 0  # retries answered as an earlier attempt that Redis had accepted
     connection_errors: int = 0
     unexpected: list[str] = field(default_factory=list)
     max_503_s: float = 0.0
@@ -153,6 +154,9 @@ class Feeders:
                 time.sleep(0.05)
                 continue
             if reply.status_code == 202:
+                if reply.headers.get("Idempotent-Replayed") == "true":
+                    with self.log.lock:
+                        self.log.replayed += 1
                 return int(reply.json()["accepted"])
             with self.log.lock:
                 if reply.status_code == 503:
