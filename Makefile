@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale chaos fuzz-api clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,14 @@ bench-replay: install
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install
 	$(BIN)/python -m loadtests.bench_scale
+
+## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
+chaos: install
+	$(BIN)/python -m loadtests.chaos
+
+## Schemathesis, all checks, against the real API on a real Redis: over 2,000 cases.
+fuzz-api: install
+	$(BIN)/python -m loadtests.fuzz_api
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

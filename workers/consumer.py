@@ -38,6 +38,7 @@ class WorkerConfig:
     lease_ttl_ms: int = 5_000
     max_deliveries: int = 5
     heartbeat_interval_s: float = 2.0
+    forget_workers_after_s: float = 150.0  # silent longer: a dead worker's name, dropped
     error_backoff_s: float = 0.5
     cache_features: int = 2_000_000
 
@@ -216,7 +217,7 @@ class Worker:
     async def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
         if now - self._beat >= self.config.heartbeat_interval_s:
-            await self.store.heartbeat(self.config.name)
+            await self.store.heartbeat(self.config.name, self.config.forget_workers_after_s)
             lag = await self.store.redis.xlen(self.store.keys.stream)
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._beat = now

@@ -32,6 +32,8 @@ def worker_config(settings: Settings) -> WorkerConfig:
         lease_ttl_ms=settings.lease_ttl_ms,
         max_deliveries=settings.max_deliveries,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        # Ten times what readiness tolerates: only names long dead are forgotten.
+        forget_workers_after_s=10 * settings.ready_max_heartbeat_age_s,
         cache_features=settings.worker_cache_features,
     )
 

@@ -160,10 +160,18 @@ class ModelStore:
                 deleted += sum(await pipe.execute())
         return deleted
 
-    async def heartbeat(self, worker: str) -> None:
-        """Record that ``worker`` is alive, stamped with Redis's clock (one clock for all)."""
+    async def heartbeat(self, worker: str, forget_after_s: float | None = None) -> None:
+        """Record that ``worker`` is alive, stamped with Redis's clock (one clock for all);
+        with ``forget_after_s``, names silent for longer are dropped (dead workers' names
+        would otherwise pile up, one per restart). The caller's own name is stamped first, so
+        the newest heartbeat, which readiness reads, is never the one dropped."""
         seconds, micros = await self.redis.time()
-        await self.redis.zadd(self.keys.workers, {worker: seconds + micros / 1e6})
+        now = seconds + micros / 1e6
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.workers, {worker: now})
+            if forget_after_s is not None:
+                pipe.zremrangebyscore(self.keys.workers, "-inf", f"({now - forget_after_s}")
+            await pipe.execute()
 
     async def heartbeat_age(self) -> float | None:
         """Seconds since the freshest worker heartbeat, by Redis's clock; None if none ever."""

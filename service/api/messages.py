@@ -12,7 +12,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from service.api.schemas import BATCH, MAX_NAME_CHARS, MAX_VALUE_CHARS, ONE_SHAPE, SINGLE
+from service.api.schemas import (
+    BATCH,
+    MAX_ABS_NUMBER,
+    MAX_NAME_CHARS,
+    MAX_VALUE_CHARS,
+    ONE_SHAPE,
+    SINGLE,
+)
 
 _SOURCES = ("body", "query", "path", "header")
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -145,6 +152,8 @@ def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:
         return {path: "must be a finite number, not NaN or Infinity"}
     if "string_too_long" in kinds:
         return {path: f"is longer than {MAX_VALUE_CHARS} characters"}
+    if kinds & {"less_than_equal", "greater_than_equal"}:
+        return {path: f"must be between -{MAX_ABS_NUMBER:g} and {MAX_ABS_NUMBER:g}; scale it"}
     value = group[0].get("input")
     if isinstance(value, int) and not isinstance(value, bool):
         return {path: "is too large a number (beyond float range)"}

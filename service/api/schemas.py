@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -34,20 +35,51 @@ FieldName = Annotated[
 ]
 # Strict: "1" stays a category and true is not a number.
 Text = Annotated[str, Strict(), StringConstraints(max_length=MAX_VALUE_CHARS)]
-Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+#: Largest magnitude of a numeric feature: its square (the gradient's, in FTRL's ``n``) and its
+#: products with weights stay far inside float range, so no model state becomes inf or NaN.
+MAX_ABS_NUMBER = 1e15
+Number = Annotated[
+    float, Strict(), Field(allow_inf_nan=False, ge=-MAX_ABS_NUMBER, le=MAX_ABS_NUMBER)
+]
 FeatureValue = Text | Number | list[Text]
 Features = Annotated[
     dict[FieldName, FeatureValue],
     Field(
         min_length=1,
         description=(
-            "field -> value: a string is the category `field=value`, a finite number is the "
-            "numeric feature `field` (0 = absent), a list of strings is one category per item."
+            "field -> value: a string is the category `field=value`, a number (|x| <= 1e15) is "
+            "the numeric feature `field` (0 = absent), a list of strings is one category per item."
         ),
         examples=[{"site": "news.example", "hour": 14.0, "tags": ["sports", "mobile"]}],
+        json_schema_extra=lambda schema: _names_in_property_names(schema),
     ),
 ]
-Label = Annotated[int, Strict(), Field(ge=0, le=1, description="1: clicked, 0: not clicked.")]
+
+
+def _whole(value: object) -> object:
+    """JSON Schema's integers include ``1.0``: a whole float is the integer it equals."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+# _whole runs first (the outermost annotation), then the strict check: true/false and "1" are
+# refused, 1.0 is 1.
+Label = Annotated[
+    int,
+    Strict(),
+    Field(ge=0, le=1, description="1: clicked, 0: not clicked."),
+    BeforeValidator(_whole),
+]
+
+
+def _names_in_property_names(schema: dict[str, Any]) -> None:
+    """Pydantic writes the field-name pattern as ``patternProperties``, which lets a name that
+    does not match through with any value; ``propertyNames`` says what the API checks."""
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        ((pattern, values),) = patterns.items()
+        schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+        schema["additionalProperties"] = values
+
 
 _ONE_SHAPE = "send either 'features' (one example) or 'examples' (a list of them), not both"
 #: The error type of a body with neither or both of ``features`` and ``examples``.

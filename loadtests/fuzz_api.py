@@ -1,0 +1,95 @@
+"""Schemathesis against the real API: every operation of its OpenAPI, every check, answered by
+the real ``online-ctr api`` process (and one worker, so ``/readyz`` can be ready) on a real
+redis-server.
+
+    python -m loadtests.fuzz_api                  # 700 per operation: over 2,000 cases
+    python -m loadtests.fuzz_api --max-examples 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
+
+#: Schemathesis's summary line, e.g. "Test cases:  2104 generated, 2104 passed, 12 skipped".
+_CASES = re.compile(r"Test cases:\s+(\d+) generated(?:, (\d+) found (\d+) unique failures?)?")
+
+
+@dataclass(frozen=True)
+class FuzzResult:
+    """What one schemathesis run found."""
+
+    exit_status: int
+    cases: int
+    failing_cases: int
+    unique_failures: int
+    output: str
+
+
+def schemathesis_command(api_url: str, max_examples: int, seed: int) -> list[str]:
+    """The ``schemathesis run`` command line, all checks on."""
+    executable = Path(sys.executable).with_name("schemathesis")
+    return [
+        str(executable),
+        "run",
+        f"{api_url}/openapi.json",
+        "--checks",
+        "all",
+        "--max-examples",
+        str(max_examples),
+        "--seed",
+        str(seed),
+        "--no-color",
+        "--request-timeout",
+        "10",
+    ]
+
+
+def parse(output: str, exit_status: int) -> FuzzResult:
+    """The case and failure counts in schemathesis's summary."""
+    found = _CASES.search(output)
+    cases = int(found.group(1)) if found else 0
+    failing = int(found.group(2) or 0) if found else 0
+    unique = int(found.group(3) or 0) if found else 0
+    return FuzzResult(exit_status, cases, failing, unique, output)
+
+
+def run(max_examples: int, seed: int = 1) -> FuzzResult:
+    """Start Redis, the API and a worker; run schemathesis against them."""
+    with scratch_dir("fuzz") as scratch, Stack(Path(scratch)) as stack:
+        api_url = stack.start_api()
+        stack.start_workers(1)
+        wait_until(lambda: http_ok(f"{api_url}/readyz"), 60, "a worker's heartbeat")
+        finished = subprocess.run(
+            schemathesis_command(api_url, max_examples, seed),
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=scratch,  # its .schemathesis cache stays out of the repository
+        )
+        stack.check_alive()
+    return parse(finished.stdout + finished.stderr, finished.returncode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-examples", type=int, default=700, help="per operation")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    result = run(args.max_examples, args.seed)
+    print(result.output)
+    print(
+        f"schemathesis: {result.cases} cases, {result.failing_cases} failing, "
+        f"{result.unique_failures} unique failures (exit status {result.exit_status})"
+    )
+    return 0 if result.exit_status == 0 and result.cases else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
