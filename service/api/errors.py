@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from octr.settings import Settings
 from octr.store.ingest import IdempotencyConflictError
@@ -150,7 +151,20 @@ async def handle_error(request: Request, error: Exception) -> JSONResponse:
         # Invalid UTF-8 or nesting beyond the parser's depth: say which, as a 422.
         error = InvalidFieldError("body", unparseable_body(await request.body()))
     status, body, headers = describe(error, request.app.state.settings)
+    if status == 405:
+        # Starlette names only the methods of the first route on the path; a path served by
+        # several routes (GET and DELETE /models/{name}) must list them all.
+        headers = {**(headers or {}), "Allow": _allowed_methods(request)}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves on the request's path."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 def install(app: FastAPI) -> None:

@@ -219,3 +219,9 @@ def test_delete_removes_every_key_and_the_model_starts_again_empty(
     asyncio.run(in_redis(settings, "learn"))
     assert client.get("/models/default").json()["global_step"] == 10
     plain.close()
+
+
+def test_a_method_not_allowed_lists_every_method_of_the_path(client: TestClient) -> None:
+    reply = client.put("/models/default")
+    assert reply.status_code == 405
+    assert reply.headers["allow"] == "DELETE, GET"
