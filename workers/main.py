@@ -65,6 +65,8 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
         if await _ensure_model_or_exit(store, worker, settings.retry_after_s):
             logger.info("worker %s learning model %r", worker.config.name, settings.model)
             await worker.run()
+    except ModelMismatchError as error:  # the model was created again, otherwise, meanwhile
+        raise StartupError(str(error)) from None
     finally:
         await client.aclose()
     logger.info("worker %s stopped", worker.config.name)
