@@ -1,0 +1,115 @@
+"""What one touched feature costs Redis as the model grows, and what the commit size buys:
+``python -m loadtests.store_costs``.
+
+1. Per-feature cost: on a fresh redis-server, the state shards of an FTRL model (the default
+   layout) are filled directly (``StateShards.apply``, no worker) to 0, 100k, 1M and 10M random
+   features; at each size, 20 rounds of 5,000 new features are read (``StateShards.read``: a
+   miss, as for every new feature) and written (``apply``). Printed: microseconds per feature,
+   client packing included. A bucket is a listpack scanned field by field, so this grows with
+   the features per bucket (about 38 at 10M with 2^18 buckets).
+2. Drain against commit size: 200,000 Criteo rows in entries of 1,000 pre-filled in the stream,
+   learned by one in-process worker (cold, kernel compiled first) at several ``batch_size``.
+
+Prints figures only; no targets (those are ``make bench-scale``'s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from octr.metrics import Metrics
+from octr.store import codec
+from octr.store.state import ModelStore, spec_from
+from online_ctr.features import FeatureHasher
+from online_ctr.readers import read_examples
+from online_ctr.rules import get_rule
+from online_ctr.sequential import warm_up
+from service.embedded import RedisServer
+from workers.consumer import Worker, WorkerConfig
+
+SIZES = (0, 100_000, 1_000_000, 10_000_000)
+CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
+
+
+async def fresh_store(url: str) -> ModelStore:
+    client = aioredis.Redis.from_url(url)
+    await client.flushall()
+    rule = get_rule("ftrl")
+    store = ModelStore(client, spec_from("default", "ftrl", rule.params(), None, 1 << 18, 64))
+    await store.ensure()
+    return store
+
+
+async def per_feature(url: str, sizes: tuple[int, ...]) -> None:
+    store = await fresh_store(url)
+    layout, rng, seq, have = store.spec.layout, np.random.default_rng(1), 0, 0
+    for size in sizes:
+        while have < size:
+            k = min(500_000, size - have)
+            ids = rng.integers(0, 2**64 - 1, size=k, dtype=np.uint64, endpoint=True)
+            seq += 1
+            await store.shards.apply(seq, layout.records(ids, rng.normal(size=(k, 2))))
+            have += k
+        read_s = write_s = 0.0
+        for _ in range(20):
+            ids = rng.integers(0, 2**64 - 1, size=5_000, dtype=np.uint64, endpoint=True)
+            started = time.perf_counter()
+            await store.shards.read(ids)
+            read = time.perf_counter()
+            seq += 1
+            await store.shards.apply(seq, layout.records(ids, rng.normal(size=(5_000, 2))))
+            read_s, write_s = read_s + read - started, write_s + time.perf_counter() - read
+            have += 5_000
+        print(
+            f"model of {size:>10,} features: read {read_s / 1e5 * 1e6:.2f} us/feature, "
+            f"write {write_s / 1e5 * 1e6:.2f} us/feature"
+        )
+    await store.redis.aclose()
+
+
+async def drain(url: str, rows: int, batch_sizes: tuple[int, ...]) -> None:
+    examples = list(itertools.islice(read_examples(CRITEO, "criteo"), 10_000))
+    hasher = FeatureHasher()
+    entries = [
+        codec.encode_entry(hasher.batch([x for x, _ in chunk], [y for _, y in chunk]))
+        for chunk in (examples[i : i + 1_000] for i in range(0, len(examples), 1_000))
+    ]
+    for batch_size in batch_sizes:
+        store = await fresh_store(url)
+        warm_up(store.spec.rule, store.spec.params)
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for index in range(rows // 1_000):
+                pipe.xadd(store.keys.stream, {"b": entries[index % len(entries)]})
+            await pipe.execute()
+        config = WorkerConfig(name="bench", batch_size=batch_size)
+        worker = Worker(store, config, Metrics(CollectorRegistry()))
+        started = time.perf_counter()
+        commits = await worker.run_until_idle()
+        seconds = time.perf_counter() - started
+        print(
+            f"drain at batch_size {batch_size:>6,}: {rows / seconds:,.0f} ex/s ({commits} commits)"
+        )
+        await store.redis.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m loadtests.store_costs", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a try")
+    quick = parser.parse_args().quick
+    with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder), persist=False) as r:
+        url = r.url
+        asyncio.run(per_feature(url, (0, 20_000) if quick else SIZES))
+        asyncio.run(drain(url, 10_000 if quick else 200_000, (4_096, 65_536)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The store-costs command runs for real on tiny sizes and prints every figure (no timings
+are asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from loadtests import store_costs
+from service.embedded import RedisServer
+
+
+@pytest.mark.integration
+def test_store_costs_prints_each_size_and_batch_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with RedisServer(tmp_path / "redis", persist=False) as server:
+        asyncio.run(store_costs.per_feature(server.url, (0, 5_000)))
+        asyncio.run(store_costs.drain(server.url, 2_000, (500, 4_096)))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "model of          0 features",
+        "model of      5,000 features",
+        "drain at batch_size    500",
+        "drain at batch_size  4,096",
+    ]
+    assert all("us/feature" in line for line in lines[:2])
+    assert all("ex/s" in line for line in lines[2:])
