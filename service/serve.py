@@ -21,7 +21,7 @@ from octr.process import StartupError
 from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
 from service.api.auth import describe
-from service.embedded import RedisNotFoundError, RedisServer, find_redis_server
+from service.embedded import RedisNotFoundError, RedisServer, die_with_parent, find_redis_server
 from service.local import local_api_keys, lock_data_dir, redis_password, save_record
 
 logger = logging.getLogger(__name__)
@@ -52,13 +52,14 @@ def start_embedded_redis(settings: Settings) -> RedisServer:
     # A fixed port, so that clients and `online-ctr status` know where it is; checked after
     # the lock, so that a second serve of this directory is told the directory is in use.
     check_port("127.0.0.1", settings.embedded_redis_port, "OCTR_EMBEDDED_REDIS_PORT")
-    # The server inherits the lock: the directory stays locked while it runs, even if this
-    # process is killed without stopping it.
+    # The server inherits the lock: the directory stays locked while it runs. It gets
+    # SIGTERM (and saves) if this process dies, even by SIGKILL, so it never outlives serve.
     server = RedisServer(
         settings.data_dir / "redis",
         port=settings.embedded_redis_port,
         password=redis_password(settings.data_dir),
         keep_fds=(lock,),
+        die_with_parent=True,
     )
     try:
         server.start()
@@ -147,8 +148,14 @@ def write_record(settings: Settings, redis_url: str, embedded: bool) -> None:
 
 def _spawn(module: str, env: dict[str, str]) -> Child:
     """Start ``python -m module`` (the API is ``service``, a worker ``workers``)."""
-    # start_new_session: Ctrl-C reaches only us, so children stop in order (API, worker, Redis).
-    return subprocess.Popen([sys.executable, "-m", module], env=env, start_new_session=True)
+    # start_new_session: Ctrl-C reaches only us, so children stop in order (API, worker, Redis);
+    # die_with_parent: if serve is killed, they get SIGTERM instead of running on, orphaned.
+    return subprocess.Popen(
+        [sys.executable, "-m", module],
+        env=env,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
 
 
 def _wait(children: list[Child]) -> bool:

@@ -102,3 +102,35 @@ def test_serve_owns_its_data_and_stops_redis_last(tmp_path: Path) -> None:
         # Every accepted example is learned exactly once or still waiting in the stream.
         assert learned + 200 * client.xlen(KEYS.stream) == 20 * 200
         client.close()
+
+
+def test_nothing_serve_started_outlives_it_when_it_is_killed(tmp_path: Path) -> None:
+    port = free_port()
+    serve = start_serve(tmp_path, port)
+    children: list[int] = []
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", serve)
+        listed = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(serve.pid)], capture_output=True, text=True
+        )
+        children = [int(pid) for pid in listed.stdout.split()]
+        assert len(children) == 3  # the embedded Redis, the API and a worker
+        serve.send_signal(signal.SIGKILL)  # serve alone, not its children's sessions
+        serve.wait()
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in children if alive(pid)], "orphans left running"
+    finally:
+        for pid in [serve.pid, *children]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
