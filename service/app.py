@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from octr.metrics import Metrics
@@ -21,7 +22,7 @@ from octr.process import StartupError
 from octr.settings import Settings, get_settings
 from octr.wiring import check_topology, redis_client
 from service.api import errors
-from service.api.auth import authenticator
+from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.middleware import EdgeMiddleware
 from service.api.openapi import document_auth
 from service.api.routes import health, learn, metrics, models, predict
@@ -70,7 +71,10 @@ def create_app(
         )
     auth = authenticator(settings)
     registry = REGISTRY if registry is None else registry
-    app = FastAPI(
+    # Swagger UI (/docs) and ReDoc (/redoc) load their JS and CSS from the installed
+    # fastapi-offline package under DOCS_ASSETS_URL, not from a CDN: the docs work offline.
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS_URL,
         title="online-ctr",
         summary="Real-time click-through-rate prediction, learning online from feedback.",
         version="0.1.0",

@@ -27,6 +27,10 @@ MIN_KEY_CHARS = 16
 PATH_SCOPES = {"/predict": "predict", "/learn": "learn"}
 MODELS_PREFIX = "/models/"
 DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+#: Where Swagger UI's and ReDoc's JS and CSS are served from. Always open, even with
+#: OCTR_PROTECT_DOCS: they are the same public files for every install and hold no data of
+#: this service (the pages and /openapi.json that do are protected).
+DOCS_ASSETS_URL = "/docs/assets"
 _NO_KEYS = (
     "authentication is on (the default) but no API keys are configured: set OCTR_API_KEYS "
     "or OCTR_API_KEYS_FILE (see the README), or OCTR_AUTH=off for local use only"
@@ -138,7 +142,8 @@ def describe(settings: Settings) -> str:
         if value is not None
     ]
     protected = ["/predict", "/learn", "/models"]
-    protected += ["/metrics"] * settings.protect_metrics + ["/docs"] * settings.protect_docs
+    protected += ["/metrics"] * settings.protect_metrics
+    protected += ["/docs", "/redoc", "/openapi.json"] * settings.protect_docs
     return (
         f"auth: on, API keys from {' and '.join(sources)}; keys needed for {', '.join(protected)}"
     )

@@ -15,12 +15,13 @@ from prometheus_client import Counter
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.auth import Authenticator, refusal
+from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal
 
 #: Methods counted by name; anything else a client sends is ``other`` (labels stay bounded).
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: The route label of requests that matched no route (never the raw path: it is unbounded).
 UNMATCHED = "unmatched"
+_DOCS_ASSETS = DOCS_ASSETS_URL + "/"
 #: Content-Encoding values that leave the body as sent.
 _IDENTITY = (b"", b"identity")
 
@@ -50,6 +51,12 @@ def encoded_body_error(encoding: bytes) -> HTTPException:
         status_code=415,
         detail=f"Content-Encoding {shown!r} is not supported; send the JSON body uncompressed",
     )
+
+
+def unrouted_template(path: str) -> str:
+    """The route label of an answer without a route: the docs assets' mount, or unmatched."""
+    # A mount sets no route in the scope, and its files' paths must not become labels.
+    return DOCS_ASSETS_URL if path.startswith(_DOCS_ASSETS) else UNMATCHED
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -174,7 +181,7 @@ class EdgeMiddleware:
             await self.app(scope, guarded.receive, send_counted)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED
+            template = getattr(route, "path", None) or unrouted_template(scope["path"])
             self._series_for(scope, template, status // 100).inc()
 
     def _series_for(self, scope: Scope, template: str, status_class: int) -> Any:
