@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from online_ctr.rules import RULES, get_rule
@@ -128,17 +135,12 @@ class Settings(BaseSettings):
 
     @field_validator("state_buckets", "state_shards")
     @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value < 1 or value & (value - 1) or value > 1 << 24:
-            raise ValueError(f"must be a power of two up to 2^24, got {value}")
-        return value
-
-    @field_validator("state_shards")
-    @classmethod
-    def _few_shards(cls, value: int) -> int:
-        # A commit's redo entry has a field per shard; Lua passes at most ~8000 arguments.
-        if value > 2048:
-            raise ValueError(f"must be at most 2048, got {value}")
+    def _power_of_two(cls, value: int, info: ValidationInfo) -> int:
+        # At most 2048 shards: a commit's redo entry has a field per shard, and Lua passes
+        # at most ~8000 arguments to one command.
+        limit = 2048 if info.field_name == "state_shards" else 1 << 24
+        if value < 1 or value & (value - 1) or value > limit:
+            raise ValueError(f"must be a power of two up to {limit}, got {value}")
         return value
 
     @model_validator(mode="after")

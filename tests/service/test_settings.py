@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,17 @@ def test_an_unreadable_password_file_is_named(tmp_path: Path) -> None:
         Settings(redis_url="redis://redis:6379/0", redis_password_file=tmp_path / "missing")
     with pytest.raises(ValueError, match="OCTR_REDIS_PASSWORD_FILE needs OCTR_REDIS_URL"):
         Settings(redis_password_file=tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"state_shards": 3}, "power of two up to 2048, got 3"),
+        ({"state_shards": 4096}, "power of two up to 2048, got 4096"),
+        ({"state_buckets": 48}, "power of two up to 16777216, got 48"),
+        ({"state_buckets": 64, "state_shards": 128}, "OCTR_STATE_SHARDS (128) cannot exceed"),
+    ],
+)
+def test_the_layout_settings_are_checked(values: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Settings(**values)
