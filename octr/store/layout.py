@@ -70,35 +70,32 @@ class Layout:
         high = (ids >> np.uint64(self.bucket_bits)).astype("<u8")
         return high.view(np.uint8).reshape(-1, 8)[:, : self.field_bytes]
 
-    def _by_shard(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-        """An order grouping ids by shard then bucket, and each shard's run boundaries."""
-        order = np.lexsort((self.bucket_of(ids), self.shard_of(ids)))
-        bounds = np.searchsorted(self.shard_of(ids)[order], np.arange(self.shards + 1))
-        return order, bounds
-
     def _runs(
-        self, ids: NDArray[np.uint64], columns: list[NDArray[np.uint8]]
+        self, ids: NDArray[np.uint64], values: list[NDArray[np.uint8]]
     ) -> Iterator[tuple[int, bytes, NDArray[np.intp]]]:
-        """Per shard used: its number, its records (columns side by side) and their rows."""
-        order, bounds = self._by_shard(ids)
-        table = np.hstack([c[order] for c in columns]) if len(ids) else None
+        """Per shard used: its number, its records (bucket, field, then ``values`` side by
+        side) and which of ``ids`` they are, grouped by shard then bucket."""
+        if not len(ids):
+            return
+        buckets = self.bucket_of(ids)
+        shards = (buckets & np.uint32(self.shards - 1)).astype(np.uint64)
+        # One sort key, the shard above the bucket: one argsort instead of a two-key lexsort.
+        order = np.argsort((shards << np.uint64(self.bucket_bits)) | buckets)
+        bounds = np.searchsorted(shards[order], np.arange(self.shards + 1, dtype=np.uint64))
+        columns = [buckets.astype("<u4").view(np.uint8).reshape(-1, 4), self._fields(ids)]
+        table = np.hstack([c[order] for c in [*columns, *values]])
         for shard in np.flatnonzero(np.diff(bounds)):
             first, last = bounds[shard], bounds[shard + 1]
-            assert table is not None
             yield int(shard), table[first:last].tobytes(), order[first:last]
-
-    def _prefix(self, ids: NDArray[np.uint64]) -> list[NDArray[np.uint8]]:
-        buckets = self.bucket_of(ids).astype("<u4").view(np.uint8).reshape(-1, 4)
-        return [buckets, self._fields(ids)]
 
     def lookups(self, ids: NDArray[np.uint64]) -> list[tuple[int, bytes, NDArray[np.intp]]]:
         """Read records per shard, and which of ``ids`` each record is."""
-        return list(self._runs(ids, self._prefix(ids)))
+        return list(self._runs(ids, []))
 
     def records(self, ids: NDArray[np.uint64], state: Array) -> list[tuple[int, bytes]]:
         """Write records per shard for ``ids`` and their ``state`` rows."""
         values = np.ascontiguousarray(state, dtype="<f8").view(np.uint8)
-        return [(s, blob) for s, blob, _ in self._runs(ids, [*self._prefix(ids), values])]
+        return [(s, blob) for s, blob, _ in self._runs(ids, [values])]
 
     def values(self, blob: bytes, count: int) -> Array:
         """State rows from ``count`` values back to back (as the read script returns them)."""
