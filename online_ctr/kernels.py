@@ -64,6 +64,11 @@ def _compiled(function: Function) -> Function:
         return cast(Function, njit(error_model="numpy")(function))
 
 
+#: The same two, for compiled loops of other modules (their own source file keys their cache).
+compiled = _compiled
+helper = _helper
+
+
 @_helper
 def _sign(v: float) -> float:
     """``np.sign``: 0.0 for either zero, nan for nan."""

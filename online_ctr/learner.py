@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.features import Batch
+from online_ctr.grouping import unique_inverse
 from online_ctr.rules.base import Array, Rule
 
 #: Logits are clipped here before the sigmoid: exp(35) is finite and 1 - sigmoid(35) ~ 6e-16
@@ -64,8 +65,8 @@ class Step(Scored):
 
 def unique_features(batch: Batch) -> Features:
     """Group a batch's feature occurrences by id."""
-    ids, inverse = np.unique(batch.ids, return_inverse=True)
-    return Features(ids=ids, inverse=inverse.ravel())
+    ids, inverse = unique_inverse(batch.ids)
+    return Features(ids=ids, inverse=inverse)
 
 
 def sigmoid(s: Array) -> Array:

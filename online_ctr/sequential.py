@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from online_ctr import kernels
+from online_ctr import grouping, kernels
 from online_ctr.features import Batch
 from online_ctr.learner import LOGIT_CLIP, Features, log_loss
 from online_ctr.rules.base import Array, Rule
@@ -117,6 +117,7 @@ def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) ->
 def warm_up(rule: Rule, params: Any) -> None:
     """Compile (or load from numba's cache) the kernel now, on one throwaway example, so the
     first real batch does not pay for it (a worker calls this before it takes the lease)."""
+    grouping.warm_up()
     batch = Batch(np.array([0, 1]), np.zeros(1, np.uint64), np.ones(1), np.zeros(1))
     learn_sequential(
         rule, params, rule.zeros(1), 0, batch, Features(batch.ids, np.zeros(1, np.intp))

@@ -21,6 +21,7 @@ from octr.metrics import Metrics
 from octr.process import StartupError
 from octr.settings import Settings, get_settings
 from octr.wiring import check_topology, redis_client
+from online_ctr import grouping
 from service.api import errors
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.middleware import EdgeMiddleware
@@ -38,6 +39,7 @@ ROUTES = (predict, learn, models, health, metrics)
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Connect to Redis and build the served model; close the connections on shutdown."""
     settings: Settings = app.state.settings
+    grouping.warm_up()  # compiled once here, not in the first big /predict
     redis = redis_client(settings)
     try:
         served = ServedModel(settings, redis, app.state.metrics)
