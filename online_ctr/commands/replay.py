@@ -35,6 +35,10 @@ HYPER_PARAMETERS: dict[str, tuple[type, str]] = {
 }
 
 #: What ``examples_per_second`` measures, stated in the JSON.
+#: Examples per chunk of the exact learner: per-chunk costs vanish (200,000 Criteo rows ran at
+#: 1,160 examples/s in chunks of 1 and 12,458 in chunks of 16,384, same results), and a
+#: chunk's parsed rows stay small in memory.
+SEQUENTIAL_BATCH = 16_384
 TIMED = "parse+hash+predict+learn, every pass re-reading the file; not startup or final metrics"
 
 
@@ -60,9 +64,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-size",
         type=integer(1),
-        default=1,
-        help="examples read and hashed at a time; it does not change the results, except "
-        "with --minibatch, where it is the mini-batch size; default: 1",
+        help="examples read, hashed and learned at a time (still one by one, in order): it "
+        "does not change the results, except with --minibatch, where it is the mini-batch "
+        f"size; default: {SEQUENTIAL_BATCH:,} (1 with --minibatch)",
     )
     parser.add_argument(
         "--minibatch",
@@ -72,6 +76,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--passes", type=integer(1), default=1, help="replay the file P times")
     parser.set_defaults(func=run)
+
+
+def batch_size(args: argparse.Namespace) -> int:
+    """The chunk size: given, or the default of the exact or the mini-batch learner."""
+    if args.batch_size is not None:
+        return int(args.batch_size)
+    return 1 if args.minibatch else SEQUENTIAL_BATCH
 
 
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
@@ -134,7 +145,7 @@ def _replay_file(
     args: argparse.Namespace, model: InMemoryModel, hasher: FeatureHasher
 ) -> ReplayResult:
     if not sys.stderr.isatty():
-        return replay(_passes(args), model, hasher, args.batch_size)
+        return replay(_passes(args), model, hasher, batch_size(args))
     lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
     per_pass = lines if args.limit is None else min(lines, args.limit)
     bar = ProgressBar(sys.stderr, per_pass * args.passes)
@@ -142,7 +153,7 @@ def _replay_file(
     def show(progress: BatchProgress) -> None:
         bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
 
-    result = replay(_passes(args), model, hasher, args.batch_size, on_batch=show)
+    result = replay(_passes(args), model, hasher, batch_size(args), on_batch=show)
     logloss = math.nan if result.logloss is None else result.logloss
     bar.close(result.examples, f"log loss {logloss:.4f}")
     return result

@@ -183,3 +183,18 @@ def test_progress_bar_only_on_a_terminal(
     shown = terminal.getvalue()
     assert shown.startswith("\r[")
     assert shown.endswith("] 100% 100/100 log loss {:.4f}\n".format(last_json(capsys)["logloss"]))
+
+
+def test_the_default_chunk_is_large_and_changes_nothing(
+    criteo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = []
+    for flags in ([], ["--batch-size", 1], ["--minibatch"]):
+        assert run(criteo, "--rule", "ftrl", "--limit", 400, *flags) == 0
+        outputs.append(last_json(capsys))
+    default, one, minibatch = outputs
+    assert (default["batch_size"], one["batch_size"], minibatch["batch_size"]) == (16_384, 1, 1)
+    assert default["nonzero_weights"] == one["nonzero_weights"]
+    assert default["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
+    # A summed-gradient mini-batch of one example is the sequential learner itself.
+    assert minibatch["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
