@@ -157,6 +157,11 @@ class FeatureHasher:
                 ids.extend(self._cached_id(name, item) for item in value)
         return repeats
 
+    def field_ids(self, name: str, values: Sequence[str | None]) -> NDArray[np.int64]:
+        """The ids of the features ``name=value`` (of ``name`` itself where a value is None),
+        as int64 holding the bits of the uint64 ids, for readers that hash a column at once."""
+        return np.array([self._cached_id(name, value) for value in values], dtype=np.int64)
+
     def _cached_id(self, name: str, value: str | None) -> int:
         """The id of ``name=value`` (``name`` alone when ``value`` is None), hashed at most once."""
         key = self._known.get((name, value))
@@ -192,3 +197,23 @@ def _merge_repeats(batch: Batch) -> Batch:
     counts = np.bincount(rows[first], minlength=len(batch))
     indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     return Batch(indptr, ids[first], values, batch.labels)
+
+
+def concat(batches: Sequence[Batch]) -> Batch:
+    """Batches as one, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
+    indptr = [batches[0].indptr[:1]] + [
+        batch.indptr[1:] + offset for batch, offset in zip(batches, offsets, strict=True)
+    ]
+    return Batch(
+        indptr=np.concatenate(indptr),
+        ids=np.concatenate([batch.ids for batch in batches]),
+        values=np.concatenate([batch.values for batch in batches]),
+        labels=np.concatenate([batch.labels for batch in batches]),
+    )
+
+
+#: For readers that build batches themselves (:mod:`online_ctr.columnar`).
+merge_repeats = _merge_repeats

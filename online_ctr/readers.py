@@ -43,7 +43,7 @@ FORMATS = ("criteo", "avazu", "libfm")
 _LABELS = {"0": 0, "1": 1}
 _CRITEO_INTEGERS = tuple(f"I{j}" for j in range(1, 14))
 _CRITEO_CATEGORIES = tuple(f"C{j}" for j in range(1, 27))
-_CRITEO_COLUMNS = ("label", *_CRITEO_INTEGERS, *_CRITEO_CATEGORIES)
+CRITEO_COLUMNS = ("label", *_CRITEO_INTEGERS, *_CRITEO_CATEGORIES)
 
 #: Value caches are dropped past this size: a bound on memory for files with endless distinct
 #: values (Criteo's I5 is a count into the millions), not a tuning knob.
@@ -148,7 +148,7 @@ def _criteo(first: str) -> tuple[LineParser, bool]:
     """The Criteo parser for a file starting with ``first``, and whether that is a header."""
     separator = "\t" if "\t" in first else ","
     header = first.split(separator, 1)[0] == "label"
-    if header and tuple(first.split(separator)) != _CRITEO_COLUMNS:
+    if header and tuple(first.split(separator)) != CRITEO_COLUMNS:
         raise _Bad("header is not label, I1..I13, C1..C26")
     buckets = _Cache(criteo_bucket)
     integers, categories = _CRITEO_INTEGERS, _CRITEO_CATEGORIES

@@ -106,12 +106,22 @@ def replay(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    metrics = StreamMetrics()
     stream = iter(examples)
+    chunks = iter(lambda: list(islice(stream, batch_size)), [])
+    batches = (hasher.batch([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks)
+    return replay_batches(batches, model, batch_size, on_batch)
+
+
+def replay_batches(
+    batches: Iterable[Batch], model: Model, batch_size: int, on_batch: OnBatch | None = None
+) -> ReplayResult:
+    """:func:`replay` of examples already hashed into ``batches`` (of ``batch_size`` each,
+    the last one maybe smaller); drawing them from the iterable is timed."""
+    metrics = StreamMetrics()
+    stream = iter(batches)
     seconds = 0.0
     started = time.perf_counter()
-    while chunk := list(islice(stream, batch_size)):
-        batch = hasher.batch([example for example, _ in chunk], [label for _, label in chunk])
+    while (batch := next(stream, None)) is not None:
         step = model.learn(batch)
         metrics.add(step.probabilities, batch.labels, step.losses)
         if on_batch is not None:

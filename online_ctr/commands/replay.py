@@ -11,16 +11,17 @@ import math
 import sys
 from collections.abc import Iterator
 from dataclasses import fields
-from itertools import chain
+from itertools import chain, islice
 from typing import Any
 
+from online_ctr import columnar
 from online_ctr.commands.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.detect import FormatError
-from online_ctr.features import FeatureHasher
+from online_ctr.features import Batch, FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.progress import ProgressBar, count_lines
 from online_ctr.readers import ReaderError, Row, read_examples
-from online_ctr.replay import BatchProgress, ReplayResult, replay
+from online_ctr.replay import BatchProgress, ReplayResult, replay_batches
 from online_ctr.rules import RULES, Rule, get_rule
 
 #: Every rule's hyper-parameters, with their types and help.
@@ -141,11 +142,25 @@ def _passes(args: argparse.Namespace) -> Iterator[Row]:
     )
 
 
+def _batches(args: argparse.Namespace, hasher: FeatureHasher) -> Iterator[Batch]:
+    """The passes over the file as batches of the chunk size: read a column at a time where
+    that reader exists (Criteo, with pyarrow installed), else row by row and hashed."""
+    size = batch_size(args)
+    if args.format == "criteo" and columnar.available():
+        blocks = chain.from_iterable(
+            columnar.criteo_batches(args.file, hasher, args.limit) for _ in range(args.passes)
+        )
+        return columnar.rechunk(blocks, size)
+    rows = _passes(args)
+    chunks = iter(lambda: list(islice(rows, size)), [])
+    return (hasher.batch([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks)
+
+
 def _replay_file(
     args: argparse.Namespace, model: InMemoryModel, hasher: FeatureHasher
 ) -> ReplayResult:
     if not sys.stderr.isatty():
-        return replay(_passes(args), model, hasher, batch_size(args))
+        return replay_batches(_batches(args, hasher), model, batch_size(args))
     lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
     per_pass = lines if args.limit is None else min(lines, args.limit)
     bar = ProgressBar(sys.stderr, per_pass * args.passes)
@@ -153,7 +168,7 @@ def _replay_file(
     def show(progress: BatchProgress) -> None:
         bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
 
-    result = replay(_passes(args), model, hasher, batch_size(args), on_batch=show)
+    result = replay_batches(_batches(args, hasher), model, batch_size(args), on_batch=show)
     logloss = math.nan if result.logloss is None else result.logloss
     bar.close(result.examples, f"log loss {logloss:.4f}")
     return result

@@ -12,15 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import numpy as np
-
 from octr.metrics import Metrics
 from octr.redis_types import RedisClient
 from octr.settings import Settings
 from octr.store.ingest import Appended, FeedbackLog
 from octr.store.state import ModelInfo, ModelStore
 from octr.wiring import model_spec
-from online_ctr.features import Batch, Example, FeatureHasher
+from online_ctr.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learner import logits, sigmoid, unique_features
 from service.api.coalesce import Coalescer
 from service.api.limits import Limits
@@ -112,7 +110,7 @@ class ServedModel:
             parts.append(self.hasher.batch(rows))
         if shared:
             parts.append(self.hasher.batch(shared))
-        return parts[0] if len(parts) == 1 else _concat(parts)
+        return concat(parts)
 
     async def learn(
         self, rows: Sequence[Example], labels: Sequence[int], key: str | None
@@ -150,17 +148,3 @@ class ServedModel:
 
 def _examples(request: Rows) -> int:
     return len(request[0])
-
-
-def _concat(batches: list[Batch]) -> Batch:
-    """Unlabelled batches as one, in order."""
-    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
-    indptr = [batches[0].indptr[:1]] + [
-        batch.indptr[1:] + offset for batch, offset in zip(batches, offsets, strict=True)
-    ]
-    return Batch(
-        indptr=np.concatenate(indptr),
-        ids=np.concatenate([batch.ids for batch in batches]),
-        values=np.concatenate([batch.values for batch in batches]),
-        labels=np.empty(0),
-    )

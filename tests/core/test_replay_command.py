@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from online_ctr import columnar
 from online_ctr.commands.replay import TIMED, register
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
@@ -26,6 +27,10 @@ REQUIRED = {
 @pytest.fixture
 def criteo(data_dir: Path) -> Path:
     return data_dir / "criteo" / "criteo_kaggle_train_head10k.tsv"
+
+
+#: Keys of the replay's output that are timings.
+SPEED = {"seconds", "examples_per_second"}
 
 
 def run(*argv: str | Path | int) -> int:
@@ -198,3 +203,20 @@ def test_the_default_chunk_is_large_and_changes_nothing(
     assert default["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
     # A summed-gradient mini-batch of one example is the sequential learner itself.
     assert minibatch["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
+
+
+@pytest.mark.parametrize("flags", [[], ["--passes", 2, "--batch-size", 3000, "--hash-bits", 16]])
+def test_either_reader_gives_the_same_replay(
+    criteo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str | int],
+) -> None:
+    pytest.importorskip("pyarrow")
+    outputs = []
+    for columns in (True, False):
+        monkeypatch.setattr(columnar, "available", lambda columns=columns: columns)
+        assert run(criteo, "--limit", 7000, *flags) == 0
+        outputs.append(last_json(capsys))
+    by_columns, by_rows = ({k: v for k, v in o.items() if k not in SPEED} for o in outputs)
+    assert by_columns == by_rows  # the same batches, so the same metrics to the last bit

@@ -1,0 +1,95 @@
+"""The column-at-a-time Criteo reader makes exactly the row reader's batches, and its errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from online_ctr import columnar
+from online_ctr.features import Batch, FeatureHasher, concat
+from online_ctr.readers import ReaderError, read_examples
+
+pytest.importorskip("pyarrow")
+
+FILES = ("criteo/criteo_kaggle_train_head10k.tsv", "criteo/criteo_deepctr_sample200.csv")
+
+
+def row_batch(path: Path, hasher: FeatureHasher, limit: int | None = None) -> Batch:
+    rows = list(read_examples(path, "criteo", limit))
+    return hasher.batch([x for x, _ in rows], [y for _, y in rows])
+
+
+def assert_same(got: Batch, want: Batch) -> None:
+    assert np.array_equal(got.indptr, want.indptr)
+    assert np.array_equal(got.ids, want.ids)
+    assert np.array_equal(got.values, want.values)
+    assert np.array_equal(got.labels, want.labels)
+
+
+@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("hash_bits", [None, 12])
+def test_equals_the_row_reader(data_dir: Path, name: str, hash_bits: int | None) -> None:
+    path = data_dir / name
+    got = concat(list(columnar.criteo_batches(path, FeatureHasher(hash_bits))))
+    assert_same(got, row_batch(path, FeatureHasher(hash_bits)))
+
+
+def test_limit_and_small_blocks(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = data_dir / FILES[0]
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 1 << 16)  # many blocks, a limit inside one
+    blocks = list(columnar.criteo_batches(path, FeatureHasher(), limit=1234))
+    assert len(blocks) > 1
+    assert_same(concat(blocks), row_batch(path, FeatureHasher(), 1234))
+
+
+def test_rechunk_keeps_every_example_in_order(data_dir: Path) -> None:
+    path = data_dir / FILES[1]
+    hasher = FeatureHasher()
+    whole = row_batch(path, hasher)
+
+    def pieces() -> Iterator[Batch]:  # uneven pieces, cut anywhere
+        cuts = [0, 1, 2, 50, 51, 120, len(whole)]
+        for start, end in pairwise(cuts):
+            rows = list(read_examples(path, "criteo"))[start:end]
+            yield hasher.batch([x for x, _ in rows], [y for _, y in rows])
+
+    chunks = list(columnar.rechunk(pieces(), 64))
+    assert [len(c) for c in chunks] == [64, 64, 64, len(whole) - 192]
+    assert_same(concat(chunks), whole)
+
+
+GOOD = "1\t5" + "\t" * 25 + "ab" + "\t" * 13
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        GOOD + "\n" + "0\t1\t2\n",  # too few columns
+        GOOD + "\n" + GOOD.replace("1", "2", 1) + "\n",  # label 2
+        GOOD + "\n" + GOOD.replace("\t5", "\t5.5", 1) + "\n",  # a fractional count
+        GOOD + "\n\n" + GOOD + "\n",  # an empty line
+        "label,I1\n1,2\n",  # a header that is not Criteo's
+    ],
+)
+def test_errors_are_the_row_readers(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bad.tsv"
+    path.write_text(text)
+    with pytest.raises(ReaderError) as want:
+        list(read_examples(path, "criteo"))
+    with pytest.raises(ReaderError) as got:
+        list(columnar.criteo_batches(path, FeatureHasher()))
+    assert str(got.value) == str(want.value)
+
+
+def test_invalid_utf8_is_the_row_readers_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.tsv"
+    path.write_bytes((GOOD + "\n").encode() + GOOD.encode().replace(b"ab", b"a\xff") + b"\n")
+    with pytest.raises(ReaderError) as want:
+        list(read_examples(path, "criteo"))
+    with pytest.raises(ReaderError) as got:
+        list(columnar.criteo_batches(path, FeatureHasher()))
+    assert str(got.value) == str(want.value) and "line 2" in str(got.value)
