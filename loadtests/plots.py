@@ -1,12 +1,15 @@
-"""The benchmarks' figures: curves over the stream, the sparsity-accuracy frontier, and
-panels of costs against model size.
+"""The benchmarks' figures: curves over the stream, the sparsity-accuracy frontier, panels
+of costs against model size, and cumulative distributions of latencies.
 
 Each function draws one PNG with matplotlib's file-only backend and returns its path. Every
-system keeps one colour in every figure, so the figures read together.
+system keeps one colour in every figure, so the figures read together. Every figure goes
+through :func:`save`, which refuses to write one whose panels lack a title, axis labels with
+their units (in parentheses) or a legend: a figure nobody can read is a bug.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +25,14 @@ COLOURS = {
     "l1sgd": "#7f7f7f",
     "vw": "#ff7f0e",
     "river": "#17becf",
+    "mean": "#000000",
 }
 
-#: Line styles of the reference systems (ours are solid).
-STYLES = {"vw": "--", "river": ":"}
+#: Line styles of the reference systems and the baseline (ours are solid).
+STYLES = {"vw": "--", "river": ":", "mean": "-."}
+
+#: A unit in an axis label: "latency (ms)", "nonzero weights (count, log scale)".
+UNIT = re.compile(r"\(.+\)")
 
 DPI = 110
 
@@ -83,13 +90,15 @@ def stream_figure(
         _line(top, curve)
     top.set_ylim(*loss_limits(losses))
     top.set_ylabel("progressive log loss (mean so far, nats)")
+    top.set_xlabel("stream position (examples learned)")
     top.set_title(title)
     top.legend(fontsize=8, ncol=2)
     for curve in nonzeros:
         _line(bottom, curve)
     bottom.set_yscale("log")
     bottom.set_ylabel("nonzero weights (count, log scale)")
-    bottom.set_xlabel("examples learned (stream position)")
+    bottom.set_xlabel("stream position (examples learned)")
+    bottom.set_title("Nonzero weights over the stream (the baseline has none)")
     bottom.legend(fontsize=8, ncol=2)
     for axis in (top, bottom):
         axis.grid(True, which="both", alpha=0.3)
@@ -100,26 +109,43 @@ def frontier_figure(
     path: Path,
     panels: Mapping[str, Sequence[Curve]],
     marks: Mapping[str, Sequence[Curve]] | None = None,
+    lines: Mapping[str, tuple[str, float]] | None = None,
 ) -> Path:
     """One panel per dataset: final log loss against nonzero weights, one line per rule.
 
-    ``marks`` are single points drawn as stars (VW, River: one setting each).
+    ``marks`` are single points drawn as stars (VW, River: one setting each); ``lines`` a
+    labelled horizontal line per dataset (the mean's log loss, the line to beat).
     """
     plt = _pyplot()
     figure, axes = plt.subplots(len(panels), 1, figsize=(9, 4.6 * len(panels)), squeeze=False)
     for axis, (dataset, curves) in zip(axes[:, 0], panels.items(), strict=True):
         for curve in curves:
             _line(axis, curve, marker="o", markersize=4)
-        for mark in (marks or {}).get(dataset, ()):
+        stars = (marks or {}).get(dataset, ())
+        for mark in stars:
             colour = COLOURS.get(mark.system, "black")
             axis.plot(mark.x, mark.y, "*", color=colour, markersize=11, label=mark.label)
-        low, high = frontier_limits([y for c in curves for y in c.y])
+        losses = [y for c in [*curves, *stars] for y in c.y]
+        if lines and dataset in lines:
+            label, level = lines[dataset]
+            axis.axhline(level, color=COLOURS["mean"], linestyle=STYLES["mean"], label=label)
+            losses.append(level)
+        if not [*curves, *stars]:
+            axis.text(
+                0.5,
+                0.5,
+                "every run is worse than the mean: nothing to rank",
+                ha="center",
+                transform=axis.transAxes,
+            )
+        low, high = frontier_limits(losses)
         axis.set_ylim(low, high)
         axis.set_xscale("log")
         axis.set_xlabel("nonzero weights at the end of the stream (count, log scale)")
         axis.set_ylabel("progressive log loss (nats)")
         axis.set_title(
-            f"{dataset}: sparsity vs accuracy (lower left is better; worse runs off top)"
+            f"{dataset}: sparsity vs accuracy (lower left is better; runs worse than the "
+            "mean left out)"
         )
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
@@ -132,12 +158,12 @@ def frontier_limits(losses: Sequence[float], span: float = 0.12) -> tuple[float,
     Sweeps end in runs far worse than the rest (too much l1); showing them all would flatten
     the region where the rules differ. The tables keep every number.
 
-    >>> frontier_limits([0.5, 0.52, 0.9])
-    (0.4976, 0.5624)
+    >>> frontier_limits([0.5, 0.52, 0.9]), frontier_limits([0.4])
+    ((0.4976, 0.5624), (0.38, 0.42))
     """
     best, worst = min(losses), max(losses)
     high = min(worst, best * (1 + span))
-    margin = (high - best) * 0.04
+    margin = (high - best) * 0.04 or abs(best) * 0.05  # one level alone still gets a range
     return round(best - margin, 10), round(high + margin, 10)
 
 
@@ -183,9 +209,62 @@ def panels_figure(path: Path, title: str, x_label: str, panels: Sequence[Panel])
     return _save(plt, figure, path)
 
 
-def _save(plt: Any, figure: Any, path: Path) -> Path:
+def cdf_figure(
+    path: Path, title: str, x_label: str, curve: Curve, target: float | None = None
+) -> Path:
+    """The share of samples at or below each x (a step curve), the target as a vertical line;
+    the x axis spans what there is to see: 0 to a little past the largest sample or target."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4))
+    ordered = sorted(curve.y)
+    shares = [(i + 1) / len(ordered) for i in range(len(ordered))]
+    axis.step(ordered, shares, where="post", label=curve.label, linewidth=1.6)
+    if target is not None:
+        axis.axvline(target, color="red", linestyle="--", label=f"target: p99 <= {target:g}")
+    axis.set_xlim(0, 1.08 * max([*ordered, target or 0.0]))
+    axis.set_ylim(0, 1.02)
+    axis.set_title(title)
+    axis.set_xlabel(x_label)
+    axis.set_ylabel("share of samples (0 to 1)")
+    axis.grid(True, alpha=0.3)
+    axis.legend(loc="lower right")
+    return _save(plt, figure, path)
+
+
+class IncompleteFigure(ValueError):
+    """A figure without a title, axis labels with units, or a legend on some panel."""
+
+
+def missing_parts(axis: Any) -> list[str]:
+    """What a visible panel lacks of a title, x and y labels with units, and a legend."""
+    missing = [] if axis.get_title() else ["a title"]
+    for name, label in (("x", axis.get_xlabel()), ("y", axis.get_ylabel())):
+        if not UNIT.search(label):
+            missing.append(f"a {name} label with its unit in parentheses (has {label!r})")
+    legend = axis.get_legend()
+    if legend is None or not legend.get_texts():
+        missing.append("a legend")
+    return missing
+
+
+def save(figure: Any, path: Path) -> Path:
+    """Write a figure as PNG, after checking every visible panel is readable on its own.
+
+    :class:`IncompleteFigure` (and nothing written) if a panel lacks a title, axis labels
+    with units or a legend.
+    """
+    for index, axis in enumerate(a for a in figure.axes if a.get_visible()):
+        missing = missing_parts(axis)
+        if missing:
+            raise IncompleteFigure(f"{path.name}, panel {index + 1}: needs {', '.join(missing)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, dpi=DPI)
-    plt.close(figure)
     return path
+
+
+def _save(plt: Any, figure: Any, path: Path) -> Path:
+    try:
+        return save(figure, path)
+    finally:
+        plt.close(figure)
