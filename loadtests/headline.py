@@ -116,8 +116,8 @@ def paragraph(headlines: Sequence[Headline]) -> str:
         words.append(f"Not met, or not measured: {'; '.join(missed)}.")
     if broken:
         words.append(
-            f"Not compared, because the model is broken (worse than predicting the mean): "
-            f"{'; '.join(broken)}."
+            "Not compared, because a model in the comparison is broken (no better than "
+            f"always predicting the mean, or without a nonzero weight): {'; '.join(broken)}."
         )
     words.append(
         "Absolute figures drift on a shared machine; the ratios compare figures taken side "

@@ -91,7 +91,7 @@ def test_the_paragraph_counts_only_judged_targets_and_names_what_failed() -> Non
     text = headline.paragraph(lines)
     assert "1 of 2 targets met" in text
     assert "Not met, or not measured: Single `/predict`." in text
-    assert "because the model is broken" in text and "Broken replay" in text
+    assert "because a model in the comparison is broken" in text and "Broken replay" in text
 
 
 def test_numbers_read_as_people_write_them() -> None:
