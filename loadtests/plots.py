@@ -3,17 +3,19 @@ of costs against model size, and cumulative distributions of latencies.
 
 Each function draws one PNG with matplotlib's file-only backend and returns its path. Every
 system keeps one colour in every figure, so the figures read together. Every figure goes
-through :func:`save`, which refuses to write one whose panels lack a title, axis labels with
-their units (in parentheses) or a legend: a figure nobody can read is a bug.
+through :func:`loadtests.readable.save`, which refuses to write one whose panels lack a
+title, axis labels with their units (in parentheses) or a legend: a figure nobody can read is
+a bug.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loadtests.readable import save
 
 #: One colour per system, the same in every figure.
 COLOURS = {
@@ -30,11 +32,6 @@ COLOURS = {
 
 #: Line styles of the reference systems and the baseline (ours are solid).
 STYLES = {"vw": "--", "river": ":", "mean": "-."}
-
-#: A unit in an axis label: "latency (ms)", "nonzero weights (count, log scale)".
-UNIT = re.compile(r"\(.+\)")
-
-DPI = 110
 
 
 @dataclass(frozen=True)
@@ -210,18 +207,21 @@ def panels_figure(path: Path, title: str, x_label: str, panels: Sequence[Panel])
 
 
 def cdf_figure(
-    path: Path, title: str, x_label: str, curve: Curve, target: float | None = None
+    path: Path, title: str, x_label: str, curve: Curve, target: tuple[str, float] | None = None
 ) -> Path:
-    """The share of samples at or below each x (a step curve), the target as a vertical line;
-    the x axis spans what there is to see: 0 to a little past the largest sample or target."""
+    """The share of samples at or below each x (a step curve from 0), the target (label, x)
+    as a vertical line; the x axis spans what there is to see: 0 to a little past the largest
+    sample or the target."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
     ordered = sorted(curve.y)
-    shares = [(i + 1) / len(ordered) for i in range(len(ordered))]
-    axis.step(ordered, shares, where="post", label=curve.label, linewidth=1.6)
+    shares = [0.0] + [(i + 1) / len(ordered) for i in range(len(ordered))]
+    axis.step([ordered[0], *ordered], shares, where="post", label=curve.label, linewidth=1.6)
+    right = cdf_right_edge(ordered, None if target is None else target[1])
     if target is not None:
-        axis.axvline(target, color="red", linestyle="--", label=f"target: p99 <= {target:g}")
-    axis.set_xlim(0, 1.08 * max([*ordered, target or 0.0]))
+        label = target[0] if target[1] <= right else f"{target[0]} (off the chart, right)"
+        axis.axvline(target[1], color="red", linestyle="--", label=label)
+    axis.set_xlim(0, right)
     axis.set_ylim(0, 1.02)
     axis.set_title(title)
     axis.set_xlabel(x_label)
@@ -231,36 +231,19 @@ def cdf_figure(
     return _save(plt, figure, path)
 
 
-class IncompleteFigure(ValueError):
-    """A figure without a title, axis labels with units, or a legend on some panel."""
+def cdf_right_edge(samples: Sequence[float], target: float | None) -> float:
+    """Where a distribution's x axis ends: just past its largest sample, or past the target
+    when that is near (within twice the largest sample), so the curve always fills at least
+    about half the chart however far below the target the samples are.
 
-
-def missing_parts(axis: Any) -> list[str]:
-    """What a visible panel lacks of a title, x and y labels with units, and a legend."""
-    missing = [] if axis.get_title() else ["a title"]
-    for name, label in (("x", axis.get_xlabel()), ("y", axis.get_ylabel())):
-        if not UNIT.search(label):
-            missing.append(f"a {name} label with its unit in parentheses (has {label!r})")
-    legend = axis.get_legend()
-    if legend is None or not legend.get_texts():
-        missing.append("a legend")
-    return missing
-
-
-def save(figure: Any, path: Path) -> Path:
-    """Write a figure as PNG, after checking every visible panel is readable on its own.
-
-    :class:`IncompleteFigure` (and nothing written) if a panel lacks a title, axis labels
-    with units or a legend.
+    >>> cdf_right_edge([40.0, 52.0], 100.0), cdf_right_edge([40.0, 460.0], 100.0)
+    (108.0, 496.8)
+    >>> cdf_right_edge([40.0, 50.0], 1000.0)  # the target is far off: the samples fill it
+    54.0
     """
-    for index, axis in enumerate(a for a in figure.axes if a.get_visible()):
-        missing = missing_parts(axis)
-        if missing:
-            raise IncompleteFigure(f"{path.name}, panel {index + 1}: needs {', '.join(missing)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=DPI)
-    return path
+    largest = max(samples)
+    near = target is not None and target <= 2 * largest
+    return round(1.08 * max(largest, target if near and target is not None else 0.0), 10)
 
 
 def _save(plt: Any, figure: Any, path: Path) -> Path:

@@ -143,9 +143,10 @@ def render(runs: list[LoadRun], ingested: ingest.Ingest) -> str:
             f"examples/s (target >= {TARGET_BATCH_EXAMPLES_S:,.0f}: "
             f"{verdict(batch >= TARGET_BATCH_EXAMPLES_S)}).",
             f"`/learn`, 1,000 examples per request, one API process: {accepted:,.0f} "
-            f"examples/s accepted into the stream ({ingested.accepted_examples:,} in "
-            f"{ingested.run.wrk.seconds:.1f} s; target >= {TARGET_INGEST_EXAMPLES_S:,.0f}: "
-            f"{verdict(accepted >= TARGET_INGEST_EXAMPLES_S)}).",
+            f"examples/s accepted into the stream ({ingested.accepted_examples:,} answered 202 "
+            f"in {ingested.run.wrk.seconds:.1f} s, all of them in the stream, which holds "
+            f"{ingested.in_stream_examples:,} with those in flight when wrk stopped; target >= "
+            f"{TARGET_INGEST_EXAMPLES_S:,.0f}: {verdict(accepted >= TARGET_INGEST_EXAMPLES_S)}).",
             f"Generator: the same wrk drives `/noop` at {noop:,.0f} requests/s, "
             f"{noop / predict:.1f}x what `/predict` answers, and uses the cores in the last "
             "column: it is not what limits `/predict`.",

@@ -280,8 +280,9 @@ def test_ingest_counts_what_reached_the_stream(stack: Stack, tmp_path: Path) -> 
         api = stack.start_api()
         result = ingest.measure(api, tmp_path, rows, 1.0, {"api": stack.children["api"].pid})
         entries = client.xlen(feed.MODEL.stream)
-    assert result.accepted_examples == entries * ingest.BODY_EXAMPLES > 0
-    assert result.run.wrk.requests * ingest.BODY_EXAMPLES <= result.accepted_examples
+    assert result.in_stream_examples == entries * ingest.BODY_EXAMPLES > 0
+    assert 0 < result.accepted_examples == result.run.wrk.requests * ingest.BODY_EXAMPLES
+    assert result.accepted_examples <= result.in_stream_examples
     assert result.run.label == "`/learn` (online-ctr api, no worker), batch of 1,000"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import baseline, claim, frontier, headline, plots, quality, quality_runs
+from loadtests import baseline, claim, frontier, headline, plots, quality, quality_runs, readable
 from loadtests.frontier import Point
 from loadtests.quality_runs import SWEEPS, Job, Outcome
 
@@ -311,7 +311,7 @@ def test_a_figure_without_title_units_or_legend_is_refused(tmp_path: Path) -> No
         if legend:
             axis.legend()
         try:
-            plots.save(figure, tmp_path / "f.png")
+            readable.save(figure, tmp_path / "f.png")
         finally:
             plt.close(figure)
 
@@ -320,7 +320,7 @@ def test_a_figure_without_title_units_or_legend_is_refused(tmp_path: Path) -> No
         ("T", "time", True, "a x label with its unit"),
         ("T", "time (s)", False, "a legend"),
     ]:
-        with pytest.raises(plots.IncompleteFigure, match=missing):
+        with pytest.raises(readable.IncompleteFigure, match=missing):
             attempt(title, x_label, legend)
         assert not (tmp_path / "f.png").exists()
     attempt("T", "time (s)", True)
@@ -329,7 +329,13 @@ def test_a_figure_without_title_units_or_legend_is_refused(tmp_path: Path) -> No
 
 def test_a_cdf_spans_its_samples_and_the_target(tmp_path: Path) -> None:
     curve = plots.Curve("ftrl", "20 samples", [], [40.0 + i for i in range(20)])
-    path = plots.cdf_figure(tmp_path / "c.png", "Freshness", "time (ms)", curve, target=100.0)
+    target = ("target: p99 <= 100 ms", 100.0)
+    path = plots.cdf_figure(tmp_path / "c.png", "Freshness", "time (ms)", curve, target)
+    # The axis ends just past the samples or a near target: the curve fills the chart, not
+    # 7% of it as the 1 s target left it when samples took 50 ms.
+    assert plots.cdf_right_edge(curve.y, 100.0) == pytest.approx(108.0)
+    assert plots.cdf_right_edge(curve.y, 1000.0) == pytest.approx(1.08 * 59.0)
+    assert plots.cdf_right_edge([5.0], None) == pytest.approx(5.4)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
