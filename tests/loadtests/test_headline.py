@@ -13,8 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests import baseline, bench, headline, report
+from loadtests import baseline, bench, headline, ingest, learning, report, serving
+from loadtests.bench_replay import Measurement
+from loadtests.drain import DrainRun
 from loadtests.report import Headline, Section, Target
+from loadtests.tools import WrkResult
+from loadtests.wrk_runs import LoadRun
 
 BARE = "a bare FastAPI endpoint that parses the same body"
 
@@ -171,3 +175,94 @@ def test_docstring_examples(module: object) -> None:
 
     failed, attempted = doctest.testmod(module, report=False)  # type: ignore[arg-type]
     assert (failed, attempted > 0) == (0, True)
+
+
+# Sections' headlines from made-up measurements.
+
+
+def _measurement(mode: str, seconds: float, logloss: float) -> Measurement:
+    system = {"replay": "online-ctr", "vw-cli": "vw", "river": "river"}[mode]
+    return Measurement(system, mode, "ftrl", 1, 200_000, (seconds,), (seconds,), logloss)
+
+
+def _learning(replay_logloss: float) -> learning.LearningResult:
+    result = learning.LearningResult(200_000, mean_logloss=0.52)
+    result.timed = [
+        _measurement("replay", 2.0, replay_logloss),
+        _measurement("vw-cli", 1.0, 0.4708),
+        _measurement("river", 10.0, 0.4717),
+    ]
+    cores = {"worker": 1.0, "redis": 0.3}
+    result.drains = [
+        DrainRun(1, 200_000, 4.0, {}, cores, replay_logloss),
+        DrainRun(1000, 200_000, 1.0, {}, cores, replay_logloss),
+    ]
+    return result
+
+
+def test_learning_headlines_compare_the_replay_with_vw_and_river() -> None:
+    vw, river, drain = learning.headlines(_learning(0.4708))
+    assert headline.row(vw)[1:] == [
+        "100,000 examples/s (log loss 0.47080, VW's 0.47080)",
+        "0.50x Vowpal Wabbit's native `--ftrl`, same rows, whole process (200,000 examples/s)",
+        ">= 0.5x",
+        "met",
+    ]
+    assert headline.row(river)[2].startswith("5.00x River's")
+    assert headline.row(river)[-1] == "no target"
+    assert drain.what.endswith("entries of 1,000 examples")
+    assert headline.row(drain)[1:3] == [
+        "200,000 examples/s (log loss 0.47080)",
+        "2.00x `online-ctr replay` of the same rows, whole process (100,000 examples/s)",
+    ]
+    assert headline.row(drain)[-1] == "met"
+    text = learning.render(_learning(0.4708))
+    assert "0.50x (target >= 0.5x: met)" in text and "0.52000" in text
+
+
+def test_a_broken_replay_is_not_compared_with_anything() -> None:
+    result = _learning(2.23)  # the summed-gradient batch-4,096 model of issue 8
+    for line in learning.headlines(result):
+        assert headline.row(line)[-1] == "broken: worse than the mean"
+        assert "x " not in headline.row(line)[2]
+    text = learning.render(result)
+    assert "not judged: a model is broken" in text
+    assert text.count("worse than the mean") >= 1
+    assert math.isnan(learning.ratio(result, 100_000.0, 2.23, "vw-cli"))
+
+
+def _wrk(requests: int, p99_ms: float) -> WrkResult:
+    return WrkResult(requests, 10.0, 0, p99_ms / 2, p99_ms / 1.5, p99_ms, p99_ms / 2, p99_ms)
+
+
+def _load(endpoint: str, batch: int, requests: int, p99_ms: float) -> LoadRun:
+    cores = {"api": 1.0, "bare": 1.0, "redis": 0.2, "wrk": 0.1}
+    return LoadRun(endpoint, batch, 32, _wrk(requests, p99_ms), cores)
+
+
+def test_serving_headlines_judge_requests_p99_batch_and_ingest() -> None:
+    runs = [
+        _load("noop", 1, 100_000, 5.0),
+        _load("bare", 1, 80_000, 8.0),
+        _load("predict", 1, 76_000, 11.0),
+        _load("bare", 1000, 300, 100.0),
+        _load("predict", 1000, 210, 150.0),
+    ]
+    ingested = ingest.Ingest(_load("learn", 1000, 900, 120.0), 905_000)
+    single, p99, batch, learn = serving.headlines(runs, ingested)
+    assert headline.row(single)[2:] == [
+        f"0.95x {serving.BARE} (8,000 requests/s)",
+        ">= 0.9x",
+        "met",
+    ]
+    assert headline.row(p99)[2:] == [f"1.38x {serving.BARE} (8.00 ms)", "<= 1.5x", "met"]
+    assert headline.row(batch)[1] == "21,000 examples/s"
+    assert headline.row(batch)[3:] == [">= 200,000 examples/s", "NOT met"]
+    assert headline.row(learn)[1:] == [
+        "90,000 examples/s",
+        "none",
+        ">= 100,000 examples/s",
+        "NOT met",
+    ]
+    text = serving.render(runs, ingested)
+    assert "900,000 answered 202" in text and "905,000" in text
