@@ -188,7 +188,7 @@ def render(result: LearningResult) -> str:
             "processes are timed from start to exit, alternating, median of the runs; VW "
             "reads its own text format (written beforehand, not timed), River gets the rows "
             "already parsed. Examples per CPU second count the process and its children.",
-            table(timed_header, timed_rows(result)),
+            table(timed_header, timed_rows(result), digits=5),
             f"`online-ctr replay` over Vowpal Wabbit, same rows, whole processes: "
             f"{over_vw:.2f}x (target >= {TARGET_OVER_VW:g}x: "
             f"{_verdict(over_vw >= TARGET_OVER_VW, over_vw)}); log loss {replay.log_loss:.5f} "
@@ -200,7 +200,7 @@ def render(result: LearningResult) -> str:
             "and of 1,000, as 1,000-example bodies do), timed from its first heartbeat until "
             "it has learned the last example, at default settings. Its log loss is the "
             "replay's: the learning is the same, exact, example by example.",
-            table(drain_header, [row[:5] for row in drain_rows(result)]),
+            table(drain_header, [row[:5] for row in drain_rows(result)], digits=5),
             f"One worker's drain, entries of {drain.per_entry:,}: "
             f"{drain.examples_per_second:,.0f} examples/s (target >= "
             f"{TARGET_DRAIN_EXAMPLES_S:,.0f}: "

@@ -2,9 +2,12 @@
 
 Per dataset: progressive log loss, AUC, calibration and nonzero weights of every rule at its
 default setting, next to Vowpal Wabbit ``--ftrl`` and River ``FTRLProximal`` at FTRL's
-hyper-parameters; curves over the stream; the l1 sweep of every rule as a sparsity-accuracy
-frontier, and the seeds' claim tested on it (:mod:`loadtests.frontier`). The runs themselves
-are in :mod:`loadtests.quality_runs`.
+hyper-parameters, and always predicting the running mean click rate, the baseline every model
+must beat (:mod:`loadtests.baseline`); curves over the stream; the l1 sweep of every rule as a
+sparsity-accuracy frontier, and the seeds' claim tested on it (:mod:`loadtests.frontier`).
+A run no better than the mean, or without a nonzero weight, is shown as broken and left out
+of every frontier, ranking and verdict. The runs themselves are in
+:mod:`loadtests.quality_runs`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from loadtests.report import BenchOptions, Headline, Section, Target, figure, ta
 
 #: The issue's bound on |our FTRL's log loss - VW's| at the same settings.
 VW_GAP_TARGET = 2e-4
-
 
 #: Rules whose sweeps the seeds' claim needs.
 CLAIM_RULES = ("ftrl", "rda", "fobos", "l1sgd")
