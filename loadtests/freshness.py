@@ -226,6 +226,10 @@ def met(result: FreshnessResult) -> bool:
 def run(options: BenchOptions) -> Section:
     """Section 4 for ``loadtests.bench``."""
     result = measure(options.data_dir, options.quick)
+    if not result.seconds:  # nothing to take percentiles of: the section fails, saying why
+        raise RuntimeError(
+            f"none of {result.missed} samples was reflected within {SAMPLE_TIMEOUT_S:g} s"
+        )
     path = plot(result, options.img_dir / "freshness.png")
     caption = "Freshness: share of samples reflected within a time"
     markdown = render(result) + "\n\n" + figure(path, caption, options.img_dir.parent)

@@ -121,6 +121,8 @@ def paragraph(headlines: Sequence[Headline]) -> str:
         )
     words.append(
         "Absolute figures drift on a shared machine; the ratios compare figures taken side "
-        "by side. The sections below give every run behind these figures and how to rerun it."
+        "by side. The sections below give every run behind these figures; rerun them all with "
+        "`make bench`, or one section with `python -m loadtests.bench --sections NAME`. The "
+        "exact command, the machine and its load are at the end."
     )
     return " ".join(words)
