@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests import baseline, bench, headline, ingest, learning, report, serving
+from loadtests import baseline, bench, headline, ingest, learning, learning_runs, report, serving
 from loadtests.bench_replay import Measurement
 from loadtests.drain import DrainRun
 from loadtests.report import Headline, Section, Target
@@ -185,8 +185,8 @@ def _measurement(mode: str, seconds: float, logloss: float) -> Measurement:
     return Measurement(system, mode, "ftrl", 1, 200_000, (seconds,), (seconds,), logloss)
 
 
-def _learning(replay_logloss: float) -> learning.LearningResult:
-    result = learning.LearningResult(200_000, mean_logloss=0.52)
+def _learning(replay_logloss: float) -> learning_runs.LearningResult:
+    result = learning_runs.LearningResult(200_000, mean_logloss=0.52)
     result.timed = [
         _measurement("replay", 2.0, replay_logloss),
         _measurement("vw-cli", 1.0, 0.4708),
@@ -228,7 +228,7 @@ def test_a_broken_replay_is_not_compared_with_anything() -> None:
     text = learning.render(result)
     assert "not judged: a model is broken" in text
     assert text.count("worse than the mean") >= 1
-    assert math.isnan(learning.ratio(result, 100_000.0, 2.23, "vw-cli"))
+    assert math.isnan(learning_runs.ratio(result, 100_000.0, 2.23, "vw-cli"))
 
 
 def _wrk(requests: int, p99_ms: float) -> WrkResult:

@@ -29,7 +29,7 @@ from loadtests import (
     feed,
     freshness,
     ingest,
-    learning,
+    learning_runs,
     memory,
     stats,
     tools,
@@ -347,7 +347,7 @@ def test_docstring_examples(module: object) -> None:
 def test_write_rows_repeats_the_file_s_lines_in_order(tmp_path: Path) -> None:
     source = tmp_path / "five.tsv"
     source.write_bytes(b"a\nb\nc\nd\ne")  # no newline at the end
-    written = learning.write_rows(source, tmp_path / "twelve.tsv", 12)
+    written = learning_runs.write_rows(source, tmp_path / "twelve.tsv", 12)
     assert written.read_text().splitlines() == list("abcdeabcdeab")
 
 
@@ -356,10 +356,10 @@ def test_the_replay_process_learns_the_repeated_rows_like_the_replay_in_process(
 ) -> None:
     head = tmp_path / "head.tsv"  # the file's first 300 rows, repeated to 700
     head.write_bytes(b"".join((DATA_DIR / feed.CRITEO).read_bytes().splitlines(True)[:300]))
-    path = learning.write_rows(head, tmp_path / "rows.tsv", 700)
-    run = learning.run_replay(path, 700)
+    path = learning_runs.write_rows(head, tmp_path / "rows.tsv", 700)
+    run = learning_runs.run_replay(path, 700)
     repeated = bench_replay.replicate(feed.criteo_rows(DATA_DIR, limit=300), 700)
     in_process = bench_replay.run_ours(repeated, "ftrl", 100)
     assert run.log_loss == pytest.approx(in_process.log_loss, rel=1e-12)
     with pytest.raises(RuntimeError, match="learned 700 examples, expected 10"):
-        learning.run_replay(path, 10)
+        learning_runs.run_replay(path, 10)
