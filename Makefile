@@ -43,7 +43,8 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-## Every benchmark side by side (quality, learning, serving, freshness, memory) -> docs/benchmarks.md.
+## Every benchmark in one run, each headline figure next to its baseline from the same run and
+## its target (quality, learning, serving, freshness, memory) -> docs/benchmarks.md. Needs wrk.
 bench: install
 	$(BIN)/python -m loadtests.bench
 

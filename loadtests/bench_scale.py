@@ -87,7 +87,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 PANELS = (
     (
         "Throughput",
-        "features/s or examples/s (log scale)",
+        "throughput (features/s or examples/s, log scale)",
         True,
         {
             "fill, timed window (features/s)": "fill_features_per_s",
@@ -99,19 +99,19 @@ PANELS = (
     ),
     (
         "Single /predict latency, sequential",
-        "milliseconds",
+        "latency (ms)",
         False,
         {"p50": "predict_p50_ms", "p99": "predict_p99_ms"},
     ),
     (
         "Redis memory",
-        "bytes per tracked feature",
+        "Redis memory (bytes per tracked feature)",
         False,
         {"used_memory growth / features tracked": "redis_bytes_per_feature"},
     ),
     (
         "Process memory",
-        "resident set (VmRSS), MiB",
+        "resident set, VmRSS (MiB)",
         False,
         {"worker": "worker_rss_mib", "API": "api_rss_mib"},
     ),
@@ -134,7 +134,7 @@ def plot(scale: Scale, path: Path) -> Path:
         for title, y_label, log_y, curves in PANELS
     ]
     title = f"Cost against model size (/predict timed with {scale.tool})"
-    return panels_figure(path, title, "features tracked (log scale)", panels)
+    return panels_figure(path, title, "model size (features tracked, log scale)", panels)
 
 
 def about_run(argv: Sequence[str]) -> dict[str, str]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from loadtests import frontier
+from loadtests import baseline, frontier
 from loadtests.quality_runs import SWEEPS, Outcome
-from loadtests.report import table
+from loadtests.report import Cell, table
 
 Sweeps = Mapping[str, Sequence[frontier.Point]]
 
@@ -83,7 +83,7 @@ def verdict_table(verdicts: Mapping[str, frontier.Verdict]) -> str:
 
 def matched_table(sweeps: Mapping[str, Sweeps]) -> str:
     """Each pair of rules at matched nonzero counts, over the range both sweeps cover."""
-    rows = []
+    rows: list[list[Cell]] = []
     for dataset, by_rule in sweeps.items():
         for a, b in PAIRS:
             m = frontier.matched(by_rule[a], by_rule[b])
@@ -130,15 +130,29 @@ def sentence(dataset: str, v: frontier.Verdict) -> str:
     return f"- **{dataset}: {word(v)}.** {fobos_vs_rda} {ftrl} {matched} {l1sgd}"
 
 
-def sweep_table(outcomes: Sequence[Outcome]) -> str:
-    """Every sweep run's numbers."""
-    rows = [
-        [o.job.dataset, o.job.system, _knob(o), o.nonzeros, o.tracked, o.logloss, o.auc]
-        for o in outcomes
-        if o.job.system in SWEEPS
-    ]
+def sweep_table(outcomes: Sequence[Outcome], means: Mapping[str, float]) -> str:
+    """Every sweep run's numbers, broken runs (left out of the frontiers) marked."""
+    rows: list[list[Cell]] = [_sweep_row(o, means) for o in outcomes if o.job.system in SWEEPS]
     header = ["dataset", "rule", "knob", "nonzero weights", "tracked", "log loss", "AUC"]
-    return table(header, rows, digits=5)
+    return table([*header, "ranked"], rows, digits=5)
+
+
+def _sweep_row(o: Outcome, means: Mapping[str, float]) -> list[Cell]:
+    row: list[Cell] = [o.job.dataset, o.job.system, _knob(o), o.nonzeros, o.tracked]
+    return [*row, o.logloss, o.auc, _broken(o, means)]
+
+
+def _broken(outcome: Outcome, means: Mapping[str, float]) -> str:
+    reason = baseline.broken(outcome.logloss, outcome.nonzeros, means[outcome.job.dataset])
+    return f"broken: {reason}" if reason else "yes"
+
+
+def untestable_sentence(dataset: str, reason: str, mean: float) -> str:
+    """Why a dataset has no verdict."""
+    return (
+        f"- **{dataset}: not testable.** {reason[0].upper()}{reason[1:]} (its log loss, "
+        f"{mean:.5f}), so no rule is ranked on this file."
+    )
 
 
 def _knob(outcome: Outcome) -> str:
@@ -150,8 +164,17 @@ def claim_section(
     verdicts: Mapping[str, frontier.Verdict],
     sweeps: Mapping[str, Sweeps],
     outcomes: Sequence[Outcome],
+    means: Mapping[str, float],
+    untestable: Mapping[str, str],
 ) -> str:
-    """The frontier's Markdown: definitions, verdicts, matched comparisons, raw sweep."""
+    """The frontier's Markdown: definitions, verdicts, matched comparisons, raw sweep.
+
+    Broken runs are not in ``sweeps``; a dataset in ``untestable`` (with the reason) has no
+    verdict, and its frontiers are not compared.
+    """
+    sentences = [sentence(d, v) for d, v in verdicts.items()]
+    sentences += [untestable_sentence(d, why, means[d]) for d, why in untestable.items()]
+    compared = {d: by_rule for d, by_rule in sweeps.items() if d in verdicts}
     definitions = DEFINITIONS.format(
         slack=frontier.SLACK,
         tolerance=frontier.TOLERANCE,
@@ -165,14 +188,14 @@ def claim_section(
             "with tuned l1, L1-SGD is barely sparse, FOBOS is more accurate but less sparse "
             "than RDA, and FTRL-Proximal has RDA-like sparsity with FOBOS-like accuracy.",
             definitions,
-            "\n".join(sentence(d, v) for d, v in verdicts.items()),
+            "\n".join(sentences),
             verdict_table(verdicts),
             "The frontiers compared pairwise at 21 log-spaced weight counts over the range both "
             "sweeps cover: the mean log-loss difference (negative: the first rule is lower) and "
             "the share of those counts at which the first rule is lower.",
-            matched_table(sweeps),
+            matched_table(compared),
             "<details><summary>Every sweep run</summary>\n\n"
-            + sweep_table(outcomes)
+            + sweep_table(outcomes, means)
             + "\n\n</details>",
         ]
     )

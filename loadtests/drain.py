@@ -1,38 +1,34 @@
-"""Real ``online-ctr worker`` processes draining a stream filled before they start.
+"""A real ``online-ctr worker`` draining a stream filled before it starts.
 
-Every entry is written with XADD before the workers start, so the timing is the workers'
-alone: the clock starts at the first worker heartbeat (sent just before its first read) and
-stops when the model's step reaches the number of examples. A second worker's own start-up
-counts against it, so a 2-worker figure is if anything low. Redis operations are the
-``INFO commandstats`` deltas over that window, commands run inside the Lua scripts included,
-the benchmark's own calls (one INFO, the HGET polls of the step) subtracted.
+Every entry is written with XADD before the worker starts, so the timing is the worker's
+alone: the clock starts at its first heartbeat (sent just before its first read) and stops
+when the model's step reaches the number of examples. One worker learns a model at a time
+(it holds the model's lease); others would only stand by for failover, so one is measured.
+Redis operations are the ``INFO commandstats`` deltas over that window, commands run inside
+the Lua scripts included, the benchmark's own calls (one INFO, the HGET polls of the step)
+subtracted.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
-from functools import partial
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests import feed
-from loadtests.processes import Stack, http_ok, wait_until
+from loadtests.processes import Stack
 from loadtests.stats import CpuMeter, calls_delta, command_calls
 
 
 @dataclass(frozen=True)
-class WorkerRun:
-    """Real workers draining a pre-filled stream."""
+class DrainRun:
+    """One worker draining a pre-filled stream of entries of ``per_entry`` examples."""
 
-    workers: int
-    batch_size: int
+    per_entry: int
     examples: int
     seconds: float
     calls: dict[str, int]
     cores: dict[str, float]
-    conflicts: int
     logloss: float | None
 
     @property
@@ -41,38 +37,28 @@ class WorkerRun:
 
     @property
     def examples_per_cpu_second(self) -> float:
-        """Examples per CPU second of the workers and Redis together."""
+        """Examples per CPU second of the worker and Redis together."""
         return self.examples / (sum(self.cores.values()) * self.seconds)
 
-    @property
-    def ops_per_second(self) -> float:
-        return sum(self.calls.values()) / self.seconds
 
+def run_learner(
+    stack: Stack, rows: list[feed.Row], n: int, per_entry: int = 1, **env: str
+) -> DrainRun:
+    """Fill the stream with ``n`` examples (the rows cycled, ``per_entry`` to an entry, as
+    ``/learn`` bodies of that size write them), start one worker, time its drain.
 
-def conflicts(metrics_urls: list[str]) -> int:
-    """Commit conflicts the workers counted (their ``/metrics``).
-
-    A worker that started late (the stream may be drained before it is up) is waited for.
+    ``n`` must be a multiple of ``per_entry``; ``env`` adds settings (``OCTR_BATCH_SIZE``).
     """
-    total = 0.0
-    for url in metrics_urls:
-        wait_until(partial(http_ok, url), 60, f"worker metrics at {url}")
-        text = httpx.get(url, timeout=5).text
-        for family in text_string_to_metric_families(text):
-            if family.name == "online_ctr_commit_conflicts":
-                total += sum(s.value for s in family.samples if s.name.endswith("_total"))
-    return int(total)
-
-
-def run_workers(stack: Stack, blobs: list[bytes], n: int, workers: int, batch: int) -> WorkerRun:
-    """Fill the stream with ``n`` entries, start ``workers`` workers, time the drain."""
+    if n % per_entry:
+        raise ValueError(f"{n} examples do not fill entries of {per_entry}")
     client = stack.client()
     client.flushall()
-    feed.feed(client, blobs, n)
-    started_workers = stack.start_workers(workers, OCTR_BATCH_SIZE=str(batch))
-    pids = {f"worker{i}": process.pid for i, process in enumerate(started_workers)}
+    # Enough whole passes over the rows that the entries, cycled, keep the rows' order.
+    blobs = feed.entries(feed.cycled(rows, math.lcm(len(rows), per_entry)), per_entry)
+    feed.feed(client, blobs, n // per_entry)
+    (worker,) = stack.start_workers(1, **env)
     feed.wait_for_worker(client, stack.check_alive)
-    meter = CpuMeter({"redis": stack.redis_pid, **pids})
+    meter = CpuMeter({"redis": stack.redis_pid, "worker": worker.pid})
     before = command_calls(client.info("commandstats"))
     started = time.perf_counter()
     ended, polls = feed.wait_for_step(client, n, max(300.0, n / 200), stack.check_alive)
@@ -80,14 +66,12 @@ def run_workers(stack: Stack, blobs: list[bytes], n: int, workers: int, batch: i
     after = command_calls(client.info("commandstats"))
     # Our own calls in the window: the first INFO, and the HGET polls.
     calls = calls_delta(before, after, minus={"info": 1, "hget": polls})
-    run = WorkerRun(
-        workers=workers,
-        batch_size=batch,
+    run = DrainRun(
+        per_entry=per_entry,
         examples=n,
         seconds=ended - started,
         calls=calls,
-        cores={"redis": cores["redis"], "workers": sum(cores[name] for name in pids)},
-        conflicts=conflicts(list(stack.worker_metrics.values())),
+        cores={"redis": cores["redis"], "worker": cores["worker"]},
         logloss=feed.progressive_logloss(client),
     )
     stack.stop(*stack.workers())

@@ -36,10 +36,25 @@ def criteo_rows(data_dir: Path, limit: int | None = None) -> list[Row]:
     return list(read_examples(data_dir / CRITEO, "criteo", limit=limit))
 
 
-def entries(rows: Sequence[tuple[Example, int]]) -> list[bytes]:
-    """One stream entry per row, as the API encodes a single-example ``/learn``."""
+def entries(rows: Sequence[tuple[Example, int]], per_entry: int = 1) -> list[bytes]:
+    """The rows as stream entries of ``per_entry`` consecutive rows each (a partial last one
+    dropped), as the API encodes a ``/learn`` body of that many examples."""
     hasher = FeatureHasher()
-    return [encode_entry(hasher.batch([example], [label])) for example, label in rows]
+    chunks = [rows[start : start + per_entry] for start in range(0, len(rows), per_entry)]
+    return [
+        encode_entry(hasher.batch([x for x, _ in chunk], [y for _, y in chunk]))
+        for chunk in chunks
+        if len(chunk) == per_entry
+    ]
+
+
+def cycled(rows: Sequence[Row], count: int) -> list[Row]:
+    """``count`` rows: ``rows`` in order, again and again.
+
+    >>> cycled([({"a": "1"}, 0), ({"a": "2"}, 1)], 3)
+    [({'a': '1'}, 0), ({'a': '2'}, 1), ({'a': '1'}, 0)]
+    """
+    return list(islice(cycle(rows), count))
 
 
 def feed(client: redis.Redis, blobs: Sequence[bytes], count: int, chunk: int = 2000) -> None:

@@ -1,8 +1,9 @@
 """Section 4, freshness: from a ``/learn`` answered 202 until ``/predict`` reflects it.
 
-Against the real API and one real worker (default settings: batches of up to 512 entries,
-50 ms to fill one) under a steady learning load (Criteo rows, ``LOAD_REQUESTS_PER_S``
-``/learn`` requests of ``LOAD_BATCH`` examples each), samples are taken one after another:
+Against the real API and one real worker (default settings: an idle worker learns what
+arrives at once, looking again every 50 ms when there is nothing) under a steady learning
+load (Criteo rows, ``LOAD_REQUESTS_PER_S`` ``/learn`` requests of ``LOAD_BATCH`` examples
+each), samples are taken one after another:
 
 1. a marker feature never seen before, numeric with x = ``MARKER_X`` (one FTRL update with
    that gradient moves ``z`` past ``l1``, so its weight becomes nonzero: a categorical
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -30,9 +32,17 @@ from typing import Any
 
 import httpx
 
-from loadtests import feed
+from loadtests import feed, plots
 from loadtests.processes import Stack, scratch_dir, wait_until
-from loadtests.report import BenchOptions, Section, figure, table, verdict
+from loadtests.report import (
+    BenchOptions,
+    Headline,
+    Section,
+    Target,
+    figure,
+    table,
+    verdict,
+)
 from loadtests.stats import percentile
 
 LOAD_REQUESTS_PER_S = 100
@@ -40,7 +50,8 @@ LOAD_BATCH = 10
 LOAD_SENDERS = 10
 MARKER_X = 10.0
 SAMPLE_TIMEOUT_S = 10.0
-TARGET_P99_S = 1.0
+#: Issue 9's bound on the p99, 202 to reflected in ``/predict``.
+TARGET_P99_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -160,24 +171,17 @@ def measure(data_dir: Path, quick: bool) -> FreshnessResult:
 
 
 def plot(result: FreshnessResult, path: Path) -> Path:
-    """The samples' cumulative distribution, with the target."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    ordered = sorted(result.seconds)
-    figure_, axes = plt.subplots(figsize=(6, 3.5))
-    axes.step([s * 1000 for s in ordered], [(i + 1) / len(ordered) for i in range(len(ordered))])
-    axes.axvline(TARGET_P99_S * 1000, color="red", linestyle="--", label="target p99")
-    axes.set_xlabel("ms from the 202 until /predict reflects the example")
-    axes.set_ylabel("share of samples")
-    axes.legend()
-    figure_.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure_.savefig(path, dpi=100)
-    plt.close(figure_)
-    return path
+    """The samples' cumulative distribution in milliseconds, with the target."""
+    curve = plots.Curve(
+        "ftrl", f"{len(result.seconds)} samples", [], [s * 1000 for s in result.seconds]
+    )
+    return plots.cdf_figure(
+        path,
+        "Freshness under learning load: share of samples reflected within a time",
+        "time from the 202 until /predict reflects the example (ms)",
+        curve,
+        (f"target: p99 <= {TARGET_P99_S * 1000:g} ms", TARGET_P99_S * 1000),
+    )
 
 
 def summary_table(result: FreshnessResult) -> str:
@@ -200,32 +204,49 @@ def render(result: FreshnessResult) -> str:
     p99 = result.p99
     return "\n\n".join(
         [
-            f"Real API and one worker (batches of up to 512 entries, 50 ms to fill one) "
+            "Real API and one worker at default settings (an idle worker learns what arrives "
+            "at once and looks again every 50 ms when there is nothing), "
             f"under a steady load of {LOAD_REQUESTS_PER_S} `/learn` requests/s of "
             f"{LOAD_BATCH} Criteo examples each. Per sample: a never-seen numeric marker "
             "feature is sent to `/learn`; from its 202, `/predict` is polled back to back with "
             "the marker and a never-learned control in one request, until their logits differ "
             "(the difference is the marker's weight: the bias, moved by the load, cancels).",
             summary_table(result),
-            f"Target, p99 <= {TARGET_P99_S:g} s: {p99:.3f} s, "
-            f"{verdict(p99 <= TARGET_P99_S and result.missed == 0)}.",
+            f"Target, p99 <= {TARGET_P99_S * 1000:g} ms: {p99 * 1000:.1f} ms, "
+            f"{verdict(met(result))}; a sample never reflected counts against it.",
         ]
     )
+
+
+def met(result: FreshnessResult) -> bool:
+    """The target: p99 within bound, and no sample left unreflected."""
+    return result.p99 <= TARGET_P99_S and result.missed == 0
 
 
 def run(options: BenchOptions) -> Section:
     """Section 4 for ``loadtests.bench``."""
     result = measure(options.data_dir, options.quick)
+    if not result.seconds:  # nothing to take percentiles of: the section fails, saying why
+        raise RuntimeError(
+            f"none of {result.missed} samples was reflected within {SAMPLE_TIMEOUT_S:g} s"
+        )
     path = plot(result, options.img_dir / "freshness.png")
     caption = "Freshness: share of samples reflected within a time"
     markdown = render(result) + "\n\n" + figure(path, caption, options.img_dir.parent)
+    p99_ms = result.p99 * 1000 if result.missed == 0 else math.inf
     return Section(
         title="Freshness",
         markdown=markdown,
         figures={"freshness": path},
-        summary={
-            "freshness_p50_s": percentile(result.seconds, 50),
-            "freshness_p99_s": result.p99,
-            "target_freshness_p99_1s": verdict(result.p99 <= TARGET_P99_S and result.missed == 0),
-        },
+        headlines=(
+            Headline(
+                "Freshness p99: `/learn` answered 202 to reflected in `/predict`, under "
+                f"{LOAD_REQUESTS_PER_S * LOAD_BATCH:,} examples/s of learning load",
+                p99_ms,
+                "ms",
+                target=Target(TARGET_P99_S * 1000, "value", at_most=True),
+                note=f"p50 {percentile(result.seconds, 50) * 1000:.1f} ms, "
+                f"{result.missed} of {len(result.seconds) + result.missed} never reflected",
+            ),
+        ),
     )

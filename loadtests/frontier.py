@@ -31,7 +31,7 @@ so much accuracy". Then, with ``(N_rda, L_rda)`` and ``(N_fobos, L_fobos)`` the 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,7 +173,7 @@ class Verdict:
 
 
 def verdict(
-    sweeps: dict[str, Sequence[Point]],
+    sweeps: Mapping[str, Sequence[Point]],
     l1sgd_shares: Sequence[float],
     slack: float = SLACK,
     tolerance: float = TOLERANCE,

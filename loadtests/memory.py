@@ -123,13 +123,4 @@ def render(results: list[MemoryResult]) -> str:
 
 def run(options: BenchOptions) -> Section:
     """Section 5 for ``loadtests.bench``."""
-    results = measure(options.data_dir)
-    default = results[0]
-    return Section(
-        title="Memory",
-        markdown=render(results),
-        summary={
-            "redis_bytes_per_feature": default.bytes_per_feature,
-            "features_tracked": default.tracked,
-        },
-    )
+    return Section(title="Memory", markdown=render(measure(options.data_dir)))

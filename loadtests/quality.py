@@ -2,21 +2,27 @@
 
 Per dataset: progressive log loss, AUC, calibration and nonzero weights of every rule at its
 default setting, next to Vowpal Wabbit ``--ftrl`` and River ``FTRLProximal`` at FTRL's
-hyper-parameters; curves over the stream; the l1 sweep of every rule as a sparsity-accuracy
-frontier, and the seeds' claim tested on it (:mod:`loadtests.frontier`). The runs themselves
-are in :mod:`loadtests.quality_runs`.
+hyper-parameters, and always predicting the running mean click rate, the baseline every model
+must beat (:mod:`loadtests.baseline`); curves over the stream; the l1 sweep of every rule as a
+sparsity-accuracy frontier, and the seeds' claim tested on it (:mod:`loadtests.frontier`).
+A run no better than the mean, or without a nonzero weight, is shown as broken and left out
+of every frontier, ranking and verdict. The runs themselves are in
+:mod:`loadtests.quality_runs`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from loadtests import claim, frontier, plots
+from loadtests import baseline, claim, frontier
+from loadtests.quality_plots import frontier_plot, stream_plot
 from loadtests.quality_runs import (
     DATASETS,
     FTRL_SETTINGS,
+    MEAN,
+    NAMES,
     REFERENCES,
     SWEEPS,
     Outcome,
@@ -24,21 +30,13 @@ from loadtests.quality_runs import (
     jobs_for,
     run_all,
 )
-from loadtests.report import BenchOptions, Section, figure, table, verdict
+from loadtests.report import BenchOptions, Headline, Section, Target, figure, table, verdict
 
 #: The issue's bound on |our FTRL's log loss - VW's| at the same settings.
 VW_GAP_TARGET = 2e-4
 
-NAMES = {
-    "ftrl": "online-ctr FTRL-Proximal",
-    "rda": "online-ctr L1-RDA",
-    "fobos": "online-ctr L1-FOBOS",
-    "tg": "online-ctr truncated gradient",
-    "truncation": "online-ctr simple truncation",
-    "l1sgd": "online-ctr L1-SGD",
-    "vw": "Vowpal Wabbit --ftrl",
-    "river": "River FTRLProximal",
-}
+#: Rules whose sweeps the seeds' claim needs.
+CLAIM_RULES = ("ftrl", "rda", "fobos", "l1sgd")
 
 
 def is_default(outcome: Outcome) -> bool:
@@ -48,20 +46,44 @@ def is_default(outcome: Outcome) -> bool:
 
 
 def defaults(outcomes: Sequence[Outcome], dataset: str) -> list[Outcome]:
-    """The table's runs for one dataset: FTRL, the references, then the other rules."""
+    """The table's runs for one dataset: FTRL, the references, the other rules, the mean."""
     chosen = {o.job.system: o for o in outcomes if o.job.dataset == dataset and is_default(o)}
-    order = ["ftrl", *REFERENCES, *(rule for rule in SWEEPS if rule != "ftrl")]
+    order = ["ftrl", *REFERENCES, *(rule for rule in SWEEPS if rule != "ftrl"), MEAN]
     return [chosen[name] for name in order if name in chosen]
 
 
-def quality_table(rows: Sequence[Outcome]) -> str:
+def means_of(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """Per dataset, the progressive log loss of always predicting the running mean CTR."""
+    return {o.job.dataset: o.logloss for o in outcomes if o.job.system == MEAN}
+
+
+def broken(outcome: Outcome, means: Mapping[str, float]) -> str:
+    """Why this run must not be ranked (``""`` if it may be); the baseline itself never is."""
+    if outcome.job.system == MEAN:
+        return ""
+    return baseline.broken(outcome.logloss, outcome.nonzeros, means[outcome.job.dataset])
+
+
+def standing(outcome: Outcome, means: Mapping[str, float]) -> str:
+    """The last column of the quality table: the baseline, broken, or how far it beats it."""
+    if outcome.job.system == MEAN:
+        return "the baseline to beat"
+    reason = broken(outcome, means)
+    if reason:
+        return f"broken: {reason}"
+    return f"{means[outcome.job.dataset] - outcome.logloss:.5f} below the mean"
+
+
+def quality_table(rows: Sequence[Outcome], means: Mapping[str, float]) -> str:
     header = ["system", "settings", "log loss", "AUC", "calibration", "nonzero weights", "tracked"]
-    cells = [_quality_row(o) for o in rows]
-    return table(header, cells, digits=5)
+    cells = [[*_quality_row(o), standing(o, means)] for o in rows]
+    return table([*header, "against the mean"], cells, digits=5)
 
 
 def _quality_row(o: Outcome) -> list[str | int | float | None]:
-    system, settings = NAMES[o.job.system], describe(o.job.settings)
+    system, settings = NAMES[o.job.system], describe(o.job.settings) or "none"
+    if o.job.system == MEAN:  # no AUC worth reading, no weights
+        return [system, settings, o.logloss, None, o.calibration, None, None]
     return [system, settings, o.logloss, o.auc, o.calibration, o.nonzeros, o.tracked]
 
 
@@ -73,12 +95,18 @@ def vw_gap(rows: Sequence[Outcome]) -> float | None:
     return by["ftrl"].logloss - by["vw"].logloss
 
 
-def points(outcomes: Sequence[Outcome], dataset: str, rule: str) -> list[frontier.Point]:
+def ranked(outcomes: Sequence[Outcome], dataset: str, rule: str) -> list[Outcome]:
+    """One rule's runs on one dataset that may be ranked: no broken model among them."""
+    means = means_of(outcomes)
     return [
-        frontier.Point(o.nonzeros, o.logloss)
+        o
         for o in outcomes
-        if o.job.dataset == dataset and o.job.system == rule
+        if o.job.dataset == dataset and o.job.system == rule and not broken(o, means)
     ]
+
+
+def points(outcomes: Sequence[Outcome], dataset: str, rule: str) -> list[frontier.Point]:
+    return [frontier.Point(o.nonzeros, o.logloss) for o in ranked(outcomes, dataset, rule)]
 
 
 def sweeps_of(outcomes: Sequence[Outcome], dataset: str) -> dict[str, list[frontier.Point]]:
@@ -86,79 +114,83 @@ def sweeps_of(outcomes: Sequence[Outcome], dataset: str) -> dict[str, list[front
 
 
 def l1sgd_shares(outcomes: Sequence[Outcome], dataset: str) -> list[float]:
-    return [
-        o.nonzeros / o.tracked
-        for o in outcomes
-        if o.job.dataset == dataset and o.job.system == "l1sgd" and o.tracked
-    ]
+    return [o.nonzeros / o.tracked for o in ranked(outcomes, dataset, "l1sgd") if o.tracked]
 
 
-def stream_plot(rows: Sequence[Outcome], dataset: str, img_dir: Path) -> Path:
-    losses = [
-        plots.Curve(o.job.system, NAMES[o.job.system], o.checkpoints, o.logloss_curve) for o in rows
-    ]
-    nonzeros = [
-        plots.Curve(o.job.system, NAMES[o.job.system], o.checkpoints, o.nonzero_curve)
-        for o in rows
-        if o.nonzero_curve
-    ]
-    title = f"{dataset}: every rule at its default setting, batch size 1"
-    return plots.stream_figure(img_dir / f"quality-{dataset}-stream.png", title, losses, nonzeros)
-
-
-def frontier_plot(outcomes: Sequence[Outcome], img_dir: Path) -> Path:
-    panels, marks = {}, {}
-    for dataset in DATASETS:
-        curves = []
-        for rule, front in sweeps_of(outcomes, dataset).items():
-            front = sorted(front, key=lambda p: p.nonzeros)
-            x, y = [p.nonzeros for p in front], [p.logloss for p in front]
-            curves.append(plots.Curve(rule, f"{rule} ({SWEEPS[rule].knob} swept)", x, y))
-        panels[dataset] = curves
-        marks[dataset] = [
-            plots.Curve(o.job.system, NAMES[o.job.system], [o.nonzeros], [o.logloss])
-            for o in outcomes
-            if o.job.dataset == dataset and o.job.system in REFERENCES
-        ]
-    return plots.frontier_figure(img_dir / "quality-frontier.png", panels, marks)
+def untestable(sweeps: Mapping[str, Sequence[frontier.Point]]) -> str:
+    """Why the seeds' claim cannot be tested on a dataset (``""`` if it can): a rule the claim
+    needs has no run better than predicting the mean."""
+    empty = [rule for rule in CLAIM_RULES if not sweeps[rule]]
+    if not empty:
+        return ""
+    return f"every run of {', '.join(empty)} is worse than always predicting the mean CTR"
 
 
 def run(options: BenchOptions) -> Section:
     """Run every replay, draw the figures, and write the section."""
     jobs = jobs_for(options.data_dir, options.quick)
     outcomes = run_all(jobs, workers=max(1, min(2, os.cpu_count() or 1)))
-    report_dir = options.img_dir.parent
+    report_dir, means = options.img_dir.parent, means_of(outcomes)
     parts = [_method()]
     figures: dict[str, Path] = {}
-    summary: dict[str, float | str] = {}
+    headlines = []
     for dataset in DATASETS:
         rows = defaults(outcomes, dataset)
         figures[f"{dataset}-stream"] = stream_plot(rows, dataset, options.img_dir)
-        gap = vw_gap(rows)
-        met = None if gap is None else abs(gap) <= VW_GAP_TARGET
-        summary[f"{dataset}: FTRL log loss - VW's"] = "n/a" if gap is None else gap
-        summary[f"{dataset}: VW gap within {VW_GAP_TARGET:g}"] = verdict(met)
-        parts.append(_dataset_part(dataset, rows, gap, met, figures[f"{dataset}-stream"]))
-    figures["frontier"] = frontier_plot(outcomes, options.img_dir)
-    parts.append(figure(figures["frontier"], "Sparsity-accuracy frontier", report_dir))
+        headlines += vw_headline(dataset, rows, means)
+        parts.append(_dataset_part(dataset, rows, means, figures[f"{dataset}-stream"]))
     sweeps = {d: sweeps_of(outcomes, d) for d in DATASETS}
-    verdicts = {d: frontier.verdict(sweeps[d], l1sgd_shares(outcomes, d)) for d in DATASETS}
-    parts.append(claim.claim_section(verdicts, sweeps, outcomes))
-    summary.update({f"{d}: seeds' claim": claim.word(v) for d, v in verdicts.items()})
-    return Section("Quality", "\n\n".join(parts), figures, summary)
+    figures["frontier"] = frontier_plot(sweeps, outcomes, means, options.img_dir)
+    parts.append(figure(figures["frontier"], "Sparsity-accuracy frontier", report_dir))
+    reasons = {d: untestable(sweeps[d]) for d in DATASETS}
+    verdicts = {
+        d: frontier.verdict(sweeps[d], l1sgd_shares(outcomes, d))
+        for d in DATASETS
+        if not reasons[d]
+    }
+    skipped = {d: reason for d, reason in reasons.items() if reason}
+    parts.append(claim.claim_section(verdicts, sweeps, outcomes, means, skipped))
+    return Section("Quality", "\n\n".join(parts), figures, tuple(headlines))
+
+
+def vw_headline(
+    dataset: str, rows: Sequence[Outcome], means: Mapping[str, float]
+) -> list[Headline]:
+    """Our FTRL's log loss next to VW's at the same settings (River's and the mean's beside)."""
+    by = {o.job.system: o for o in rows}
+    if "ftrl" not in by:
+        return []
+    ftrl, vw, river = by["ftrl"], by.get("vw"), by.get("river")
+    note = [f"River {river.logloss:.5f}"] if river is not None else []
+    note.append(f"always predicting the mean {means[dataset]:.5f}")
+    return [
+        Headline(
+            f"FTRL progressive log loss, {dataset} ({ftrl.examples:,} rows)",
+            ftrl.logloss,
+            "",
+            "Vowpal Wabbit `--ftrl`, same settings",
+            None if vw is None else vw.logloss,
+            Target(VW_GAP_TARGET, "gap"),
+            note="; ".join(note),
+            broken=broken(ftrl, means),
+        )
+    ]
 
 
 def _dataset_part(
-    dataset: str, rows: Sequence[Outcome], gap: float | None, met: bool | None, plot: Path
+    dataset: str, rows: Sequence[Outcome], means: Mapping[str, float], plot: Path
 ) -> str:
     examples = rows[0].examples if rows else 0
+    gap = vw_gap(rows)
+    met = None if gap is None else abs(gap) <= VW_GAP_TARGET
     gap_text = "not measured" if gap is None else f"{gap:+.2e}"
     return "\n\n".join(
         [
             f"### {dataset} ({examples:,} examples, `{DATASETS[dataset][0]}`)",
-            quality_table(rows),
+            quality_table(rows, means),
             f"Our FTRL's log loss minus VW's at the same settings: **{gap_text}** "
-            f"(target: within {VW_GAP_TARGET:g}; {verdict(met)}).",
+            f"(target: within {VW_GAP_TARGET:g}; {verdict(met)}): the same algorithm, so they "
+            "agree whether or not the model beats the mean.",
             figure(
                 plot, f"{dataset}: log loss and nonzero weights over the stream", plot.parents[1]
             ),
@@ -181,6 +213,11 @@ def _method() -> str:
             f"VW and River run at FTRL's setting ({describe(FTRL_SETTINGS)}); VW gets one index "
             "per feature name (no hash collisions), River's intercept goes through FTRL like "
             "our bias.",
+            "Every model must beat always predicting the running mean click rate (the clicks "
+            "so far plus one half over the examples so far plus one, scored before each "
+            "example like the rest). A run no better than that, or with no nonzero weight, is "
+            "*broken*: the tables show it as such, and it is left out of every ranking, "
+            "frontier and verdict below.",
             "Each rule's sparsity knob is swept with the rest fixed; the *default* is the run in "
             "the tables and the curves.",
             table(["rule", "knob", "swept values", "default", "fixed"], sweep_rows),

@@ -2,10 +2,12 @@
 
 Every run replays one file in order at batch size 1 (each rule's exact sequential definition)
 and scores each example before learning it (progressive validation). FTRL, VW ``--ftrl`` and
-River's ``FTRLProximal`` share alpha 0.1, beta 1, l1 1, l2 1. Each rule's sparsity knob is swept
-over :data:`SWEEPS` (the other hyper-parameters fixed); the ``default`` of each sweep is the
-run the quality table shows. The sweep feeds the frontier plot and :mod:`loadtests.frontier`'s
-verdict on the seeds' claim. Runs are independent, so they go to a small process pool.
+River's ``FTRLProximal`` share alpha 0.1, beta 1, l1 1, l2 1; beside them, per file, the
+baseline that always predicts the running mean click rate (:mod:`loadtests.baseline`). Each
+rule's sparsity knob is swept over :data:`SWEEPS` (the other hyper-parameters fixed); the
+``default`` of each sweep is the run the quality table shows. The sweep feeds the frontier
+plot and :mod:`loadtests.frontier`'s verdict on the seeds' claim. Runs are independent, so
+they go to a small process pool.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests import _river, _vw
+from loadtests import _river, _vw, baseline
 from online_ctr.features import FeatureHasher
 from online_ctr.learner import log_loss, sigmoid
 from online_ctr.model import InMemoryModel
@@ -80,6 +82,22 @@ SWEEPS = {
 #: The reference systems, run at :data:`FTRL_SETTINGS`.
 REFERENCES = ("vw", "river")
 
+#: The baseline every model must beat (:mod:`loadtests.baseline`): it has no settings.
+MEAN = "mean"
+
+#: Every system by the name the report gives it.
+NAMES = {
+    "ftrl": "online-ctr FTRL-Proximal",
+    "rda": "online-ctr L1-RDA",
+    "fobos": "online-ctr L1-FOBOS",
+    "tg": "online-ctr truncated gradient",
+    "truncation": "online-ctr simple truncation",
+    "l1sgd": "online-ctr L1-SGD",
+    "vw": "Vowpal Wabbit --ftrl",
+    "river": "River FTRLProximal",
+    MEAN: "always predict the running mean CTR",
+}
+
 
 @dataclass(frozen=True)
 class Job:
@@ -119,6 +137,7 @@ def jobs_for(data_dir: Path, quick: bool) -> list[Job]:
             for value in sweep.quick() if quick else sweep.values:
                 out.append(Job(dataset, rule, sweep.settings(value), path, fmt, rows))
         out += [Job(dataset, name, FTRL_SETTINGS, path, fmt, rows) for name in REFERENCES]
+        out.append(Job(dataset, MEAN, {}, path, fmt, rows))
     return out
 
 
@@ -144,6 +163,10 @@ def run_job(job: Job) -> Outcome:
         return _run_vw(job, rows)
     if job.system == "river":
         return _run_river(job, rows)
+    if job.system == MEAN:
+        labels = _labels(rows)
+        # One number, the rate, plays the part of the weights.
+        return _outcome(job, baseline.running_mean_probabilities(labels), labels, 1, 1)
     return _run_rule(job, rows)
 
 

@@ -2,7 +2,8 @@
 
 Each section module (``loadtests.quality``, ``learning``, ``serving``, ``freshness``,
 ``memory``) has ``run(options: BenchOptions) -> Section``. The driver (``loadtests.bench``)
-prints each section's Markdown as it finishes and writes them all into ``docs/benchmarks.md``.
+prints each section's Markdown as it finishes and writes them all into ``docs/benchmarks.md``,
+opening with every section's :class:`Headline` figures in one table (:mod:`loadtests.headline`).
 
 >>> print(table(["rule", "log loss"], [["ftrl", 0.46321], ["rda", None]]))
 | rule | log loss |
@@ -18,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 Cell = str | int | float | None
 
@@ -41,14 +43,68 @@ class Section:
     """One section of the report.
 
     ``markdown`` holds its tables and prose (no heading: the driver adds ``## title``),
-    ``figures`` the PNGs it drew under ``docs/img`` by name, ``summary`` its headline figures
-    and target verdicts (numbers, or short strings such as ``"met"``).
+    ``figures`` the PNGs it drew under ``docs/img`` by name, ``headlines`` the figures the
+    report opens with, each next to its baseline from the same run and its target.
     """
 
     title: str
     markdown: str
     figures: dict[str, Path] = field(default_factory=dict)
-    summary: dict[str, float | str] = field(default_factory=dict)
+    headlines: tuple[Headline, ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a headline figure must reach: a bound on the figure itself (``on="value"``), on
+    its ratio to the baseline (``"ratio"``), or on its distance from it (``"gap"``, always an
+    upper bound); ``at_most`` for bounds from above (latencies).
+
+    >>> Target(0.9, "ratio").met(90.0, 100.0), Target(100, "value", at_most=True).met(120, None)
+    (True, False)
+    >>> Target(2e-4, "gap").met(0.4709, 0.4708), Target(0.5, "ratio").met(1.0, None)
+    (True, None)
+    """
+
+    bound: float
+    on: Literal["value", "ratio", "gap"]
+    at_most: bool = False
+
+    def measure(self, value: float, baseline: float | None) -> float | None:
+        """The number the bound applies to; ``None`` if it needs a baseline there is not."""
+        if self.on == "value":
+            return value
+        if baseline is None or not math.isfinite(baseline) or baseline == 0:
+            return None
+        return value / baseline if self.on == "ratio" else abs(value - baseline)
+
+    def met(self, value: float, baseline: float | None) -> bool | None:
+        measured = self.measure(value, baseline)
+        if measured is None or not math.isfinite(measured):
+            return None
+        if self.at_most or self.on == "gap":
+            return measured <= self.bound
+        return measured >= self.bound
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One figure the report opens with, in plain words.
+
+    ``what`` names it (``"Single /predict"``), ``value`` is ours in ``unit``; ``baseline``
+    names what it is compared with, measured in the same run (``baseline_value``, same unit);
+    ``target`` is the issue's. ``broken`` says why a figure must not be compared at all (a
+    model worse than predicting the mean CTR): it then gets no ratio and no verdict.
+    ``note`` adds a short clause (a log loss beside a throughput).
+    """
+
+    what: str
+    value: float
+    unit: str
+    baseline: str = ""
+    baseline_value: float | None = None
+    target: Target | None = None
+    note: str = ""
+    broken: str = ""
 
 
 def cell(value: Cell, digits: int = 4) -> str:

@@ -80,7 +80,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def children_cpu_seconds() -> float:
-    """CPU seconds of every child this process has waited for (wrk, redis-benchmark...)."""
+    """CPU seconds of every child this process has waited for (wrk, replay and VW runs...)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -127,22 +127,3 @@ def calls_delta(
     if negative:
         raise ValueError(f"fewer calls of {', '.join(negative)} than subtracted")
     return {name: n for name, n in sorted(counted.items()) if n > 0}
-
-
-def mix_ceiling(calls: Mapping[str, int], ceiling: Mapping[str, float], fallback: str) -> float:
-    """Redis's ops/s ceiling for a mix of commands: the harmonic mean of each command's
-    benchmarked ops/s, weighted by its share of the calls.
-
-    A command without a benchmark of its own is given the ``fallback`` command's figure.
-
-    >>> mix_ceiling({"hset": 1, "hmget": 1}, {"hset": 100.0, "hmget": 300.0}, "hset")
-    150.0
-    """
-    total = sum(calls.values())
-    if total == 0:
-        raise ValueError("no calls")
-    seconds_per_call = sum(
-        n / total / (ceiling[name] if name in ceiling else ceiling[fallback])
-        for name, n in calls.items()
-    )
-    return 1.0 / seconds_per_call

@@ -1,14 +1,8 @@
-"""The external load tools, ``wrk`` and ``redis-benchmark`` (Debian packages): finding them,
-their command lines, and parsers of their output.
-
->>> parse_redis_benchmark(REDIS_BENCHMARK_SAMPLE)
-{'HSET k f v': 276243.09}
-"""
+"""The external load tool, ``wrk`` (a Debian package), and the servers the benchmarks start:
+finding them, wrk's command line, and the parser of its output."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -17,15 +11,8 @@ from pathlib import Path
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk" / "post_bodies.lua"
 WRK_MARK = "WRK_SUMMARY "
 
-#: ``redis-benchmark --csv`` output (redis-tools 7.0), as a doctest and unit-test fixture.
-REDIS_BENCHMARK_SAMPLE = (
-    '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
-    '"p99_latency_ms","max_latency_ms"\n'
-    '"HSET k f v","276243.09","2.791","0.208","2.375","6.143","12.487","12.735"\n'
-)
-
 #: The Debian package each tool comes from.
-PACKAGES = {"wrk": "wrk", "redis-benchmark": "redis-tools", "redis-server": "redis-server"}
+PACKAGES = {"wrk": "wrk", "redis-server": "redis-server"}
 
 
 class MissingToolError(RuntimeError):
@@ -99,31 +86,3 @@ def parse_wrk(output: str) -> WrkResult:
         mean_ms=raw["latency_mean_us"] / 1e3,
         max_ms=raw["latency_max_us"] / 1e3,
     )
-
-
-def redis_benchmark_command(
-    port: int, command: list[str], requests: int, pipeline: int = 16, clients: int = 50
-) -> list[str]:
-    """One custom command benchmarked with pipelining; ``__rand_int__`` spans 4096 values."""
-    return [
-        require("redis-benchmark"),
-        "-h", "127.0.0.1",
-        "-p", str(port),
-        "-n", str(requests),
-        "-c", str(clients),
-        "-P", str(pipeline),
-        "-r", "4096",
-        "--csv",
-        *command,
-    ]  # fmt: skip
-
-
-def parse_redis_benchmark(output: str) -> dict[str, float]:
-    """Requests per second by test name, from ``redis-benchmark --csv`` output."""
-    rows = [row for row in csv.reader(io.StringIO(output)) if row]
-    if not rows or rows[0][:2] != ["test", "rps"]:
-        raise ValueError(f"not redis-benchmark --csv output:\n{output[-2000:]}")
-    found = {row[0]: float(row[1]) for row in rows[1:] if row[0] != "test"}
-    if not found:
-        raise ValueError("redis-benchmark printed no result line")
-    return found

@@ -24,14 +24,16 @@ import pytest
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests import (
     bare_app,
+    bench_replay,
     drain,
     feed,
     freshness,
+    ingest,
+    learning_runs,
     memory,
-    redis_ceiling,
-    serving,
     stats,
     tools,
+    wrk_runs,
 )
 from loadtests.processes import Stack
 from service import commands
@@ -58,9 +60,6 @@ WRK_SUMMARY {"requests": 3194, "duration_us": 1000301, "bytes": 555881, "connect
 """
 
 needs_wrk = pytest.mark.skipif(shutil.which("wrk") is None, reason="apt-get install -y wrk")
-needs_redis_benchmark = pytest.mark.skipif(
-    shutil.which("redis-benchmark") is None, reason="apt-get install -y redis-tools"
-)
 
 
 def test_parse_wrk_reads_the_summary_line_in_milliseconds() -> None:
@@ -85,22 +84,10 @@ def test_wrk_command_passes_the_bodies_to_the_script() -> None:
     assert f"--script={tools.WRK_SCRIPT}" in command and tools.WRK_SCRIPT.exists()
 
 
-def test_parse_redis_benchmark_reads_every_result_line() -> None:
-    second = '"XADD s * b v","97087.38","1","0","1","1","1","2"\n'
-    found = tools.parse_redis_benchmark(tools.REDIS_BENCHMARK_SAMPLE + second)
-    assert found == {"HSET k f v": 276243.09, "XADD s * b v": 97087.38}
-
-
-@pytest.mark.parametrize("output", ["", "hello\n", tools.REDIS_BENCHMARK_SAMPLE.split("\n")[0]])
-def test_parse_redis_benchmark_refuses_other_output(output: str) -> None:
-    with pytest.raises(ValueError):
-        tools.parse_redis_benchmark(output)
-
-
 def test_require_names_the_debian_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(tools.MissingToolError, match="apt-get install -y redis-tools"):
-        tools.require("redis-benchmark")
+    with pytest.raises(tools.MissingToolError, match="apt-get install -y redis-server"):
+        tools.require("redis-server")
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -148,23 +135,9 @@ def test_command_calls_and_deltas_from_commandstats() -> None:
         stats.calls_delta(before, after, minus={"info": 5})
 
 
-def test_mix_ceiling_is_the_call_weighted_harmonic_mean() -> None:
-    ceiling = {"hset": 100.0, "evalsha": 10.0}
-    # 9 calls at 1/100 s and 1 at 1/10 s: 10 calls in 0.19 s.
-    assert stats.mix_ceiling({"hset": 9, "evalsha": 1}, ceiling, "hset") == pytest.approx(10 / 0.19)
-    assert stats.mix_ceiling({"zadd": 5}, ceiling, "hset") == pytest.approx(100.0)
-    with pytest.raises(ValueError):
-        stats.mix_ceiling({}, ceiling, "hset")
-
-
-def test_worker_ratio_divides_ops_per_second_by_the_mix_ceiling() -> None:
-    ratio = redis_ceiling.worker_ratio({"hset": 50}, 2.0, {"hset": 100.0})
-    assert ratio == pytest.approx(0.25)
-
-
 def test_single_bodies_are_one_valid_request_per_row(tmp_path: Path) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=25)
-    lines = serving.write_bodies(tmp_path / "b", rows, 1).read_text().splitlines()
+    lines = wrk_runs.write_bodies(tmp_path / "b", rows, 1).read_text().splitlines()
     assert len(lines) == 25
     for line, (example, _) in zip(lines, rows, strict=True):
         assert PREDICT_REQUEST.validate_json(line).rows() == [example]
@@ -172,7 +145,7 @@ def test_single_bodies_are_one_valid_request_per_row(tmp_path: Path) -> None:
 
 def test_batch_bodies_hold_consecutive_rows_and_drop_a_partial_one(tmp_path: Path) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=25)
-    lines = serving.write_bodies(tmp_path / "b", rows, 10).read_text().splitlines()
+    lines = wrk_runs.write_bodies(tmp_path / "b", rows, 10).read_text().splitlines()
     assert [PREDICT_REQUEST.validate_json(line).rows() for line in lines] == [
         [x for x, _ in rows[:10]],
         [x for x, _ in rows[10:20]],
@@ -231,28 +204,46 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield running
 
 
+def test_learn_bodies_hold_consecutive_labelled_rows(tmp_path: Path) -> None:
+    from pydantic import TypeAdapter
+
+    from service.api.schemas import LearnRequest
+
+    rows = feed.criteo_rows(DATA_DIR, limit=25)
+    lines = wrk_runs.write_learn_bodies(tmp_path / "b", rows, 10).read_text().splitlines()
+    assert len(lines) == 2  # the partial 5 dropped
+    body = TypeAdapter(LearnRequest).validate_json(lines[1])
+    assert (body.rows(), body.labels()) == (
+        [x for x, _ in rows[10:20]],
+        [y for _, y in rows[10:20]],
+    )
+
+
+def test_entries_of_many_examples_keep_the_rows_in_order() -> None:
+    from octr.store.codec import decode_entry
+
+    rows = feed.criteo_rows(DATA_DIR, limit=25)
+    blobs = feed.entries(rows, per_entry=10)
+    assert [len(decode_entry(blob)) for blob in blobs] == [10, 10]  # the partial 5 dropped
+    assert decode_entry(blobs[1]).labels.tolist() == [y for _, y in rows[10:20]]
+
+
 @pytest.mark.integration
-def test_workers_drain_every_fed_example_and_their_redis_calls_are_counted(stack: Stack) -> None:
+@pytest.mark.parametrize("per_entry", [1, 64])
+def test_one_learner_drains_every_fed_example_and_its_redis_calls_are_counted(
+    stack: Stack, per_entry: int
+) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=500)
-    run = drain.run_workers(stack, feed.entries(rows), 1200, workers=2, batch=64)
-    assert (run.workers, run.batch_size, run.examples) == (2, 64, 1200)
+    run = drain.run_learner(stack, rows, 1280, per_entry)
+    assert (run.per_entry, run.examples) == (per_entry, 1280)
     with stack.client() as client:
-        assert feed.global_step(client) == 1200 and client.xlen(feed.MODEL.stream) == 0
-    # A finalize and an apply per group of at most 64 examples.
-    assert run.calls.get("evalsha", 0) >= 2 * (1200 // 64)
+        assert feed.global_step(client) == 1280 and client.xlen(feed.MODEL.stream) == 0
+    assert run.calls.get("evalsha", 0) >= 1  # at least one commit
     assert "info" not in run.calls  # our one INFO in the window is subtracted
     assert run.logloss is not None and 0 < run.logloss < 1
     assert stack.workers() == []
-
-
-@pytest.mark.integration
-@needs_redis_benchmark
-def test_redis_ceiling_measures_every_command_and_cleans_up(stack: Stack) -> None:
-    with stack.client() as client:
-        ceiling = redis_ceiling.measure(client, stack.redis_server.port, requests=2000)
-        assert set(ceiling) == set(redis_ceiling.commands("sha"))
-        assert all(rps > 0 for rps in ceiling.values())
-        assert list(client.scan_iter(match="octr-bench:*")) == []
+    with pytest.raises(ValueError, match="do not fill"):
+        drain.run_learner(stack, rows, 1281, 64)
 
 
 @pytest.mark.integration
@@ -261,9 +252,9 @@ def test_wrk_with_the_lua_script_counts_requests_and_no_errors(
     stack: Stack, tmp_path: Path
 ) -> None:
     bare = stack.start_bare()
-    bodies = serving.write_bodies(tmp_path / "bodies", feed.criteo_rows(DATA_DIR, limit=50), 1)
-    how = serving.Load(bodies, 1, 4, 1.0)
-    run = serving.load("bare", f"{bare}/predict", how, {"bare": stack.children["bare"].pid})
+    bodies = wrk_runs.write_bodies(tmp_path / "bodies", feed.criteo_rows(DATA_DIR, limit=50), 1)
+    how = wrk_runs.Load(bodies, 1, 4, 1.0)
+    run = wrk_runs.load("bare", f"{bare}/predict", how, {"bare": stack.children["bare"].pid})
     assert run.wrk.requests > 0 and run.wrk.errors == 0
     assert 0 < run.wrk.p50_ms <= run.wrk.p99_ms <= run.wrk.max_ms
     assert set(run.cores) == {"bare", "wrk"}
@@ -276,7 +267,25 @@ def test_wrk_failures_are_not_counted_as_throughput(stack: Stack, tmp_path: Path
     bodies = tmp_path / "bodies"
     bodies.write_text(json.dumps({"features": {}}) + "\n")  # a 422 for every request
     with pytest.raises(RuntimeError, match="failed requests"):
-        serving.load("bare", f"{bare}/predict", serving.Load(bodies, 1, 2, 1.0), {})
+        wrk_runs.load("bare", f"{bare}/predict", wrk_runs.Load(bodies, 1, 2, 1.0), {})
+
+
+@pytest.mark.integration
+@needs_wrk
+def test_ingest_counts_what_reached_the_stream(stack: Stack, tmp_path: Path) -> None:
+    rows = feed.criteo_rows(DATA_DIR, limit=3000)
+    with stack.client() as client:  # a worker creates the model, then stops
+        feed.feed(client, feed.entries(rows[:10]), 10)
+        stack.start_workers(1)
+        feed.wait_for_step(client, 10, 120, stack.check_alive)
+        stack.stop(*stack.workers())
+        api = stack.start_api()
+        result = ingest.measure(api, tmp_path, rows, 1.0, {"api": stack.children["api"].pid})
+        entries = client.xlen(feed.MODEL.stream)
+    assert result.in_stream_examples == entries * ingest.BODY_EXAMPLES > 0
+    assert 0 < result.accepted_examples == result.run.wrk.requests * ingest.BODY_EXAMPLES
+    assert result.accepted_examples <= result.in_stream_examples
+    assert result.run.label == "`/learn` (online-ctr api, no worker), batch of 1,000"
 
 
 @pytest.mark.integration
@@ -327,9 +336,30 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(stream))
 
 
-@pytest.mark.parametrize("module", [stats, tools, feed], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [stats, feed], ids=lambda m: m.__name__)
 def test_docstring_examples(module: object) -> None:
     import doctest
 
     failed, attempted = doctest.testmod(module, report=False)  # type: ignore[arg-type]
     assert (failed, attempted > 0) == (0, True)
+
+
+def test_write_rows_repeats_the_file_s_lines_in_order(tmp_path: Path) -> None:
+    source = tmp_path / "five.tsv"
+    source.write_bytes(b"a\nb\nc\nd\ne")  # no newline at the end
+    written = learning_runs.write_rows(source, tmp_path / "twelve.tsv", 12)
+    assert written.read_text().splitlines() == list("abcdeabcdeab")
+
+
+def test_the_replay_process_learns_the_repeated_rows_like_the_replay_in_process(
+    tmp_path: Path,
+) -> None:
+    head = tmp_path / "head.tsv"  # the file's first 300 rows, repeated to 700
+    head.write_bytes(b"".join((DATA_DIR / feed.CRITEO).read_bytes().splitlines(True)[:300]))
+    path = learning_runs.write_rows(head, tmp_path / "rows.tsv", 700)
+    run = learning_runs.run_replay(path, 700)
+    repeated = bench_replay.replicate(feed.criteo_rows(DATA_DIR, limit=300), 700)
+    in_process = bench_replay.run_ours(repeated, "ftrl", 100)
+    assert run.log_loss == pytest.approx(in_process.log_loss, rel=1e-12)
+    with pytest.raises(RuntimeError, match="learned 700 examples, expected 10"):
+        learning_runs.run_replay(path, 10)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import claim, frontier, plots, quality, quality_runs
+from loadtests import baseline, claim, frontier, headline, plots, quality, quality_runs, readable
 from loadtests.frontier import Point
 from loadtests.quality_runs import SWEEPS, Job, Outcome
 
@@ -142,7 +142,8 @@ def test_every_sweep_holds_its_default_and_quick_keeps_ends_and_default() -> Non
 def test_jobs_cover_every_sweep_value_and_the_references_per_dataset(tmp_path: Path) -> None:
     jobs = quality_runs.jobs_for(tmp_path, quick=False)
     per_dataset = sum(len(s.values) for s in SWEEPS.values()) + len(quality_runs.REFERENCES)
-    assert len(jobs) == per_dataset * len(quality_runs.DATASETS)
+    assert len(jobs) == (per_dataset + 1) * len(quality_runs.DATASETS)  # + the running mean
+    assert [j.dataset for j in jobs if j.system == quality_runs.MEAN] == list(quality_runs.DATASETS)
     assert {j.rows for j in jobs} == {None}
     quick = quality_runs.jobs_for(tmp_path, quick=True)
     assert {j.rows for j in quick} == {quality_runs.QUICK_ROWS}
@@ -187,10 +188,75 @@ def test_vw_and_river_are_scored_like_ours(sample_outcomes: dict[str, Outcome]) 
     assert quality.vw_gap([ours]) is None
 
 
-def _outcome(system: str, value: float, nonzeros: int, tracked: int = 100) -> Outcome:
+def test_the_mean_baseline_is_scored_like_the_models() -> None:
+    job = Job("sample", quality_runs.MEAN, {}, SAMPLE, "criteo", None)
+    mean = quality_runs.run_job(job)
+    labels = [label for _, label in quality_runs.load(SAMPLE, "criteo", None)]
+    assert mean.examples == 200
+    assert mean.logloss == pytest.approx(baseline.running_mean_logloss(labels), rel=1e-12)
+    assert mean.logloss_curve[-1] == pytest.approx(mean.logloss)
+
+
+def _outcome(
+    system: str, value: float, nonzeros: int, tracked: int = 100, logloss: float = 0.5
+) -> Outcome:
     sweep = SWEEPS[system]
     job = Job("d", system, sweep.settings(value), SAMPLE, "criteo", None)
-    return Outcome(job, 10, 0.5, None, None, nonzeros, tracked, (10,), (0.5,), (nonzeros,))
+    return Outcome(job, 10, logloss, None, None, nonzeros, tracked, (10,), (0.5,), (nonzeros,))
+
+
+def _mean(logloss: float, dataset: str = "d") -> Outcome:
+    job = Job(dataset, quality_runs.MEAN, {}, SAMPLE, "criteo", None)
+    return Outcome(job, 10, logloss, None, 1.0, 1, 1, (10,), (logloss,), ())
+
+
+def test_broken_runs_are_shown_as_such_and_never_ranked() -> None:
+    good = _outcome("ftrl", 1.0, 40, logloss=0.47)
+    worse = _outcome("ftrl", 30.0, 4, logloss=0.53)  # worse than the mean
+    empty = _outcome("ftrl", 10.0, 0, logloss=0.49)  # no weight left
+    outcomes = [good, worse, empty, _mean(0.52)]
+    means = quality.means_of(outcomes)
+    assert means == {"d": 0.52}
+    assert quality.points(outcomes, "d", "ftrl") == [Point(40, 0.47)]
+    assert [quality.standing(o, means) for o in outcomes] == [
+        "0.05000 below the mean",
+        "broken: worse than the mean",
+        "broken: no nonzero weight",
+        "the baseline to beat",
+    ]
+    text = quality.quality_table(outcomes, means)
+    assert text.count("broken: worse than the mean") == 1
+    assert "| always predict the running mean CTR | none | 0.52000 | n/a |" in text
+
+
+def test_the_claim_is_not_tested_where_every_run_is_worse_than_the_mean() -> None:
+    outcomes = [
+        _outcome("ftrl", 1.0, 40, logloss=0.06),
+        _outcome("rda", 1e-4, 40, logloss=0.055),
+        _outcome("fobos", 1e-4, 40, logloss=0.049),
+        _outcome("l1sgd", 1e-3, 40, logloss=0.07),
+        _mean(0.054),
+    ]
+    sweeps = quality.sweeps_of(outcomes, "d")
+    assert sweeps["fobos"] == [Point(40, 0.049)] and sweeps["ftrl"] == []
+    reason = quality.untestable(sweeps)
+    assert reason == "every run of ftrl, rda, l1sgd is worse than always predicting the mean CTR"
+    text = claim.claim_section({}, {"d": sweeps}, outcomes, {"d": 0.054}, {"d": reason})
+    assert "- **d: not testable.** Every run of ftrl, rda, l1sgd is worse" in text
+    assert "| d | fobos - rda |" not in text  # its frontiers are not compared
+    assert text.count("broken: worse than the mean") == 3  # the raw sweep still shows them
+
+
+def test_a_broken_ftrl_headline_has_no_verdict() -> None:
+    ftrl = replace(_outcome("ftrl", 1.0, 40, logloss=0.06), job=replace(
+        _outcome("ftrl", 1.0, 40).job, settings=quality_runs.FTRL_SETTINGS
+    ))  # fmt: skip
+    vw = replace(ftrl, job=replace(ftrl.job, system="vw"))
+    (line,) = quality.vw_headline("d", [ftrl, vw], {"d": 0.054})
+    assert line.broken == baseline.WORSE and line.baseline_value == 0.06
+    assert headline.row(line)[-1] == "broken: worse than the mean"
+    (fine,) = quality.vw_headline("d", [ftrl, vw], {"d": 0.07})
+    assert fine.broken == "" and headline.row(fine)[-1] == "met"
 
 
 def test_defaults_pick_each_sweep_s_default_in_table_order() -> None:
@@ -206,6 +272,7 @@ def test_defaults_pick_each_sweep_s_default_in_table_order() -> None:
 
 def test_l1sgd_shares_are_nonzero_over_tracked() -> None:
     outcomes = [_outcome("l1sgd", 0.1, 90), _outcome("l1sgd", 0.3, 100), _outcome("rda", 0.1, 1)]
+    outcomes.append(_mean(0.9))
     assert quality.l1sgd_shares(outcomes, "d") == [0.9, 1.0]
 
 
@@ -229,6 +296,49 @@ def test_limits_skip_the_noisy_start_and_the_hopeless_runs() -> None:
     assert low < 0.5 and 0.55 <= high < 0.6
 
 
+def test_a_figure_without_title_units_or_legend_is_refused(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    def attempt(title: str, x_label: str, legend: bool) -> None:
+        figure, axis = plt.subplots()
+        axis.plot([1, 2], [3, 4], label="a curve")
+        axis.set_title(title)
+        axis.set_xlabel(x_label)
+        axis.set_ylabel("latency (ms)")
+        if legend:
+            axis.legend()
+        try:
+            readable.save(figure, tmp_path / "f.png")
+        finally:
+            plt.close(figure)
+
+    for title, x_label, legend, missing in [
+        ("", "time (s)", True, "a title"),
+        ("T", "time", True, "a x label with its unit"),
+        ("T", "time (s)", False, "a legend"),
+    ]:
+        with pytest.raises(readable.IncompleteFigure, match=missing):
+            attempt(title, x_label, legend)
+        assert not (tmp_path / "f.png").exists()
+    attempt("T", "time (s)", True)
+    assert (tmp_path / "f.png").exists()
+
+
+def test_a_cdf_spans_its_samples_and_the_target(tmp_path: Path) -> None:
+    curve = plots.Curve("ftrl", "20 samples", [], [40.0 + i for i in range(20)])
+    target = ("target: p99 <= 100 ms", 100.0)
+    path = plots.cdf_figure(tmp_path / "c.png", "Freshness", "time (ms)", curve, target)
+    # The axis ends just past the samples or a near target: the curve fills the chart, not
+    # 7% of it as the 1 s target left it when samples took 50 ms.
+    assert plots.cdf_right_edge(curve.y, 100.0) == pytest.approx(108.0)
+    assert plots.cdf_right_edge(curve.y, 1000.0) == pytest.approx(1.08 * 59.0)
+    assert plots.cdf_right_edge([5.0], None) == pytest.approx(5.4)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_figures_are_png_files(tmp_path: Path) -> None:
     x = np.arange(1, 11)
     curves = [plots.Curve(s, s, x, 0.5 + 1 / x) for s in ("ftrl", "vw", "unknown-system")]
@@ -236,6 +346,7 @@ def test_figures_are_png_files(tmp_path: Path) -> None:
     stream = plots.stream_figure(tmp_path / "img" / "s.png", "title", curves, weights)
     panels = {"a": [replace(curves[0], x=[10, 100], y=[0.5, 0.4])], "b": curves[:1]}
     marks = {"a": [plots.Curve("vw", "VW", [50], [0.45])]}
-    front = plots.frontier_figure(tmp_path / "f.png", panels, marks)
+    lines = {"a": ("always predict the mean", 0.6), "c": ("always predict the mean", 0.05)}
+    front = plots.frontier_figure(tmp_path / "f.png", {**panels, "c": []}, marks, lines)
     for path in (stream, front):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

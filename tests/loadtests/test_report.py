@@ -12,7 +12,16 @@ import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests import bench
-from loadtests.report import BenchOptions, Section, cell, figure, table, verdict
+from loadtests.report import (
+    BenchOptions,
+    Headline,
+    Section,
+    Target,
+    cell,
+    figure,
+    table,
+    verdict,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,8 +86,8 @@ def test_verdict_words() -> None:
 
 def test_section_defaults_are_not_shared() -> None:
     a, b = Section("A", "text"), Section("B", "text")
-    a.summary["x"] = 1.0
-    assert b.summary == {} and b.figures == {}
+    a.figures["x"] = Path("x.png")
+    assert b.figures == {} and b.headlines == ()
 
 
 def test_machine_parsers() -> None:
@@ -154,30 +163,38 @@ def test_preflight_names_the_package_of_a_missing_program(
 ) -> None:
     monkeypatch.setattr(bench.shutil, "which", lambda program: None)
     problems = bench.preflight()
-    assert "`redis-benchmark` is missing: `sudo apt-get update && sudo apt-get install -y " in (
-        "\n".join(problems)
-    )
-    assert any(p.endswith("redis-tools`") for p in problems)
+    assert "`wrk` is missing: `sudo apt-get update && sudo apt-get install -y wrk`" in problems
+    assert any(p.endswith("install -y redis-server`") for p in problems)
 
 
-def test_render_puts_summary_skips_and_sections_together(tmp_path: Path) -> None:
+def test_render_opens_with_headlines_and_ends_with_the_machine(tmp_path: Path) -> None:
     shown = tmp_path / "img" / "shown.png"
     extra = tmp_path / "img" / "extra.png"
+    predict = Headline(
+        "Single `/predict`", 7900.0, "requests/s", "a bare endpoint", 8500.0, Target(0.9, "ratio")
+    )
     section = Section(
-        "Quality",
+        "Serving",
         "| a |\n|---|\n\n![Frontier](img/shown.png)",
         figures={"frontier": shown, "extra plot": extra},
-        summary={"criteo: VW gap": 1e-9, "target": "met"},
+        headlines=(predict,),
     )
     skipped = bench.Skipped("memory", "`loadtests/memory.py` does not exist yet")
-    text = bench.render([section, skipped], {"date": "today"}, tmp_path)
+    text = bench.render([section, skipped], {"date": "today", "CPU": "a CPU"}, tmp_path)
     assert text.startswith("# Benchmarks\n")
-    assert "| date | today |" in text
-    assert "| Quality | criteo: VW gap | 1e-09 |" in text
+    table_line = (
+        "| Single `/predict` | 7,900 requests/s | 0.93x a bare endpoint (8,500 requests/s) "
+        "| >= 0.9x | met |"
+    )
+    assert table_line in text
     assert "- **memory**: `loadtests/memory.py` does not exist yet" in text
     assert text.count("img/shown.png") == 1  # already in the section's text
     assert "![extra plot](img/extra.png)" in text  # appended
-    assert text.index("## Summary") < text.index("## Quality")
+    # Headlines first, the section next, the machine last.
+    assert text.index(table_line) < text.index("## Serving") < text.index("## This run")
+    assert text.index("## This run") < text.index("| CPU | a CPU |")
+    # No internal identifiers: every headline is in words.
+    assert "_" not in text.split("## Serving")[0].replace("`loadtests/memory.py`", "")
 
 
 def test_main_writes_the_report_and_fails_if_a_section_did_not_run(
