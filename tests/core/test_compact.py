@@ -120,7 +120,7 @@ def test_randomized_rounding_is_unbiased_and_reproducible() -> None:
     other, _ = randomness(ids, step=18)
     assert np.array_equal(r_weight, again) and not np.array_equal(r_weight, other)
     for r in (r_weight, r_n):
-        assert 0.0 <= r.min() and r.max() < 1.0
+        assert r.min() >= 0.0 and r.max() < 1.0
     # 0.3 of a step: rounded up 30% of the time. The mean of 200,000 Bernoulli(0.3) draws has
     # a standard deviation of 0.001; 0.005 is five of them.
     weights = round_weight(np.full(len(ids), 0.3 * 2.0**-13), r_weight)
@@ -155,8 +155,8 @@ def reference(name: str, rows: int = 2000) -> tuple[Array, Array]:
     for t in range(rows):
         one = examples_of(batch, t, t + 1)
         at = np.searchsorted(features.ids, one.ids)
-        s = 0.0
-        for w_i, x_i in zip(rule.weights(state[at], t, params).tolist(), one.values.tolist()):
+        w, s = rule.weights(state[at], t, params), 0.0
+        for w_i, x_i in zip(w.tolist(), one.values.tolist(), strict=True):
             s += w_i * x_i
         p = 1.0 / (1.0 + math.exp(-min(max(s, -LOGIT_CLIP), LOGIT_CLIP)))
         g = (p - one.labels[0]) * one.values
