@@ -304,6 +304,7 @@ def _quantize(rule: int, state: Array, i: int, feature: np.uint64, step: int, p:
 @_inlined
 def _learn(
     rule: int,
+    compact: bool,
     p: Array,
     state: Array,
     t: int,
@@ -313,11 +314,10 @@ def _learn(
     values: Array,
     labels: Array,
     ids: NDArray[np.uint64],
-    compact: bool,
 ) -> tuple[Array, Array]:
-    """:func:`learn_examples` for one ``rule``, a constant once inlined there, so that the
-    compiler drops the other rules' branches from the loop: several times faster than testing
-    ``rule`` for every feature."""
+    """:func:`learn_examples` for one ``rule`` and encoding (``compact``), constants once
+    inlined there, so that the compiler drops the other rules' branches from the loop: several
+    times faster than testing ``rule`` for every feature."""
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
@@ -356,16 +356,21 @@ def learn_examples(
     with ``compact``, each updated row is then rounded as ``compact.CompactCodec.quantize``
     (``ids`` are the rows' feature ids, which seed its randomness).
     """
+    if compact:  # a constant in each branch, as the rule: the float64 loop never tests it
+        if rule == FTRL:
+            return _learn(FTRL, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+        # L1-SGD, the only other rule with a compact form (learn_sequential checks it)
+        return _learn(L1SGD, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == FTRL:
-        return _learn(FTRL, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact)
+        return _learn(FTRL, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == RDA:
-        return _learn(RDA, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact)
+        return _learn(RDA, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == FOBOS:
-        return _learn(FOBOS, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact)
+        return _learn(FOBOS, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == TG:
-        return _learn(TG, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact)
+        return _learn(TG, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == TRUNCATION:
         return _learn(
-            TRUNCATION, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact
+            TRUNCATION, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids
         )
-    return _learn(L1SGD, p, state, t, logit_clip, indptr, inverse, values, labels, ids, compact)
+    return _learn(L1SGD, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
