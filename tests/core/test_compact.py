@@ -214,9 +214,8 @@ def test_compact_costs_little_log_loss_on_the_criteo_head(name: str) -> None:
     exact = learn_sequential(rule, params, start, 0, batch, features).losses.mean()
     compact = learn_sequential(rule, params, start, 0, batch, features, "compact").losses.mean()
     # Measured: 3.3e-6 (ftrl) and 1.3e-5 (l1sgd) relative. In a one-off variant of the numpy
-    # reference (not kept), FTRL with
-    # nearest instead of randomized rounding cost 1.5e-4, and z itself in q2.13 instead of
-    # eta z 0.13: the tolerance sits between.
+    # reference (not kept), FTRL with nearest instead of randomized rounding cost 1.5e-4, and
+    # z itself in q2.13 instead of eta z 0.13: the tolerance sits between.
     assert compact == pytest.approx(exact, rel=5e-5)
 
 
