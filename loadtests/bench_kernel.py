@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from loadtests.bench_replay import CRITEO, _rules
+from online_ctr.compact import ENCODINGS
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.learner import unique_features
 from online_ctr.readers import read_examples
@@ -57,7 +58,9 @@ def repeated(batch: Batch, examples: int) -> Batch:
     )
 
 
-def time_kernel(rule_name: str, batch: Batch, repeats: int) -> dict[str, Any]:
+def time_kernel(
+    rule_name: str, batch: Batch, repeats: int, encoding: str = "float64"
+) -> dict[str, Any]:
     """Median CPU and wall seconds of ``learn_sequential`` over the whole batch, from zeros."""
     rule = get_rule(rule_name)
     params, features = rule.params(), unique_features(batch)
@@ -68,12 +71,13 @@ def time_kernel(rule_name: str, batch: Batch, repeats: int) -> dict[str, Any]:
     for _ in range(repeats):
         state = rule.zeros(len(features.ids))
         started_cpu, started_wall = time.process_time(), time.perf_counter()
-        learned = learn_sequential(rule, params, state, 0, batch, features)
+        learned = learn_sequential(rule, params, state, 0, batch, features, encoding)
         cpu.append(time.process_time() - started_cpu)
         wall.append(time.perf_counter() - started_wall)
     seconds = statistics.median(cpu)
     return {
         "rule": rule_name,
+        "encoding": encoding,
         "examples": len(batch),
         "feature_updates": batch.occurrences(),
         "cpu_seconds": cpu,
@@ -121,6 +125,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--examples", type=int, default=200_000)
     parser.add_argument("--rules", type=_rules, default=sorted(RULES), help="all, or a list")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--encoding", choices=ENCODINGS, default="float64", help="the kernel's state encoding"
+    )
     parser.add_argument("--skip", choices=("kernel", "replay"), help="measure only the other")
     parser.add_argument("--source", type=Path, default=ROOT, help="checkout to replay from")
     parser.add_argument("--replay-flags", default="", help='e.g. "--batch-size 512"')
@@ -138,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         head = FeatureHasher().batch([x for x, _ in rows], [y for _, y in rows])
         batch = repeated(head, args.examples)
         for rule in args.rules:
-            kernel.append(time_kernel(rule, batch, args.repeats))
+            kernel.append(time_kernel(rule, batch, args.repeats, args.encoding))
             m = kernel[-1]
             print(
                 f"kernel {rule:<10} {m['feature_updates_per_cpu_second'] / 1e6:6.1f} M "

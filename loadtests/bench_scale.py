@@ -169,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report_dir = args.out.resolve().parent
     image = plot(scale, report_dir / "img" / "scale.png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(scale_report.render(scale, config, about, found, image, report_dir))
+    kept = scale_report.kept_sections(args.out.read_text()) if args.out.exists() else ""
+    args.out.write_text(scale_report.render(scale, config, about, found, image, report_dir, kept))
     print(f"report written to {args.out}, plot to {image}", file=sys.stderr)
     return 0
 

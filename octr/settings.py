@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from online_ctr.compact import RULES as COMPACT_RULES
 from online_ctr.rules import RULES, get_rule
 
 #: URL schemes redis-py connects with.
@@ -61,6 +62,11 @@ class Settings(BaseSettings):
     )
     state_shards: int = Field(
         64, description="Hash slots a model's state is spread over (a power of two, <= buckets)."
+    )
+    state_encoding: Literal["float64", "compact"] = Field(
+        "float64",
+        description="How a feature's state is stored: float64 (exact), or compact (4 bytes, "
+        "rounded as learned; ftrl and l1sgd).",
     )
     batch_size: int = Field(
         65_536, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
@@ -160,6 +166,16 @@ class Settings(BaseSettings):
             # The rules name their parameters as in the paper; name the variables instead.
             named = _VARIABLE_NAME.sub(lambda m: f"OCTR_{m[0].upper()}", str(error))
             raise ValueError(named) from None
+        return self
+
+    @model_validator(mode="after")
+    def _encoding_fits_rule(self) -> Settings:
+        if self.state_encoding == "compact" and self.rule not in COMPACT_RULES:
+            raise ValueError(
+                f"OCTR_STATE_ENCODING=compact supports OCTR_RULE {' and '.join(COMPACT_RULES)}, "
+                f"not {self.rule!r} (its state holds a step or an unscaled sum): unset "
+                "OCTR_STATE_ENCODING or choose one of those rules"
+            )
         return self
 
     @model_validator(mode="after")

@@ -33,6 +33,16 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 
 FTRL, RDA, FOBOS, TG, TRUNCATION, L1SGD = range(6)
 
+# The compact encoding's constants (online_ctr.compact), as globals numba folds in.
+_FRACTION, _WEIGHT_MIN, _WEIGHT_MAX = 8192.0, -32768.0, 32767.0
+_N_MANTISSA, _N_LINEAR, _N_BIAS, _N_MAX = 1024, 2.0**-33, 24, 65535
+_GOLDEN, _MIX1, _MIX2 = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+)
+_S11, _S22, _S27, _S30, _S31 = (np.uint64(s) for s in (11, 22, 27, 30, 31))
+
 #: Per rule name: the kernel's code, and the hyper-parameters in the order ``p`` holds them.
 KERNELS: dict[str, tuple[int, tuple[str, ...]]] = {
     "ftrl": (FTRL, ("alpha", "beta", "l1", "l2")),
@@ -244,9 +254,62 @@ def _update(rule: int, state: Array, i: int, g: float, g2: float, t: float, p: A
         _l1sgd_update(state, i, g, g2, p)
 
 
+@_helper
+def _mix(x: np.uint64) -> np.uint64:
+    """``compact._mix``: SplitMix64's output function."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> _S30)) * _MIX1
+    x = (x ^ (x >> _S27)) * _MIX2
+    return x ^ (x >> _S31)
+
+
+@_helper
+def _round_weight(v: float, r: float) -> float:
+    """``compact.round_weight`` then ``weight_value``: ``v`` on the q2.13 grid."""
+    x = v * _FRACTION
+    if x != x:
+        x = 0.0
+    x = min(max(x, _WEIGHT_MIN), _WEIGHT_MAX)
+    code = min(max(float(math.floor(x + r)), _WEIGHT_MIN), _WEIGHT_MAX)
+    return code / _FRACTION
+
+
+@_helper
+def _round_n(n: float, r: float) -> float:
+    """``compact.round_n`` then ``n_value``: ``n`` on its 16-bit grid."""
+    if not n > 0.0:  # also nan
+        n = 0.0
+    if n == math.inf:
+        code = _N_MAX
+    elif n < _N_MANTISSA * _N_LINEAR:
+        code = math.floor(n / _N_LINEAR + r)
+    else:
+        mantissa, exponent = math.frexp(n)
+        fraction = (mantissa * 2.0 - 1.0) * _N_MANTISSA
+        code = (exponent - 1 + _N_BIAS) * _N_MANTISSA + math.floor(fraction + r)
+    code = min(code, _N_MAX)
+    if code < _N_MANTISSA:
+        return code * _N_LINEAR
+    high = code & (_N_MANTISSA - 1)
+    return math.ldexp(float(_N_MANTISSA + high), (code >> 10) - _N_BIAS - 10)
+
+
+@_helper
+def _quantize(rule: int, state: Array, i: int, feature: np.uint64, step: int, p: Array) -> None:
+    """``compact.CompactCodec.quantize`` of row ``i``, just updated as ``step``."""
+    h = _mix(feature ^ _mix(np.uint64(step)))
+    r_weight = float(h >> _S11) * 2.0**-53
+    r_n = float(_mix(h) >> _S22) * 2.0**-42
+    n = _round_n(state[i, 1], r_n)
+    scale = _rate(n, p[0], p[1]) if rule == FTRL else 1.0
+    state[i, 0] = _round_weight(state[i, 0] * scale, r_weight) / scale
+    state[i, 1] = n
+
+
 @_inlined
 def _learn(
     rule: int,
+    compact: bool,
     p: Array,
     state: Array,
     t: int,
@@ -255,10 +318,11 @@ def _learn(
     inverse: NDArray[np.intp],
     values: Array,
     labels: Array,
+    ids: NDArray[np.uint64],
 ) -> tuple[Array, Array]:
-    """:func:`learn_examples` for one ``rule``, a constant once inlined there, so that the
-    compiler drops the other rules' branches from the loop: several times faster than testing
-    ``rule`` for every feature."""
+    """:func:`learn_examples` for one ``rule`` and encoding (``compact``), constants once
+    inlined there, so that the compiler drops the other rules' branches from the loop: several
+    times faster than testing ``rule`` for every feature."""
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
@@ -273,6 +337,8 @@ def _learn(
         for k in range(indptr[j], indptr[j + 1]):
             g = residual * values[k]
             _update(rule, state, inverse[k], g, g * g, step + 1.0, p)
+            if compact:
+                _quantize(rule, state, inverse[k], ids[inverse[k]], t + j + 1, p)
     return logits, probabilities
 
 
@@ -287,18 +353,29 @@ def learn_examples(
     inverse: NDArray[np.intp],
     values: Array,
     labels: Array,
+    ids: NDArray[np.uint64],
+    compact: bool,
 ) -> tuple[Array, Array]:
     """Predict then learn each example in turn, updating ``state`` in place; returns the
-    logits (unclipped) and probabilities. Mirrors ``learner.score`` and ``rule.update`` at B = 1.
+    logits (unclipped) and probabilities. Mirrors ``learner.score`` and ``rule.update`` at B = 1;
+    with ``compact``, each updated row is then rounded as ``compact.CompactCodec.quantize``
+    (``ids`` are the rows' feature ids, which seed its randomness).
     """
+    if compact:  # a constant in each branch, as the rule: the float64 loop never tests it
+        if rule == FTRL:
+            return _learn(FTRL, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+        # L1-SGD, the only other rule with a compact form (learn_sequential checks it)
+        return _learn(L1SGD, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == FTRL:
-        return _learn(FTRL, p, state, t, logit_clip, indptr, inverse, values, labels)
+        return _learn(FTRL, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == RDA:
-        return _learn(RDA, p, state, t, logit_clip, indptr, inverse, values, labels)
+        return _learn(RDA, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == FOBOS:
-        return _learn(FOBOS, p, state, t, logit_clip, indptr, inverse, values, labels)
+        return _learn(FOBOS, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == TG:
-        return _learn(TG, p, state, t, logit_clip, indptr, inverse, values, labels)
+        return _learn(TG, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
     if rule == TRUNCATION:
-        return _learn(TRUNCATION, p, state, t, logit_clip, indptr, inverse, values, labels)
-    return _learn(L1SGD, p, state, t, logit_clip, indptr, inverse, values, labels)
+        return _learn(
+            TRUNCATION, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids
+        )
+    return _learn(L1SGD, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)

@@ -5,6 +5,7 @@ occurrence count. The Redis store keeps exactly the same rows, so the two can be
 It learns example by example (:func:`~online_ctr.sequential.learn_sequential`), whatever the
 size of the batches it is given; ``minibatch=True`` opts into the summed-gradient mini-batch
 of :func:`~online_ctr.learner.learn` instead, where a batch's size is part of the math.
+``encoding="compact"`` rounds the state as the service's compact encoding stores it.
 
 >>> from online_ctr.features import FeatureHasher
 >>> from online_ctr.rules import get_rule
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.compact import check_encoding
 from online_ctr.features import Batch
 from online_ctr.learner import Features, learn, logits, sigmoid, unique_features
 from online_ctr.rules.base import Array, Rule
@@ -33,10 +35,20 @@ from online_ctr.table import StateTable
 class InMemoryModel:
     """State held in a :class:`~online_ctr.table.StateTable`: rule fields, then the count."""
 
-    def __init__(self, rule: Rule, params: Any = None, minibatch: bool = False) -> None:
+    def __init__(
+        self,
+        rule: Rule,
+        params: Any = None,
+        minibatch: bool = False,
+        encoding: str = "float64",
+    ) -> None:
+        check_encoding(encoding, rule.name)
+        if minibatch and encoding != "float64":
+            raise ValueError("the compact encoding rounds every update: use it without minibatch")
         self.rule = rule
         self.params = rule.params() if params is None else params
         self.minibatch = minibatch
+        self.encoding = encoding
         self.t = 0
         self.table = StateTable(width=len(rule.fields) + 1)
 
@@ -67,7 +79,9 @@ class InMemoryModel:
     def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:
         """One example at a time, or the whole batch from its start with ``minibatch``."""
         if not self.minibatch:
-            return learn_sequential(self.rule, self.params, state, self.t, batch, features)
+            return learn_sequential(
+                self.rule, self.params, state, self.t, batch, features, self.encoding
+            )
         step = learn(self.rule, self.params, state, self.t, batch, features)
         return Learned(step.logits, step.probabilities, step.losses, step.state, step.counts)
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from online_ctr import grouping, kernels
+from online_ctr.compact import check_encoding
 from online_ctr.features import Batch
 from online_ctr.learner import LOGIT_CLIP, Features, log_loss
 from online_ctr.rules.base import Array, Rule
@@ -66,10 +67,19 @@ class Learned:
 
 
 def learn_sequential(
-    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+    rule: Rule,
+    params: Any,
+    state: Array,
+    t: int,
+    batch: Batch,
+    features: Features,
+    encoding: str = "float64",
 ) -> Learned:
     """Learn ``batch`` one example at a time, starting from ``state`` (the rule's fields for
-    ``features.ids``) as at step ``t``; ``state`` itself is left as it was."""
+    ``features.ids``) as at step ``t``; ``state`` itself is left as it was. With the
+    ``compact`` ``encoding`` each update is rounded to what that encoding stores
+    (:mod:`online_ctr.compact`)."""
+    check_encoding(encoding, rule.name)
     code, p = _kernel(rule, params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
     _check_shapes(rule, new_state, batch, features)
@@ -84,6 +94,8 @@ def learn_sequential(
         np.ascontiguousarray(features.inverse, dtype=np.intp),
         np.ascontiguousarray(batch.values, dtype=np.float64),
         labels,
+        np.ascontiguousarray(features.ids, dtype=np.uint64),
+        encoding == "compact",
     )
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Learned(logits, probabilities, log_loss(probabilities, labels), new_state, counts)

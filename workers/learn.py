@@ -55,7 +55,7 @@ async def learn_group(
     features = unique_features(batch)
     rows = await cached_rows(store, cache, features.ids)
     before = cache.state(rows)
-    learned = learn_sequential(spec.rule, spec.params, before, t, batch, features)
+    learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
     change = StateChange(

@@ -4,7 +4,15 @@ A feature id's low ``log2(buckets)`` bits pick its bucket, the bucket's low ``lo
 bits its shard, and the rest of the id, ``field_bytes`` little-endian bytes, names its field in
 the bucket's hash. Dropping the bucket bits from the field keeps every stored byte useful:
 at 2^18 buckets a 64-bit id needs 6 bytes of field. The value is the rule's state fields as
-little-endian float64, exactly what the learner computed.
+little-endian float64, exactly what the learner computed; or, with the compact encoding
+(:mod:`online_ctr.compact`), 4 bytes: the weight-bearing value's q2.13 code (``<i2``), then
+``n``'s code (``<u2``), which the learner already rounded its state to, so they are exact too.
+
+In a listpack-encoded hash an entry costs its bytes plus about 2, and a bucket stays a
+listpack while it has at most ``hash-max-listpack-entries`` (128) fields and no value over
+``hash-max-listpack-value`` (64) bytes: so a feature costs a field of ``field_bytes + 2``, a
+value of ``value_bytes + 2`` and its share of the bucket key's overhead. Listpack's integer
+encodings would save nothing here: a 24-bit integer takes 5 bytes, as a 3-byte string does.
 
 A *record* as the Lua scripts take it is ``u32 bucket | field`` (reads) or
 ``u32 bucket | field | value`` (writes), grouped by shard and sorted by bucket within one.
@@ -16,6 +24,9 @@ A *record* as the Lua scripts take it is ``u32 bucket | field`` (reads) or
 >>> runs = layout.records(ids, np.array([[1.0, 2.0], [3.0, 4.0]]))
 >>> [(shard, len(blob)) for shard, blob in runs]
 [(0, 28), (1, 28)]
+>>> compact = Layout(1 << 4, 4, 64, 2, CompactCodec("ftrl", alpha=0.1, beta=1.0))
+>>> compact.value_bytes, compact.values(compact.records(ids[:1], np.zeros((1, 2)))[0][1][12:], 1)
+(4, array([[0., 0.]]))
 """
 
 from __future__ import annotations
@@ -26,18 +37,22 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.compact import CompactCodec
+
 Array = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class Layout:
     """The state layout of a model: bucket and shard counts (powers of two), the bits of a
-    feature id, and the float64 state values per feature."""
+    feature id, the state values per feature, and the compact codec if the model uses it
+    (else the values are float64)."""
 
     buckets: int
     shards: int
     id_bits: int
     width: int
+    compact: CompactCodec | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("buckets", self.buckets), ("shards", self.shards)):
@@ -57,7 +72,7 @@ class Layout:
 
     @property
     def value_bytes(self) -> int:
-        return 8 * self.width
+        return 4 if self.compact else 8 * self.width
 
     def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.uint32]:
         return (ids & np.uint64(self.buckets - 1)).astype(np.uint32)
@@ -94,9 +109,22 @@ class Layout:
 
     def records(self, ids: NDArray[np.uint64], state: Array) -> list[tuple[int, bytes]]:
         """Write records per shard for ``ids`` and their ``state`` rows."""
-        values = np.ascontiguousarray(state, dtype="<f8").view(np.uint8)
+        values = self.encode(state)
         return [(s, blob) for s, blob, _ in self._runs(ids, [values])]
+
+    def encode(self, state: Array) -> NDArray[np.uint8]:
+        """Each state row as its ``value_bytes`` bytes."""
+        if self.compact is None:
+            return np.ascontiguousarray(state, dtype="<f8").view(np.uint8)
+        weights, n = self.compact.codes(np.asarray(state, np.float64).reshape(-1, 2))
+        codes = np.empty((len(n), 2), "<u2")
+        codes[:, 0] = weights.astype("<i2").view("<u2")
+        codes[:, 1] = n
+        return codes.view(np.uint8)
 
     def values(self, blob: bytes, count: int) -> Array:
         """State rows from ``count`` values back to back (as the read script returns them)."""
-        return np.frombuffer(blob, "<f8", count * self.width).reshape(count, self.width)
+        if self.compact is None:
+            return np.frombuffer(blob, "<f8", count * self.width).reshape(count, self.width)
+        codes = np.frombuffer(blob, "<u2", count * 2).reshape(count, 2)
+        return self.compact.state(codes[:, 0].view("<i2").astype(np.int64), codes[:, 1])

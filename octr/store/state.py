@@ -22,6 +22,7 @@ from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
+from online_ctr.compact import CompactCodec, check_encoding
 from online_ctr.rules import Rule, get_rule
 from online_ctr.rules.base import Array
 
@@ -32,7 +33,8 @@ class ModelMismatchError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a model is: its rule, hyper-parameters, feature hashing and state layout."""
+    """What a model is: its rule, hyper-parameters, feature hashing, state layout and the
+    encoding of its state (``float64``, or ``compact``: see :mod:`online_ctr.compact`)."""
 
     name: str
     rule: Rule
@@ -40,6 +42,10 @@ class ModelSpec:
     hash_bits: int | None
     buckets: int
     shards: int = 64
+    encoding: str = "float64"
+
+    def __post_init__(self) -> None:
+        check_encoding(self.encoding, self.rule.name)
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
@@ -49,6 +55,7 @@ class ModelSpec:
             "hash_bits": str(self.hash_bits or 64),
             "buckets": str(self.buckets),
             "shards": str(self.shards),
+            "encoding": self.encoding,
             "fields": ",".join(self.rule.fields),
         }
 
@@ -59,7 +66,10 @@ class ModelSpec:
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.buckets, self.shards, self.hash_bits or 64, self.width)
+        compact = (
+            CompactCodec.of(self.rule.name, self.params) if self.encoding == "compact" else None
+        )
+        return Layout(self.buckets, self.shards, self.hash_bits or 64, self.width, compact)
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,9 @@ class ModelStore:
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
-        stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
+        # Models created before the setting existed store float64 and say nothing of it.
+        stored_spec = {"encoding": "float64"}
+        stored_spec.update({_text(k): _text(v) for k, v in stored.items() if _text(k) in described})
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
@@ -188,7 +200,7 @@ def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
     for spec in (old, new):
         spec.update({k: str(v) for k, v in json.loads(spec.pop("params", "{}")).items()})
         spec.pop("fields", None)
-    names = {"buckets": "state_buckets", "shards": "state_shards"}
+    names = {"buckets": "state_buckets", "shards": "state_shards", "encoding": "state_encoding"}
     differ = ", ".join(
         f"OCTR_{names.get(key, key).upper()}={new.get(key, 'unset')} "
         f"(stored: {old.get(key, 'unset')})"
@@ -203,7 +215,13 @@ def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
 
 
 def spec_from(
-    name: str, rule_name: str, params: Any, hash_bits: int | None, buckets: int, shards: int = 64
+    name: str,
+    rule_name: str,
+    params: Any,
+    hash_bits: int | None,
+    buckets: int,
+    shards: int = 64,
+    encoding: str = "float64",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
-    return ModelSpec(name, get_rule(rule_name), params, hash_bits, buckets, shards)
+    return ModelSpec(name, get_rule(rule_name), params, hash_bits, buckets, shards, encoding)

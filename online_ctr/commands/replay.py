@@ -16,6 +16,7 @@ from typing import Any
 
 from online_ctr import columnar
 from online_ctr.commands.args import add_data_arguments, fail, integer, resolve_format
+from online_ctr.compact import ENCODINGS
 from online_ctr.detect import FormatError
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.model import InMemoryModel
@@ -76,6 +77,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="learn summed-gradient mini-batches of --batch-size examples, each predicted with "
         "the weights at its start: a different algorithm, which drifts as the size grows",
     )
+    parser.add_argument(
+        "--encoding",
+        choices=ENCODINGS,
+        default="float64",
+        help="how the state is stored: float64, or compact (4 bytes a feature, rounded after "
+        "each update as OCTR_STATE_ENCODING=compact stores it; ftrl and l1sgd); default: float64",
+    )
     parser.add_argument("--passes", type=integer(1), default=1, help="replay the file P times")
     parser.set_defaults(func=run)
 
@@ -105,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
         given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
         params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
         hasher = FeatureHasher(hash_bits=args.hash_bits)
-    except ValueError as error:  # unknown flags for the rule, or values it refuses
+        model = InMemoryModel(rule, params, args.minibatch, args.encoding)
+    except ValueError as error:  # unknown flags for the rule, values it refuses, --encoding
         return fail("replay", str(error), status=2)
     try:
         resolve_format(args)
         warm_up(rule, params)  # compiled code loaded now: startup, not the timed replay
-        result = _replay_file(args, InMemoryModel(rule, params, args.minibatch), hasher)
+        result = _replay_file(args, model, hasher)
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
     print(json.dumps(_output(args, result), allow_nan=False))
@@ -184,6 +193,7 @@ def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
         "format": args.format,
         "passes": args.passes,
         "minibatch": args.minibatch,
+        "encoding": args.encoding,
     }
     return {
         **result.as_dict(),

@@ -220,3 +220,37 @@ def test_either_reader_gives_the_same_replay(
         outputs.append(last_json(capsys))
     by_columns, by_rows = ({k: v for k, v in o.items() if k not in SPEED} for o in outputs)
     assert by_columns == by_rows  # the same batches, so the same metrics to the last bit
+
+
+def test_the_compact_encoding_is_what_the_service_would_store(
+    criteo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(criteo, "--format", "criteo", "--limit", 1500, "--encoding", "compact") == 0
+    compact = last_json(capsys)
+    assert run(criteo, "--format", "criteo", "--limit", 1500) == 0
+    exact = last_json(capsys)
+    assert (compact["encoding"], exact["encoding"]) == ("compact", "float64")
+    rule = get_rule("ftrl")
+    model = InMemoryModel(rule, rule.params(), encoding="compact")
+    direct = replay(read_examples(criteo, "criteo", 1500), model, FeatureHasher(), 16_384)
+    for key in ("logloss", "auc", "nonzero_weights", "features_tracked"):
+        assert compact[key] == getattr(direct, key), key
+    assert compact["logloss"] != exact["logloss"]
+    assert compact["logloss"] == pytest.approx(exact["logloss"], rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--rule", "rda"], "the compact state encoding supports the rules ftrl and l1sgd, not"),
+        (["--minibatch"], "the compact encoding rounds every update: use it without minibatch"),
+    ],
+)
+def test_the_compact_encoding_refuses_what_it_cannot_do(
+    criteo: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert run(criteo, "--encoding", "compact", *flags) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"online-ctr replay: error: {message}")
+    assert captured.err.count("\n") == 1

@@ -9,9 +9,13 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
 
 from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
+from online_ctr.replay import replay
+from online_ctr.rules import get_rule
 from service.embedded import RedisServer
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
@@ -120,3 +124,31 @@ def test_redis_outage_gives_503_then_recovers_and_loses_nothing(
         for url in service.worker_metrics_urls
     )
     assert learned == len(accepted)
+
+
+def test_a_compact_service_predicts_what_the_compact_replay_learned(
+    redis_url: str, start_service: Any
+) -> None:
+    rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
+    service = start_service(redis_url, OCTR_STATE_ENCODING="compact", OCTR_BATCH_SIZE="512")
+    for start in range(0, len(rows), 250):
+        assert learn(service, rows[start : start + 250]).status_code == 202
+    wait_until(lambda: model(service)["global_step"] == len(rows), what="the worker to learn")
+
+    rule = get_rule("ftrl")
+    replayed = InMemoryModel(rule, rule.params(), encoding="compact")
+    result = replay(rows, replayed, FeatureHasher(), batch_size=1)
+    info = model(service)
+    assert info["nonzero_weights"] == result.nonzero_weights
+    assert info["features_tracked"] == result.features_tracked
+    # Redis sums the log losses in its own order (see tests/workers/test_worker_matches_replay).
+    assert info["progressive_logloss"] == pytest.approx(result.logloss, rel=1e-12)
+    hasher = FeatureHasher()
+    for x, _ in rows[:50]:
+        served = httpx.post(f"{service.api_url}/predict", json={"features": x}).json()
+        assert served["probability"] == replayed.predict(hasher.batch([x]))[0]
+    # Compact values in Redis: 4 bytes each.
+    client = Redis.from_url(redis_url)
+    key = next(client.scan_iter(match="octr:{default/*}:b:*", count=1000))
+    assert {len(value) for value in client.hgetall(key).values()} == {4}
+    client.close()

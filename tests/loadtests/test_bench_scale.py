@@ -115,3 +115,13 @@ def test_quick_run_reports_every_figure(
     assert f"`{tool}`" in report or f"({tool})" in report
     image = out.parent / "img" / "scale.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+
+
+def test_a_new_report_keeps_the_sections_other_commands_wrote() -> None:
+    previous = (
+        "# Benchmark\n\nold\n\n## Figures at each size\n\n| a |\n\n"
+        "## Compact state encoding\n\n| compact | table |\n\nCommand: `x`.\n"
+    )
+    kept = scale_report.kept_sections(previous)
+    assert kept == "## Compact state encoding\n\n| compact | table |\n\nCommand: `x`."
+    assert scale_report.kept_sections("# Benchmark\n\n## Method\n\ntext\n") == ""

@@ -53,3 +53,16 @@ def test_an_unreadable_password_file_is_named(tmp_path: Path) -> None:
 def test_the_layout_settings_are_checked(values: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         Settings(**values)
+
+
+def test_the_compact_encoding_is_refused_for_rules_without_a_compact_form() -> None:
+    assert Settings(state_encoding="compact", rule="l1sgd").state_encoding == "compact"
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "OCTR_STATE_ENCODING=compact supports OCTR_RULE ftrl and l1sgd, not 'fobos'"
+        ),
+    ):
+        Settings(state_encoding="compact", rule="fobos")
+    with pytest.raises(ValueError, match="float64"):
+        Settings(state_encoding="half")

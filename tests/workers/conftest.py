@@ -31,11 +31,17 @@ async def make_store(redis_url: str) -> AsyncIterator[MakeStore]:
     clients: list[aioredis.Redis] = []
 
     async def make(
-        rule: str = "ftrl", buckets: int = 64, name: str = "default", shards: int = 8, **params: Any
+        rule: str = "ftrl",
+        buckets: int = 64,
+        name: str = "default",
+        shards: int = 8,
+        encoding: str = "float64",
+        **params: Any,
     ) -> ModelStore:
         client = aioredis.Redis.from_url(redis_url)
         clients.append(client)
-        spec = spec_from(name, rule, get_rule(rule).params(**params), None, buckets, shards)
+        params_ = get_rule(rule).params(**params)
+        spec = spec_from(name, rule, params_, None, buckets, shards, encoding)
         store = ModelStore(client, spec)
         await store.ensure()
         return store
@@ -77,7 +83,8 @@ async def scan_state(store: ModelStore) -> dict[int, np.ndarray]:
             high = int.from_bytes(field, "little")
             feature = (high << layout.bucket_bits) | bucket
             assert feature not in rows, "a feature is stored twice"
-            rows[feature] = np.frombuffer(value, "<f8").copy()
+            assert len(value) == layout.value_bytes
+            rows[feature] = layout.values(value, 1)[0]
     return rows
 
 

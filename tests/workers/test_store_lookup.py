@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from octr.store.state import ModelMismatchError
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
@@ -66,3 +67,32 @@ async def test_a_large_commit_goes_out_in_several_calls_and_every_shard_applies_
     read = await store.shards.read(ids)
     np.testing.assert_array_equal(read.state, state)
     assert read.stored.all()
+
+
+async def test_the_encoding_is_part_of_the_model(make_store: MakeStore) -> None:
+    store = await make_store("ftrl", encoding="compact")
+    assert (await store.redis.hget(store.keys.meta, "encoding")) == b"compact"
+    with pytest.raises(
+        ModelMismatchError, match=r"OCTR_STATE_ENCODING=float64 \(stored: compact\)"
+    ):
+        await make_store("ftrl")
+    # A model created before the setting existed says nothing of it: it is float64.
+    other = await make_store("ftrl", name="older")
+    await other.redis.hdel(other.keys.meta, "encoding")
+    await make_store("ftrl", name="older")
+    with pytest.raises(
+        ModelMismatchError, match=r"OCTR_STATE_ENCODING=compact \(stored: float64\)"
+    ):
+        await make_store("ftrl", name="older", encoding="compact")
+
+
+async def test_a_compact_model_serves_the_weights_of_what_it_stored(make_store: MakeStore) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=64, encoding="compact")
+    await send(store, itertools.islice(read_examples(CRITEO, "criteo"), 1_500))
+    await make_worker(store, batch_size=100).run_until_idle()
+    stored = await scan_state(store)
+    ids = np.array(list(stored), dtype=np.uint64)
+    rows = np.array([stored[int(i)] for i in ids])
+    expected = store.spec.rule.weights(rows, 1_500, store.spec.params)
+    np.testing.assert_array_equal(await store.weights(ids), expected)
+    assert np.count_nonzero(expected) > 100

@@ -19,16 +19,21 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 async def check_matches_replay(
-    make_store: MakeStore, rule: str, rows: int, batch_size: int, per_entry: int = 1
+    make_store: MakeStore,
+    rule: str,
+    rows: int,
+    batch_size: int,
+    per_entry: int = 1,
+    encoding: str = "float64",
 ) -> None:
     examples = list(itertools.islice(read_examples(CRITEO, "criteo"), rows))
-    store = await make_store(rule)
+    store = await make_store(rule, encoding=encoding)
     await send(store, examples, per_entry=per_entry)
     worker = make_worker(store, batch_size=batch_size)
     await worker.run_until_idle()
 
     # The replay learns one example at a time whatever its batch size: 1 is the definition.
-    model = InMemoryModel(store.spec.rule, store.spec.params)
+    model = InMemoryModel(store.spec.rule, store.spec.params, encoding=encoding)
     result = replay(examples, model, FeatureHasher(), batch_size=1)
     info = await store.info()
     stored = await scan_state(store)
@@ -66,3 +71,21 @@ async def test_every_rule_worker_equals_replay_in_large_groups(
 ) -> None:
     # Entries of 7 examples, up to 500 examples learned per commit.
     await check_matches_replay(make_store, rule, rows=3_000, batch_size=500, per_entry=7)
+
+
+@pytest.mark.parametrize("batch_size", [1, 512, 8192])
+async def test_compact_ftrl_worker_equals_the_compact_replay_on_the_whole_criteo_file(
+    make_store: MakeStore, batch_size: int
+) -> None:
+    # The rounding is part of the learning: Redis holds exactly what the replay learned.
+    await check_matches_replay(
+        make_store, "ftrl", rows=10_000, batch_size=batch_size, encoding="compact"
+    )
+
+
+async def test_compact_l1sgd_worker_equals_the_compact_replay_in_large_groups(
+    make_store: MakeStore,
+) -> None:
+    await check_matches_replay(
+        make_store, "l1sgd", rows=3_000, batch_size=500, per_entry=7, encoding="compact"
+    )
