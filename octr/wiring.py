@@ -135,4 +135,6 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.hash_bits,
         settings.state_buckets,
         settings.state_shards,
+        settings.numeric,
+        settings.calibration,
     )

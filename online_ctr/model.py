@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.calibration import Calibration, Calibrator
 from online_ctr.features import Batch
 from online_ctr.learner import Features, learn, logits, sigmoid, unique_features
 from online_ctr.rules.base import Array, Rule
@@ -33,12 +34,22 @@ from online_ctr.table import StateTable
 class InMemoryModel:
     """State held in a :class:`~online_ctr.table.StateTable`: rule fields, then the count."""
 
-    def __init__(self, rule: Rule, params: Any = None, minibatch: bool = False) -> None:
+    def __init__(
+        self,
+        rule: Rule,
+        params: Any = None,
+        minibatch: bool = False,
+        calibration: Calibration = "off",
+    ) -> None:
         self.rule = rule
         self.params = rule.params() if params is None else params
         self.minibatch = minibatch
         self.t = 0
         self.table = StateTable(width=len(rule.fields) + 1)
+        #: With ``calibration="power"``: the calibration as the service's learner keeps it
+        #: (refitted after each batch), and the progressive metrics of the calibrated
+        #: predictions (each example's served with the fit from before its batch).
+        self.calibration = Calibrator() if calibration == "power" else None
 
     def state_of(self, ids: NDArray[np.uint64]) -> Array:
         """The rows (rule fields, then count) of ``ids``; zeros for unseen features."""
@@ -62,6 +73,8 @@ class InMemoryModel:
         data[rows, :-1] = learned.state
         data[rows, -1] += learned.counts
         self.t += len(batch)
+        if self.calibration is not None:
+            self.calibration.learn(learned.probabilities, batch.labels)
         return learned
 
     def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:

@@ -17,11 +17,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
+from online_ctr.calibration import Calibration, Histogram, PowerFit
+from online_ctr.numeric import Numeric
 from online_ctr.rules import Rule, get_rule
 from online_ctr.rules.base import Array
 
@@ -40,6 +43,8 @@ class ModelSpec:
     hash_bits: int | None
     buckets: int
     shards: int = 64
+    numeric: Numeric = "raw"
+    calibration: Calibration = "off"
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
@@ -50,6 +55,8 @@ class ModelSpec:
             "buckets": str(self.buckets),
             "shards": str(self.shards),
             "fields": ",".join(self.rule.fields),
+            "numeric": self.numeric,
+            "calibration": self.calibration,
         }
 
     @property
@@ -60,6 +67,15 @@ class ModelSpec:
     @property
     def layout(self) -> Layout:
         return Layout(self.buckets, self.shards, self.hash_bits or 64, self.width)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Features' weights as of now, their step sizes if asked for, and the calibration."""
+
+    weights: Array
+    rates: Array | None
+    fit: PowerFit | None
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,10 @@ class ModelInfo:
     def progressive_logloss(self) -> float | None:
         """Mean progressive log loss so far; None before any example."""
         return self.logloss_sum / self.t if self.t else None
+
+
+#: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
+_BEFORE_STORED = {"numeric": "raw", "calibration": "off"}
 
 
 def _text(value: bytes | str) -> str:
@@ -108,14 +128,29 @@ class ModelStore:
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
-        stored_spec = {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
+        stored_spec = {**_BEFORE_STORED, **{_text(k): _text(v) for k, v in stored.items()}}
+        stored_spec = {k: v for k, v in stored_spec.items() if k in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""
+        return (await self.serving(ids)).weights
+
+    async def serving(self, ids: NDArray[np.uint64], rates: bool = False) -> Serving:
+        """What scoring ``ids`` needs, from one read: their weights, with ``rates`` their
+        step sizes (for the uncertainty), and the calibration fit if the model has one."""
         rows = await self.shards.read(ids)
-        return self.spec.rule.weights(rows.state, rows.t, self.spec.params)
+        spec = self.spec
+        return Serving(
+            weights=spec.rule.weights(rows.state, rows.t, spec.params),
+            rates=spec.rule.rates(rows.state, rows.t, spec.params) if rates else None,
+            fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
+        )
+
+    async def calibration_histogram(self) -> Histogram:
+        """The histogram the stored calibration fit was fitted on (empty before any)."""
+        return decode_histogram(await self.redis.hget(self.keys.meta, HISTOGRAM_FIELD))
 
     async def info(self) -> ModelInfo:
         """The model's description and counters, read in one round trip."""
@@ -203,7 +238,15 @@ def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
 
 
 def spec_from(
-    name: str, rule_name: str, params: Any, hash_bits: int | None, buckets: int, shards: int = 64
+    name: str,
+    rule_name: str,
+    params: Any,
+    hash_bits: int | None,
+    buckets: int,
+    shards: int = 64,
+    numeric: Numeric = "raw",
+    calibration: Calibration = "off",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
-    return ModelSpec(name, get_rule(rule_name), params, hash_bits, buckets, shards)
+    rule = get_rule(rule_name)
+    return ModelSpec(name, rule, params, hash_bits, buckets, shards, numeric, calibration)
