@@ -128,8 +128,8 @@ class ModelStore:
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
-        stored_spec = {**_BEFORE_STORED, **{_text(k): _text(v) for k, v in stored.items()}}
-        stored_spec = {k: v for k, v in stored_spec.items() if k in described}
+        stored_spec = dict(_BEFORE_STORED)  # overridden by what a newer version stored
+        stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 

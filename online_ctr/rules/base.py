@@ -97,7 +97,7 @@ class Rule:
 
     ``rates(state, t, params)`` gives each feature's step size ``eta_i``: how far its weight
     can move per unit of gradient in the update after step ``t``. The uncertainty of a
-    prediction (:func:`uncertainty`, McMahan et al. 2013, section 6) is ``sum_i |x_i| eta_i``.
+    prediction (:func:`uncertainty`, McMahan et al. 2013, section 6) is ``sum_i x_i^2 eta_i``.
     """
 
     name: str
@@ -130,14 +130,19 @@ def per_coordinate_rates(state: Array, t: int, params: Any) -> Array:
 
 
 def uncertainty(rates: Array, rows: NDArray[np.int64], x: Array, examples: int) -> Array:
-    """Per example ``u = sum_i |x_i| eta_i`` over its (feature, value) pairs: ``rates`` per
-    pair, ``rows`` the example of each pair (McMahan et al. 2013, section 6: since
-    ``|g_i| = |p - y| |x_i| <= |x_i|``, a bound on how far the next update can move the logit).
+    """Per example ``u = sum_i x_i^2 eta_i`` over its (feature, value) pairs: ``rates`` per
+    pair, ``rows`` the example of each pair.
+
+    McMahan et al. 2013, section 6: the next update moves the logit by
+    ``|sum_i x_i eta_i g_i|``, and ``|g_i| = |p - y| |x_i| <= |x_i|``, so by at most
+    ``sum_i eta_i x_i^2``. For binary features (categories, log buckets: ``x_i = 1``) that is
+    the paper's ``sum_i eta_i |x_i|``; a raw number carries its ``x`` both in the gradient and
+    in the logit, hence the square.
 
     >>> uncertainty(np.array([0.1, 0.2, 0.5]), np.array([0, 0, 1]), np.array([1.0, -2.0, 1.0]), 2)
-    array([0.5, 0.5])
+    array([0.9, 0.5])
     """
-    u = np.bincount(rows, weights=np.abs(x) * rates, minlength=examples)
+    u = np.bincount(rows, weights=x * x * rates, minlength=examples)
     return np.asarray(u, dtype=np.float64)
 
 

@@ -12,7 +12,7 @@ is constant between touches, so the ``r`` rounds a feature missed shrink it by
 touch, ``n`` and ``t_last`` (the step of that touch). A mini-batch ending at step ``t`` is one
 touch at ``t``.
 
-Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i |x_i| eta_i`` with
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
 ``eta_i = alpha / (beta + sqrt(n_i))``, the size of the forward step per unit gradient (the
 soft threshold only shrinks a weight further).
 

@@ -9,10 +9,11 @@ State per feature: ``z`` and ``n``; the weight is never stored, it is a function
 and a gradient ``g`` updates ``sigma = (sqrt(n + g^2) - sqrt(n)) / alpha``,
 ``z += g - sigma w``, ``n += g^2``. Both updates are additions.
 
-Uncertainty (the paper's section 6): ``u(x) = sum_i |x_i| eta_i`` with the per-coordinate rate
-``eta_i = alpha / (beta + sqrt(n_i))``, a bound on how far the next update can move the logit.
-The paper writes it for ``beta = 0``, ``u(x) = alpha sum_i |x_i| / sqrt(n_i)``; with
-``beta > 0`` this is the rate the rule actually steps with. A never-seen feature with
+Uncertainty (the paper's section 6): ``u(x) = sum_i x_i^2 eta_i`` with the per-coordinate
+rate ``eta_i = alpha / (beta + sqrt(n_i))``, a bound on how far the next update can move the
+logit (exact for ``l1 = l2 = 0``, where FTRL is SGD with a rate at most ``eta_i``). The paper
+writes it for binary features and ``beta = 0``, ``u(x) = alpha sum_i |x_i| / sqrt(n_i)``;
+with ``beta > 0`` this is the rate the rule actually steps with. A never-seen feature with
 ``beta = 0`` has ``eta = alpha``: its first update moves its weight by exactly ``alpha``.
 
 >>> params = FTRLParams(alpha=0.1, beta=1.0, l1=1.0, l2=1.0)

@@ -9,7 +9,7 @@ example only:
 Its weights hover around zero but are rarely exactly zero, which is why the other rules exist.
 Untouched weights do not change. State: ``w``, ``n``.
 
-Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i |x_i| eta_i`` with
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
 ``eta_i = alpha / (beta + sqrt(n_i))`` (the step also moves by ``eta_i l1`` towards zero).
 
 >>> params = L1SGDParams(alpha=0.5, beta=1.0, l1=0.1)

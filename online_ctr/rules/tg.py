@@ -12,7 +12,7 @@ A feature absent for a while only meets truncation events: ``m`` of them shrink 
 inwards past zero). State per feature: ``w`` as of its last touch, ``n`` and ``t_last``.
 ``theta = inf`` and ``k = 1`` give L1-clipped SGD; ``k eta l1 = theta`` gives simple truncation.
 
-Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i |x_i| eta_i`` with
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
 ``eta_i = alpha / (beta + sqrt(n_i))``, the gradient step per unit gradient (truncation only
 shrinks a weight towards zero, which the bound does not count).
 

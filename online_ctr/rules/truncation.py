@@ -8,7 +8,7 @@ seed 001, 简单截断法), with per-coordinate rates ``eta_i = alpha / (beta + 
 ``T0`` is idempotent, so an absent feature is zeroed by the first event after its last touch
 if it is small enough, and otherwise never changes. State: ``w``, ``n``, ``t_last``.
 
-Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i |x_i| eta_i`` with
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
 ``eta_i = alpha / (beta + sqrt(n_i))``, the gradient step per unit gradient (a truncation event
 can also zero a weight of at most ``theta``, which the bound does not count).
 
