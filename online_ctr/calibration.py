@@ -16,7 +16,10 @@ log likelihood over the bins, each bin at its mean ``L = S / C``,
 
 with ``c`` the mean ``log p``, found by Newton's method from the identity (``a`` is
 ``log gamma`` with ``log p`` centred on ``c``, which keeps the two coordinates nearly
-orthogonal). The small ridge towards the identity keeps the fit finite before the first click.
+orthogonal), subject to ``kappa >= 0``: a negative ``kappa`` would turn the model's ranking
+upside down, so where the data say the predictions carry no signal the fit is a constant
+(``kappa = 0``). The small ridge towards the identity keeps the fit finite before the first
+click.
 At the optimum (up to that ridge) ``sum q = sum y`` over the stream: the expected/observed
 ratio is 1. The fit is a pure function of the histogram, so the worker (which refits at every
 commit) and the in-process replay agree. It weighs the whole stream alike: it does not forget.
@@ -103,12 +106,12 @@ class Histogram:
         centre = float(sum_log.sum() / count.sum())
         x = sum_log / count - centre
         objective = _Objective(x, count, clicks, np.array([centre, 1.0]))
-        theta = objective.identity  # log q = a + kappa x, x = log p centred
-        for _ in range(iterations):
-            theta, moved = objective.improve(theta)
-            if moved < 1e-12:
-                break
-        a, kappa = theta.tolist()
+        # log q = a + kappa x, x = log p centred; from the identity.
+        a, kappa = objective.maximize(objective.identity, iterations, free=2).tolist()
+        if kappa < 0:
+            # A negative kappa would serve the model's ranking upside down; the maximum with
+            # kappa >= 0 is then on kappa = 0 (the objective is concave): a constant CTR.
+            a, kappa = objective.maximize(np.array([a, 0.0]), iterations, free=1).tolist()
         return PowerFit(a - kappa * centre, kappa)
 
 
@@ -143,7 +146,16 @@ class _Objective:
         ridge = 0.5 * PRIOR * float(((theta - self.identity) ** 2).sum())
         return float((self.clicks * eta - self.count * _exp(eta)).sum()) - ridge
 
-    def improve(self, theta: Array) -> tuple[Array, float]:
+    def maximize(self, theta: Array, iterations: int, free: int) -> Array:
+        """Newton's method from ``theta`` over its first ``free`` coordinates (the others
+        stay as they are), until a step moves less than 1e-12."""
+        for _ in range(iterations):
+            theta, moved = self.improve(theta, free)
+            if moved < 1e-12:
+                break
+        return theta
+
+    def improve(self, theta: Array, free: int) -> tuple[Array, float]:
         """One Newton step, halved until the objective does not decrease; and its size."""
         mu = self.count * _exp(theta[0] + theta[1] * self.x)
         residual = self.clicks - mu
@@ -151,7 +163,9 @@ class _Objective:
         gradient -= PRIOR * (theta - self.identity)
         mx = float((mu * self.x).sum())
         hessian = np.array([[mu.sum(), mx], [mx, float((mu * self.x**2).sum())]])
-        step = np.linalg.solve(hessian + PRIOR * np.eye(2), gradient)  # concave: -H is PD
+        hessian += PRIOR * np.eye(2)  # concave: this (minus the Hessian) is positive definite
+        step = np.zeros(2)
+        step[:free] = np.linalg.solve(hessian[:free, :free], gradient[:free])
         start = self.value(theta)
         for _ in range(30):
             if self.value(theta + step) >= start:

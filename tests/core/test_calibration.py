@@ -92,6 +92,21 @@ def test_at_the_fit_the_expected_clicks_equal_the_observed() -> None:
     assert expected / y.sum() == pytest.approx(1.0, rel=5e-3)
 
 
+def test_kappa_never_turns_the_ranking_upside_down() -> None:
+    # Clicks more likely at lower p: the unconstrained fit would have kappa < 0.
+    p, _ = draws(20_000, 1.0, 1.0, seed=4)
+    rng = np.random.default_rng(5)
+    y = (rng.random(len(p)) < 0.004 / p).astype(np.float64)
+    histogram = Histogram.empty().add(p, y)
+    fit = histogram.fit()
+    assert fit.kappa == 0.0
+    # The constant is the penalized Poisson maximum over log gamma alone.
+    count = histogram.sums[0].sum()
+    centre = histogram.sums[2].sum() / count
+    gradient = y.sum() - count * fit.gamma - PRIOR * (fit.log_gamma - centre)
+    assert abs(gradient) < 1e-9 * y.sum()
+
+
 def test_no_clicks_yet_gives_a_finite_fit_and_empty_gives_the_identity() -> None:
     assert Histogram.empty().fit() == PowerFit()
     fit = Histogram.empty().add(np.full(100, 0.3), np.zeros(100)).fit()
