@@ -285,6 +285,12 @@ class ModelInfoResponse(BaseModel):
     )
     stream_lag: int = Field(description="Accepted /learn entries not applied yet.", examples=[3])
     dead_letters: int = Field(examples=[0])
+    numeric: str = Field(
+        description="How numbers enter the model (OCTR_NUMERIC).", examples=["log_bucket"]
+    )
+    calibration: str = Field(
+        description="Served probabilities' calibration (OCTR_CALIBRATION).", examples=["off"]
+    )
 
 
 class HealthResponse(BaseModel):

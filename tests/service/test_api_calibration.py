@@ -84,6 +84,13 @@ def test_predictions_are_calibrated_with_the_fit_the_learner_stored(
     # The logit stays the model's: uncalibrated, as the in-process model predicts it.
     np.testing.assert_allclose(sigmoid(logits), model.predict(hasher.batch(examples)), rtol=1e-12)
     assert not np.allclose(served, sigmoid(logits))
+    # The model's description reads past the histogram's bytes in the same hash.
+    info = client.get("/models/default").json()
+    assert (info["calibration"], info["numeric"], info["global_step"]) == (
+        "power",
+        "log_bucket",
+        300,
+    )
     plain.close()
 
 
