@@ -7,7 +7,8 @@ calibrated ones are each example's raw prediction through the fit made before it
 Calibration never changes what the model learns, so one run gives both columns. Printed per
 file, before and after: the expected/observed click ratio (``sum p / sum y``), the expected
 calibration error (ECE: predictions sorted and cut into 10 bins of equal count,
-``sum_bins |sum p - sum y| / N``) and the progressive log loss.
+``sum_bins |sum p - sum y| / N``) and the progressive log loss; and the time one refit of the
+final histogram takes (what the learner adds to each commit; wall clock, so noisy).
 
     .venv/bin/python -m loadtests.calibration                 # FTRL at its defaults
     .venv/bin/python -m loadtests.calibration --rule rda --batch-size 1000
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,8 @@ FILES: dict[str, str | None] = {
     "obd/obd_random_men.csv": "obd",
     "obd/obd_random_women.csv": "obd",
 }
+#: Refits of the final histogram timed (what the learner pays per commit), averaged.
+REFITS_TIMED = 50
 OBD_FIELDS = ("item_id", "position", "user_feature_0", "user_feature_1", "user_feature_2")
 OBD_FIELDS += ("user_feature_3",)
 
@@ -88,6 +92,7 @@ class Measured:
     calibrated: Scores
     gamma: float
     kappa: float
+    refit_ms: float
 
 
 def obd_rows(path: Path) -> Iterator[Row]:
@@ -118,6 +123,10 @@ def measure(path: Path, fmt: str | None, rule: str, batch_size: int) -> Measured
         served.append(fit.apply(raw_p[-1]))
         labels.append(batch.labels)
     p, q, y = np.concatenate(raw_p), np.concatenate(served), np.concatenate(labels)
+    started = time.perf_counter()
+    for _ in range(REFITS_TIMED):
+        calibration.histogram.fit()
+    refit_ms = (time.perf_counter() - started) / REFITS_TIMED * 1e3
     return Measured(
         name=path.name,
         examples=len(p),
@@ -126,12 +135,13 @@ def measure(path: Path, fmt: str | None, rule: str, batch_size: int) -> Measured
         calibrated=Scores.of(q, y),
         gamma=calibration.fit.gamma,
         kappa=calibration.fit.kappa,
+        refit_ms=refit_ms,
     )
 
 
 def report(results: list[Measured]) -> str:
     header = ["file", "examples", "clicks", "ratio raw", "ratio cal.", "ECE raw", "ECE cal."]
-    header += ["log loss raw", "log loss cal.", "gamma", "kappa"]
+    header += ["log loss raw", "log loss cal.", "gamma", "kappa", "refit ms"]
     rows = [
         [
             m.name,
@@ -145,6 +155,7 @@ def report(results: list[Measured]) -> str:
             m.calibrated.logloss,
             m.gamma,
             m.kappa,
+            m.refit_ms,
         ]
         for m in results
     ]
