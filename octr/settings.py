@@ -57,6 +57,14 @@ class Settings(BaseSettings):
     theta: float | None = Field(None, description="Truncation threshold (tg, truncation).")
     k: int | None = Field(None, description="Truncation period in steps (tg, truncation).")
     hash_bits: int | None = Field(None, ge=1, le=64, description="Hashing-trick bits; unset: 64.")
+    numeric: Literal["log_bucket", "raw"] = Field(
+        "log_bucket",
+        description="How a numeric value enters the model: log_bucket (the category "
+        "field=floor(ln(x)^2)) or raw (x times a weight).",
+    )
+    calibration: Literal["off", "power"] = Field(
+        "off", description="power: serve gamma * p^kappa, fitted online by the learner."
+    )
     state_buckets: int = Field(
         1 << 18, description="Redis hashes a model's state is spread over (a power of two)."
     )

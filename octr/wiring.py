@@ -136,4 +136,6 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.state_buckets,
         settings.state_shards,
         settings.state_encoding,
+        settings.numeric,
+        settings.calibration,
     )

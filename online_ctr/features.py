@@ -1,7 +1,9 @@
 """From examples (``field -> value`` mappings) to sparse batches of hashed feature ids.
 
-A string value is the categorical feature ``field=value`` (x = 1); a finite number is the
-numeric feature ``field`` (x = value, and x = 0 is simply absent); a list of strings is one
+A string value is the categorical feature ``field=value`` (x = 1); a finite number is, with
+``numeric="raw"``, the numeric feature ``field`` (x = value, and x = 0 is simply absent), and
+with ``numeric="log_bucket"`` the categorical feature ``field=b`` with ``b`` its
+:func:`~online_ctr.numeric.log_bucket` (:mod:`online_ctr.numeric`); a list of strings is one
 categorical feature per string. The bias feature, named ``""`` so that no field can produce
 it, is in every example. A feature id is the first 8 bytes of BLAKE2b of the feature's UTF-8
 name, read little-endian: the same on every machine and in every process (never ``hash()``),
@@ -16,6 +18,9 @@ example, through a repeated list item or a hash collision, have their values sum
 [2.0, 1.0]
 >>> bool(batch.ids[0] == hasher.id(BIAS) == batch.ids[3])
 True
+>>> bucketed = FeatureHasher(numeric="log_bucket").batch([{"hour": 14}])
+>>> bucketed.values.tolist(), bool(bucketed.ids[1] == hasher.id("hour=6"))
+([1.0, 1.0], True)
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from itertools import chain
 
 import numpy as np
 from numpy.typing import NDArray
+
+from online_ctr.numeric import Numeric, check_numeric, log_bucket
 
 #: The name of the bias feature: empty, so that no ``field`` or ``field=value`` can collide.
 BIAS = ""
@@ -71,7 +78,8 @@ class Batch:
 
 @dataclass
 class FeatureHasher:
-    """Turns examples into :class:`Batch` objects; ``hash_bits=None`` keeps the full 64 bits.
+    """Turns examples into :class:`Batch` objects; ``hash_bits=None`` keeps the full 64 bits,
+    ``numeric`` says how numbers are taken (:mod:`online_ctr.numeric`).
 
     Each distinct name is hashed once and remembered (up to a bound), so a batch
     hashes each distinct string at most once, and a batch whose names were all seen before
@@ -79,11 +87,13 @@ class FeatureHasher:
     """
 
     hash_bits: int | None = None
+    numeric: Numeric = "raw"
     _known: dict[object, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.hash_bits is not None and not 1 <= self.hash_bits <= 64:
             raise ValueError(f"hash_bits must be between 1 and 64, got {self.hash_bits}")
+        check_numeric(self.numeric)
         self._bias = self._signed_id(BIAS)
 
     def id(self, name: str) -> int:
@@ -149,7 +159,9 @@ class FeatureHasher:
                 ids.append(self._cached_id(name, value))
             elif isinstance(value, int | float):
                 x = _numeric(name, value)
-                if x != 0.0:
+                if self.numeric == "log_bucket":
+                    ids.append(self._bucket_id(name, value, x))
+                elif x != 0.0:
                     numeric[len(ids)] = x
                     ids.append(self._cached_id(name, None))
             else:
@@ -170,6 +182,13 @@ class FeatureHasher:
                 self._known.clear()
             key = self._signed_id(name if value is None else f"{name}={value}")
             self._known[name, value] = key
+        return key
+
+    def _bucket_id(self, name: str, value: float, x: float) -> int:
+        """The id of ``name=log_bucket(x)``, remembered under ``(name, value)`` so that the
+        next batch with this number takes the fast path (its x is 1, as that path assumes)."""
+        key = self._cached_id(name, str(log_bucket(value if isinstance(value, int) else x)))
+        self._known[name, value] = key
         return key
 
 

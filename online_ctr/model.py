@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.calibration import Calibration, Calibrator
 from online_ctr.compact import check_encoding
 from online_ctr.features import Batch
 from online_ctr.learner import Features, learn, logits, sigmoid, unique_features
@@ -41,6 +42,7 @@ class InMemoryModel:
         params: Any = None,
         minibatch: bool = False,
         encoding: str = "float64",
+        calibration: Calibration = "off",
     ) -> None:
         check_encoding(encoding, rule.name)
         if minibatch and encoding != "float64":
@@ -51,6 +53,10 @@ class InMemoryModel:
         self.encoding = encoding
         self.t = 0
         self.table = StateTable(width=len(rule.fields) + 1)
+        #: With ``calibration="power"``: the calibration as the service's learner keeps it
+        #: (refitted after each batch), and the progressive metrics of the calibrated
+        #: predictions (each example's served with the fit from before its batch).
+        self.calibration = Calibrator() if calibration == "power" else None
 
     def state_of(self, ids: NDArray[np.uint64]) -> Array:
         """The rows (rule fields, then count) of ``ids``; zeros for unseen features."""
@@ -74,6 +80,8 @@ class InMemoryModel:
         data[rows, :-1] = learned.state
         data[rows, -1] += learned.counts
         self.t += len(batch)
+        if self.calibration is not None:
+            self.calibration.learn(learned.probabilities, batch.labels)
         return learned
 
     def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:

@@ -7,8 +7,9 @@ Empty fields are absent. Labels are the ints 0 and 1. Formats:
 - ``criteo``: the Kaggle TSV (no header, ``label, I1..I13, C1..C26``) or the same columns as
   CSV with that header (DeepCTR's sample, counts written as ``260.0``), told apart by the first
   line. A count ``x`` becomes the categorical ``I{j}=b`` with ``b = floor(ln(x)^2)`` for
-  ``x > 2`` and ``b = x`` otherwise, as in the challenge's winning solution (team "3 Idiots",
-  Juan et al.): counts are heavy-tailed, and the buckets grow ever wider.
+  ``x > 2`` and ``b = x`` for -2 to 2, as in the challenge's winning solution (team "3 Idiots",
+  Juan et al.): counts are heavy-tailed, and the buckets grow ever wider. It is
+  :func:`online_ctr.numeric.log_bucket`, which the service applies to numeric values too.
 - ``avazu``: the Kaggle CSV with its header; every column but ``id`` and ``click`` is
   categorical, with ``hour`` (``YYMMDDHH``) reduced to the hour of day.
 - ``libfm``: ``label idx:val ...``, each token the numeric feature ``idx`` with ``x = val``.
@@ -33,6 +34,8 @@ from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from online_ctr.numeric import log_bucket
 
 Value = str | float
 Row = tuple[dict[str, Value], int]
@@ -65,7 +68,8 @@ class _Bad(ValueError):
 
 
 def criteo_bucket(text: str) -> str:
-    """The categorical value of a Criteo count: ``floor(ln(x)^2)`` if ``x > 2``, else ``x``.
+    """The categorical value of a Criteo count: :func:`~online_ctr.numeric.log_bucket`, which
+    is ``floor(ln(x)^2)`` if ``x > 2`` and ``x`` itself for the counts -2 to 2.
 
     >>> [criteo_bucket(t) for t in ("-1", "2", "3", "1382", "260.0")]
     ['-1', '2', '1', '52', '30']
@@ -74,7 +78,7 @@ def criteo_bucket(text: str) -> str:
         x = int(text)
     except ValueError:
         x = _integral_float(text)
-    return str(int(math.log(x) ** 2)) if x > 2 else str(x)
+    return str(log_bucket(x))
 
 
 def _integral_float(text: str) -> int:

@@ -20,6 +20,7 @@ from octr.metrics import Metrics
 from octr.store.commits import Commit
 from octr.store.lease import Lease
 from octr.store.state import ModelStore
+from online_ctr.calibration import Histogram
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
@@ -54,6 +55,8 @@ class Worker:
         self.stream = FeedbackStream(store)
         self.cache = StateCache(store.spec.width, config.cache_features)
         self.version = (0, "")
+        #: The calibration's histogram as of ``version``; None for a model without one.
+        self.histogram: Histogram | None = None
         self.committer = Committer(store, self.cache, self.lease)
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
@@ -133,6 +136,8 @@ class Worker:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0
         self.version = await self.store.version()
+        if self.store.spec.calibration == "power":
+            self.histogram = await self.store.calibration_histogram()
         self._recovered = True
         logger.info(
             "worker %s leads model %r at step %d",
@@ -188,7 +193,7 @@ class Worker:
         await self.committer.trim_cache()
         try:
             learning = await learn_group(
-                self.store, self.cache, group.batch, group.entry_ids, self.version
+                self.store, self.cache, group.batch, group.entry_ids, self.version, self.histogram
             )
         except (RedisError, OSError):
             raise
@@ -202,6 +207,7 @@ class Worker:
             self._refused(commit)
             return
         self.version = (commit.t, self.version[1])
+        self.histogram = learning.histogram
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group.examples, commit, learning.change.logloss_sum, started)
 

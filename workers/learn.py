@@ -7,13 +7,15 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
+from octr.store.calibration import encode_fit, encode_histogram
 from octr.store.commits import StateChange
 from octr.store.state import ModelStore
+from online_ctr.calibration import Histogram
 from online_ctr.features import Batch
 from online_ctr.learner import unique_features
 from online_ctr.nonzero import nonzero_change
@@ -28,6 +30,7 @@ class Learning:
     change: StateChange
     rows: NDArray[np.intp]
     learned: Learned
+    histogram: Histogram | None = None
 
 
 async def cached_rows(
@@ -48,8 +51,10 @@ async def learn_group(
     batch: Batch,
     entries: list[str],
     version: tuple[int, str],
+    histogram: Histogram | None = None,
 ) -> Learning:
-    """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch)."""
+    """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
+    with the calibration's ``histogram`` as of that step, refit the calibration too."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -71,4 +76,10 @@ async def learn_group(
         stable_delta=nonzero.stable_delta,
         tracked_delta=int((~cache.stored(rows)).sum()),
     )
-    return Learning(change, rows, learned)
+    if histogram is None:
+        return Learning(change, rows, learned)
+    # The histogram takes the group's progressive predictions in stream order, so it is the
+    # same at any group size; the fit is a pure function of it.
+    histogram = histogram.add(learned.probabilities, batch.labels)
+    calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
+    return Learning(replace(change, calibration=calibration), rows, learned, histogram)

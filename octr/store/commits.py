@@ -38,6 +38,9 @@ class StateChange:
     entering_steps: Array
     stable_delta: int
     tracked_delta: int
+    #: The calibration refitted over the group (:mod:`octr.store.calibration`), if any:
+    #: the fit's text and the histogram's bytes.
+    calibration: tuple[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class CommitLog:
         commit every shard has applied, whose redo entries can go."""
         keys = self.keys
         redo = [part for shard, blob in change.runs for part in (f"s{shard}", blob)]
+        fit, histogram = change.calibration or ("", b"")
         reply = await self.scripts.finalize(
             keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo],
             args=[
@@ -84,6 +88,8 @@ class CommitLog:
                 change.stable_delta,
                 change.tracked_delta,
                 applied_through,
+                fit,
+                histogram,
                 *redo,
             ],
         )

@@ -7,8 +7,10 @@
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
---       tracked, 12 the last commit every shard has applied ('0': none to trim), then pairs
---       (redo field 's<shard>', that shard's records) for the redo entry.
+--       tracked, 12 the last commit every shard has applied ('0': none to trim), 13 the
+--       calibration fit refitted over the group ('': the model has none), 14 the histogram
+--       it was fitted on, then pairs (redo field 's<shard>', that shard's records) for the
+--       redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}.
 local meta, stream, expiry, failures, redo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
@@ -32,7 +34,7 @@ end
 
 local seq = redis.call('HINCRBY', meta, 'seq', 1)
 local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(fields)) end
 if ARGV[12] ~= '0' then redis.call('XTRIM', redo, 'MINID', tonumber(ARGV[12]) + 1) end
 
@@ -51,6 +53,9 @@ each_chunk(scored, 1000, 'ZADD', expiry)
 local new_t = t + tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))
 redis.call('HSET', meta, 't', string.format('%.17g', new_t))
+if ARGV[13] ~= '' then
+  redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])
+end
 local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])

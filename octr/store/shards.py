@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
+from octr.store.calibration import FIT_FIELD
 from octr.store.keys import ModelKeys
 from octr.store.layout import Array, Layout
 from octr.store.scripts import Scripts
@@ -34,11 +35,13 @@ CALL_BYTES = 1 << 17
 @dataclass(frozen=True)
 class Rows:
     """Features' state as stored: one row per id (zeros if never stored), which are stored,
-    and the model's step ``t`` read in the same round trip (the state is at least as new)."""
+    and the model's step ``t`` and calibration fit (its stored text, None if none) read in
+    the same command of the same round trip (the state is at least as new)."""
 
     state: Array
     stored: NDArray[np.bool_]
     t: int
+    calibration_fit: bytes | None = None
 
 
 class StateShards:
@@ -80,12 +83,12 @@ class StateShards:
         self, script: Any, head: list[Any], calls: list[Runs], step: bool = False
     ) -> list[Any]:
         """One script call per group of shards, in one pipeline; with ``step``, the model's
-        step first."""
+        step and calibration fit first (one HMGET)."""
         if self.one_shard_per_call:
             return await self._run_on_cluster(script, head, calls, step)
         async with self.redis.pipeline(transaction=False) as pipe:
             if step:
-                pipe.hget(self.keys.meta, "t")
+                pipe.hmget(self.keys.meta, "t", FIT_FIELD)
             for runs in calls:
                 keys, args = self._keys_args(runs)
                 await script(keys=keys, args=head + args, client=pipe)
@@ -98,7 +101,7 @@ class StateShards:
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 if step:
-                    pipe.hget(self.keys.meta, "t")
+                    pipe.hmget(self.keys.meta, "t", FIT_FIELD)
                 for keys, args in called:
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
                 replies = list(await pipe.execute(raise_on_error=False))
@@ -124,12 +127,12 @@ class StateShards:
         stored = np.zeros(len(ids), dtype=bool)
         calls = self._calls([(shard, blob) for shard, blob, _ in lookups])
         head = [layout.field_bytes, layout.value_bytes]
-        t, *replies = await self._run(self.scripts.read, head, calls, step=True)
+        (t, fit), *replies = await self._run(self.scripts.read, head, calls, step=True)
         replies = [part for reply in replies for part in reply]
         for (_, _, rows), values, flags in zip(lookups, replies[::2], replies[1::2], strict=True):
             state[rows] = layout.values(values, len(rows))
             stored[rows] = np.frombuffer(flags, np.uint8).astype(bool)
-        return Rows(state, stored, int(t or 0))
+        return Rows(state, stored, int(t or 0), fit)
 
     async def apply(self, seq: int, runs: Runs) -> None:
         """Apply commit ``seq``'s records to their shards (a no-op where already applied)."""

@@ -17,12 +17,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
+from online_ctr.calibration import Calibration, Histogram, PowerFit
 from online_ctr.compact import CompactCodec, check_encoding
+from online_ctr.numeric import Numeric
 from online_ctr.rules import Rule, get_rule
 from online_ctr.rules.base import Array
 
@@ -43,6 +46,8 @@ class ModelSpec:
     buckets: int
     shards: int = 64
     encoding: str = "float64"
+    numeric: Numeric = "raw"
+    calibration: Calibration = "off"
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -57,6 +62,8 @@ class ModelSpec:
             "shards": str(self.shards),
             "encoding": self.encoding,
             "fields": ",".join(self.rule.fields),
+            "numeric": self.numeric,
+            "calibration": self.calibration,
         }
 
     @property
@@ -73,6 +80,15 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """Features' weights as of now, their step sizes if asked for, and the calibration."""
+
+    weights: Array
+    rates: Array | None
+    fit: PowerFit | None
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """A model's description and counters, as ``GET /models/{name}`` reports them."""
 
@@ -86,11 +102,20 @@ class ModelInfo:
     logloss_sum: float
     stream_lag: int
     dead_letters: int
+    numeric: str = "raw"
+    calibration: str = "off"
 
     @property
     def progressive_logloss(self) -> float | None:
         """Mean progressive log loss so far; None before any example."""
         return self.logloss_sum / self.t if self.t else None
+
+
+#: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
+_BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64"}
+#: The meta hash's fields ``info`` reports.
+_COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
+_INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
 
 
 def _text(value: bytes | str) -> str:
@@ -118,26 +143,40 @@ class ModelStore:
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
-        # Models created before the setting existed store float64 and say nothing of it.
-        stored_spec = {"encoding": "float64"}
-        stored_spec.update({_text(k): _text(v) for k, v in stored.items() if _text(k) in described})
+        stored_spec = dict(_BEFORE_STORED)  # overridden by what a newer version stored
+        stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""
+        return (await self.serving(ids)).weights
+
+    async def serving(self, ids: NDArray[np.uint64], rates: bool = False) -> Serving:
+        """What scoring ``ids`` needs, from one read: their weights, with ``rates`` their
+        step sizes (for the uncertainty), and the calibration fit if the model has one."""
         rows = await self.shards.read(ids)
-        return self.spec.rule.weights(rows.state, rows.t, self.spec.params)
+        spec = self.spec
+        return Serving(
+            weights=spec.rule.weights(rows.state, rows.t, spec.params),
+            rates=spec.rule.rates(rows.state, rows.t, spec.params) if rates else None,
+            fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
+        )
+
+    async def calibration_histogram(self) -> Histogram:
+        """The histogram the stored calibration fit was fitted on (empty before any)."""
+        return decode_histogram(await self.redis.hget(self.keys.meta, HISTOGRAM_FIELD))
 
     async def info(self) -> ModelInfo:
         """The model's description and counters, read in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(self.keys.meta)
+            pipe.hmget(self.keys.meta, *_INFO_FIELDS)  # not the histogram: bytes, 16.8 kB
             pipe.zcard(self.keys.expiry)
             pipe.xlen(self.keys.stream)
             pipe.xlen(self.keys.dead)
             raw, expiring, lag, dead = await pipe.execute()
-        meta = {_text(k): _text(v) for k, v in raw.items()}
+        stored = {k: _text(v) for k, v in zip(_INFO_FIELDS, raw, strict=True) if v is not None}
+        meta = _BEFORE_STORED | stored
         return ModelInfo(
             name=self.spec.name,
             rule=meta.get("rule", self.spec.rule.name),
@@ -149,6 +188,8 @@ class ModelStore:
             logloss_sum=float(meta.get("logloss_sum", 0.0)),
             stream_lag=int(lag),
             dead_letters=int(dead),
+            numeric=meta["numeric"],
+            calibration=meta["calibration"],
         )
 
     async def version(self) -> tuple[int, str]:
@@ -222,6 +263,9 @@ def spec_from(
     buckets: int,
     shards: int = 64,
     encoding: str = "float64",
+    numeric: Numeric = "raw",
+    calibration: Calibration = "off",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
-    return ModelSpec(name, get_rule(rule_name), params, hash_bits, buckets, shards, encoding)
+    rule = get_rule(rule_name)
+    return ModelSpec(name, rule, params, hash_bits, buckets, shards, encoding, numeric, calibration)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from online_ctr.detect import detect_format
+from online_ctr.numeric import NUMERIC_HANDLINGS
 from online_ctr.readers import FORMATS
 
 
@@ -38,7 +39,8 @@ def number(low: float) -> Callable[[str], float]:
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """FILE, --format, --limit and --hash-bits: which examples to read and how to hash them."""
+    """FILE, --format, --limit, --hash-bits and --numeric: which examples to read and how to
+    turn them into features."""
     parser.add_argument("file", type=Path, help="the click log")
     parser.add_argument(
         "--format",
@@ -48,6 +50,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=integer(0), help="read only the first N examples")
     parser.add_argument("--hash-bits", type=integer(1), help="hashing-trick bits; default 64")
+    parser.add_argument(
+        "--numeric",
+        choices=NUMERIC_HANDLINGS,
+        default=NUMERIC_HANDLINGS[0],
+        help="how a numeric value enters the model, as OCTR_NUMERIC in the service: log_bucket "
+        "(the category field=floor(ln(x)^2)) or raw (x times a weight); default: log_bucket",
+    )
 
 
 def resolve_format(args: argparse.Namespace) -> None:

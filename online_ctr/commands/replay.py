@@ -15,6 +15,7 @@ from itertools import chain, islice
 from typing import Any
 
 from online_ctr import columnar
+from online_ctr.calibration import CALIBRATIONS, Calibrator
 from online_ctr.commands.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.compact import ENCODINGS
 from online_ctr.detect import FormatError
@@ -85,6 +86,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "each update as OCTR_STATE_ENCODING=compact stores it; ftrl and l1sgd); default: float64",
     )
     parser.add_argument("--passes", type=integer(1), default=1, help="replay the file P times")
+    parser.add_argument(
+        "--calibration",
+        choices=CALIBRATIONS,
+        default=CALIBRATIONS[0],
+        help="power: fit gamma * p^kappa online as OCTR_CALIBRATION=power does, refitted after "
+        "every --batch-size examples (the service refits at every commit), and report the "
+        "calibrated predictions' metrics too; default: off",
+    )
     parser.set_defaults(func=run)
 
 
@@ -112,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
         rule = get_rule(args.rule)
         given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
         params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
-        hasher = FeatureHasher(hash_bits=args.hash_bits)
-        model = InMemoryModel(rule, params, args.minibatch, args.encoding)
+        hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
+        model = InMemoryModel(
+            rule, params, args.minibatch, encoding=args.encoding, calibration=args.calibration
+        )
     except ValueError as error:  # unknown flags for the rule, values it refuses, --encoding
         return fail("replay", str(error), status=2)
     try:
@@ -122,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         result = _replay_file(args, model, hasher)
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
-    print(json.dumps(_output(args, result), allow_nan=False))
+    print(json.dumps(_output(args, result, model.calibration), allow_nan=False))
     warning = sparsity_warning(result)
     if warning:
         print(f"online-ctr replay: warning: {warning}", file=sys.stderr)
@@ -185,7 +196,9 @@ def _replay_file(
     return result
 
 
-def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
+def _output(
+    args: argparse.Namespace, result: ReplayResult, calibration: Calibrator | None
+) -> dict[str, Any]:
     """The JSON object: the result and how it was produced; infinities become strings."""
     params = {k: v if math.isfinite(v) else str(v) for k, v in result.params.items()}
     run_info = {
@@ -201,5 +214,18 @@ def _output(args: argparse.Namespace, result: ReplayResult) -> dict[str, Any]:
         **run_info,
         "limit": args.limit,
         "hash_bits": args.hash_bits,
+        "numeric": args.numeric,
+        "calibrated": None if calibration is None else _calibrated(calibration),
         "timed": TIMED,
+    }
+
+
+def _calibrated(calibration: Calibrator) -> dict[str, Any]:
+    """The calibrated predictions' progressive metrics, and the final fit."""
+    report = calibration.metrics.report()
+    return {
+        "logloss": report.logloss,
+        "calibration": report.calibration,
+        "gamma": calibration.fit.gamma,
+        "kappa": calibration.fit.kappa,
     }

@@ -63,7 +63,7 @@ def fraction(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     """Read the file, fit, and print the JSON result; returns the exit status."""
     try:
-        hasher = FeatureHasher(hash_bits=args.hash_bits)
+        hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
     except ValueError as error:  # hash bits above 64
         return fail("train-batch", str(error), status=2)
     start = time.perf_counter()
@@ -124,6 +124,7 @@ def _output(
         "format": args.format,
         "limit": args.limit,
         "hash_bits": args.hash_bits,
+        "numeric": args.numeric,
         "max_iter": args.max_iter,
         "tol": args.tol,
         "holdout": args.holdout,

@@ -81,18 +81,23 @@ class AdaptiveL1Params(AdaptiveRateParams):
 
 
 WeightsFn = Callable[[Array, Step, Any], Array]
+RatesFn = Callable[[Array, int, Any], Array]
 UpdateFn = Callable[[Array, Array, Array, int, Any], Array]
 ExpiryFn = Callable[[Array, int, Any], Array]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A learning rule: its state layout, hyper-parameter class and three pure functions.
+    """A learning rule: its state layout, hyper-parameter class and four pure functions.
 
     ``expiry(state, t, params)`` gives, for each feature whose weight at step ``t`` is nonzero,
     the first step ``s > t`` at which its weight is exactly zero if the feature is not touched
     again (``inf`` if never). Untouched weights only ever move towards zero in every rule here,
     so this is what an exact nonzero-weight count needs to know.
+
+    ``rates(state, t, params)`` gives each feature's step size ``eta_i``: how far its weight
+    can move per unit of gradient in the update after step ``t``. The uncertainty of a
+    prediction (:func:`uncertainty`, McMahan et al. 2013, section 6) is ``sum_i x_i^2 eta_i``.
     """
 
     name: str
@@ -102,6 +107,7 @@ class Rule:
     weights: WeightsFn
     update: UpdateFn
     expiry: ExpiryFn
+    rates: RatesFn
 
     def params(self, **values: float) -> Any:
         """Build this rule's hyper-parameters, ignoring names the rule does not use."""
@@ -111,6 +117,33 @@ class Rule:
     def zeros(self, k: int) -> Array:
         """The state of ``k`` features never seen before."""
         return np.zeros((k, len(self.fields)))
+
+
+def per_coordinate_rates(state: Array, t: int, params: Any) -> Array:
+    """``alpha / (beta + sqrt(n))`` of :func:`adaptive_rate`, for rules whose state keeps
+    ``n`` (the sum of squared gradients) in its second column.
+
+    >>> per_coordinate_rates(np.array([[0.3, 0.0], [-1.0, 9.0]]), 5, AdaptiveRateParams())
+    array([0.1  , 0.025])
+    """
+    return adaptive_rate(state[:, 1], params.alpha, params.beta)
+
+
+def uncertainty(rates: Array, rows: NDArray[np.int64], x: Array, examples: int) -> Array:
+    """Per example ``u = sum_i x_i^2 eta_i`` over its (feature, value) pairs: ``rates`` per
+    pair, ``rows`` the example of each pair.
+
+    McMahan et al. 2013, section 6: the next update moves the logit by
+    ``|sum_i x_i eta_i g_i|``, and ``|g_i| = |p - y| |x_i| <= |x_i|``, so by at most
+    ``sum_i eta_i x_i^2``. For binary features (categories, log buckets: ``x_i = 1``) that is
+    the paper's ``sum_i eta_i |x_i|``; a raw number carries its ``x`` both in the gradient and
+    in the logit, hence the square.
+
+    >>> uncertainty(np.array([0.1, 0.2, 0.5]), np.array([0, 0, 1]), np.array([1.0, -2.0, 1.0]), 2)
+    array([0.9, 0.5])
+    """
+    u = np.bincount(rows, weights=x * x * rates, minlength=examples)
+    return np.asarray(u, dtype=np.float64)
 
 
 def never_expires(state: Array, t: int, params: Any) -> Array:

@@ -12,6 +12,10 @@ is constant between touches, so the ``r`` rounds a feature missed shrink it by
 touch, ``n`` and ``t_last`` (the step of that touch). A mini-batch ending at step ``t`` is one
 touch at ``t``.
 
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
+``eta_i = alpha / (beta + sqrt(n_i))``, the size of the forward step per unit gradient (the
+soft threshold only shrinks a weight further).
+
 >>> params = FOBOSParams(alpha=0.5, beta=1.0, l1=0.1)
 >>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
 >>> state
@@ -36,6 +40,7 @@ from online_ctr.rules.base import (
     Step,
     adaptive_rate,
     first_zero_step,
+    per_coordinate_rates,
     soft_threshold,
 )
 
@@ -83,4 +88,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=expiry,
+    rates=per_coordinate_rates,
 )

@@ -9,6 +9,13 @@ State per feature: ``z`` and ``n``; the weight is never stored, it is a function
 and a gradient ``g`` updates ``sigma = (sqrt(n + g^2) - sqrt(n)) / alpha``,
 ``z += g - sigma w``, ``n += g^2``. Both updates are additions.
 
+Uncertainty (the paper's section 6): ``u(x) = sum_i x_i^2 eta_i`` with the per-coordinate
+rate ``eta_i = alpha / (beta + sqrt(n_i))``, a bound on how far the next update can move the
+logit (exact for ``l1 = l2 = 0``, where FTRL is SGD with a rate at most ``eta_i``). The paper
+writes it for binary features and ``beta = 0``, ``u(x) = alpha sum_i |x_i| / sqrt(n_i)``;
+with ``beta > 0`` this is the rate the rule actually steps with. A never-seen feature with
+``beta = 0`` has ``eta = alpha``: its first update moves its weight by exactly ``alpha``.
+
 >>> params = FTRLParams(alpha=0.1, beta=1.0, l1=1.0, l2=1.0)
 >>> state = update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 1, params)
 >>> state
@@ -16,6 +23,8 @@ array([[-3.  ,  9.  ],
        [ 0.5 ,  0.25]])
 >>> weights(state, 1, params)
 array([0.04878049, 0.        ])
+>>> rates(state, 1, params)  # alpha / (beta + sqrt(n))
+array([0.025     , 0.06666667])
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from online_ctr.rules.base import Array, Rule, Step, never_expires, require
+from online_ctr.rules.base import Array, Rule, Step, adaptive_rate, never_expires, require
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,14 @@ def update(state: Array, g: Array, g2: Array, t: int, params: FTRLParams) -> Arr
     return np.column_stack((z + g - sigma * weights(state, t, params), n + g2))
 
 
+def rates(state: Array, t: int, params: FTRLParams) -> Array:
+    """``alpha / (beta + sqrt(n))``; ``alpha`` where that divides by zero (``beta = n = 0``)."""
+    n = state[:, 1]
+    with np.errstate(divide="ignore"):
+        eta = adaptive_rate(n, params.alpha, params.beta)
+    return np.where(params.beta + np.sqrt(n) > 0, eta, params.alpha)
+
+
 RULE = Rule(
     name="ftrl",
     title="FTRL-Proximal (McMahan et al. 2013)",
@@ -68,4 +85,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=never_expires,
+    rates=rates,
 )

@@ -9,6 +9,9 @@ example only:
 Its weights hover around zero but are rarely exactly zero, which is why the other rules exist.
 Untouched weights do not change. State: ``w``, ``n``.
 
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
+``eta_i = alpha / (beta + sqrt(n_i))`` (the step also moves by ``eta_i l1`` towards zero).
+
 >>> params = L1SGDParams(alpha=0.5, beta=1.0, l1=0.1)
 >>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
 >>> update(state, np.array([0.0]), np.array([0.0]), 2, params)
@@ -28,6 +31,7 @@ from online_ctr.rules.base import (
     Step,
     adaptive_rate,
     never_expires,
+    per_coordinate_rates,
 )
 
 
@@ -57,4 +61,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=never_expires,
+    rates=per_coordinate_rates,
 )

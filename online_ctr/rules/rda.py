@@ -11,12 +11,19 @@ average gradient ``gbar = z / t``:
 The threshold is on the *average* gradient and does not decay, so RDA is the sparsest of the
 family; and since ``t`` grows on every example, an untouched weight can still become zero.
 
+Uncertainty: RDA has no per-coordinate rate; the analogue of FTRL's ``eta_i`` is how far the
+next update (step ``t + 1``) moves a weight per unit of gradient, ``1 / (gamma sqrt(t + 1))``
+(``z`` gains ``g``, divided by ``gamma sqrt(t + 1)``; the soft threshold only shrinks that),
+the same for every feature.
+
 >>> params = RDAParams(l1=0.1, gamma=1.0)
 >>> state = update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 4, params)
 >>> weights(state, 4, params)
 array([ 1.3 , -0.05])
 >>> expiry(state, 4, params)
 array([30.,  5.])
+>>> rates(state, 3, params)  # 1 / (gamma sqrt(4))
+array([0.5, 0.5])
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ def expiry(state: Array, t: int, params: RDAParams) -> Array:
     return first_zero_step(weights, state, t, params, estimate)
 
 
+def rates(state: Array, t: int, params: RDAParams) -> Array:
+    """``1 / (gamma sqrt(t + 1))`` for every feature: the next update's step per unit gradient."""
+    return np.full(state.shape[0], 1.0 / (params.gamma * np.sqrt(t + 1.0)))
+
+
 RULE = Rule(
     name="rda",
     title="L1-RDA (Xiao 2010)",
@@ -69,4 +81,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=expiry,
+    rates=rates,
 )

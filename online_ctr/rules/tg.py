@@ -12,6 +12,10 @@ A feature absent for a while only meets truncation events: ``m`` of them shrink 
 inwards past zero). State per feature: ``w`` as of its last touch, ``n`` and ``t_last``.
 ``theta = inf`` and ``k = 1`` give L1-clipped SGD; ``k eta l1 = theta`` gives simple truncation.
 
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
+``eta_i = alpha / (beta + sqrt(n_i))``, the gradient step per unit gradient (truncation only
+shrinks a weight towards zero, which the bound does not count).
+
 >>> params = TGParams(alpha=0.5, beta=1.0, l1=0.1, theta=1.0, k=2)
 >>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 2, params)
 >>> state
@@ -37,6 +41,7 @@ from online_ctr.rules.base import (
     Step,
     adaptive_rate,
     first_zero_step,
+    per_coordinate_rates,
     require,
     require_period,
     soft_threshold,
@@ -111,4 +116,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=expiry,
+    rates=per_coordinate_rates,
 )

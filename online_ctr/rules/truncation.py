@@ -8,6 +8,10 @@ seed 001, 简单截断法), with per-coordinate rates ``eta_i = alpha / (beta + 
 ``T0`` is idempotent, so an absent feature is zeroed by the first event after its last touch
 if it is small enough, and otherwise never changes. State: ``w``, ``n``, ``t_last``.
 
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
+``eta_i = alpha / (beta + sqrt(n_i))``, the gradient step per unit gradient (a truncation event
+can also zero a weight of at most ``theta``, which the bound does not count).
+
 >>> params = TruncationParams(alpha=0.5, beta=1.0, theta=0.3, k=2)
 >>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
 >>> weights(state, 1, params), weights(state, 2, params)
@@ -29,6 +33,7 @@ from online_ctr.rules.base import (
     Rule,
     Step,
     adaptive_rate,
+    per_coordinate_rates,
     require,
     require_period,
 )
@@ -96,4 +101,5 @@ RULE = Rule(
     weights=weights,
     update=update,
     expiry=expiry,
+    rates=per_coordinate_rates,
 )

@@ -95,14 +95,37 @@ FEATURES: dict[str, JsonValue] = {
 OTHER_FEATURES: dict[str, JsonValue] = {"site": "blog.example", "hour": 9.0}
 
 
-class PredictExample(BaseModel):
-    """One example to score."""
+#: The opt-in for McMahan et al.'s per-prediction uncertainty.
+Uncertainty = Annotated[
+    bool,
+    Strict(),
+    Field(
+        description="true: answer each prediction's `uncertainty` too, sum_i |x_i| eta_i, a "
+        "bound on how far the next update can move its logit (see the README)."
+    ),
+]
+
+
+class PredictItem(BaseModel):
+    """One example of a batch to score."""
 
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"features": FEATURES}]}
     )
-    single: ClassVar[bool] = True
     features: Features
+
+
+class PredictExample(PredictItem):
+    """One example to score."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"features": FEATURES}, {"features": FEATURES, "uncertainty": True}]
+        },
+    )
+    single: ClassVar[bool] = True
+    uncertainty: Uncertainty = False
 
     def rows(self) -> list[Example]:
         """The example's features, as a one-row list."""
@@ -119,7 +142,8 @@ class PredictBatch(BaseModel):
         },
     )
     single: ClassVar[bool] = False
-    examples: Annotated[list[PredictExample], Field(min_length=1)]
+    examples: Annotated[list[PredictItem], Field(min_length=1)]
+    uncertainty: Uncertainty = False
 
     def rows(self) -> list[Example]:
         """The examples' features, in order."""
@@ -195,17 +219,33 @@ LearnRequest = Annotated[
 PREDICT_REQUEST: TypeAdapter[PredictRequest] = TypeAdapter(PredictRequest)
 
 
+_CALIBRATED = (
+    "Whether `probability` is calibrated (OCTR_CALIBRATION=power: gamma * sigmoid(logit)^kappa "
+    "fitted online); false: it is sigmoid(logit)."
+)
+
+
 class Prediction(BaseModel):
-    """The model's click probability for one example, and its logit."""
+    """The click probability for one example, the model's logit and, if asked, uncertainty."""
 
     probability: float = Field(description="P(click), in (0, 1).", examples=[0.031])
-    logit: float = Field(description="log(p / (1 - p)), clipped to +-35.", examples=[-3.44])
+    logit: float = Field(
+        description="The model's score, before any calibration; sigmoid(logit) is the "
+        "uncalibrated probability.",
+        examples=[-3.44],
+    )
+    uncertainty: float | None = Field(
+        None,
+        description="With `uncertainty: true`: sum_i |x_i| eta_i over the example's features.",
+        examples=[0.27],
+    )
 
 
 class PredictResponse(Prediction):
     """The prediction for a single example."""
 
     model: str = Field(examples=["default"])
+    calibrated: bool = Field(description=_CALIBRATED, examples=[False])
 
 
 class PredictBatchResponse(BaseModel):
@@ -213,6 +253,7 @@ class PredictBatchResponse(BaseModel):
 
     predictions: list[Prediction]
     model: str = Field(examples=["default"])
+    calibrated: bool = Field(description=_CALIBRATED, examples=[False])
 
 
 class LearnResponse(BaseModel):
@@ -244,6 +285,12 @@ class ModelInfoResponse(BaseModel):
     )
     stream_lag: int = Field(description="Accepted /learn entries not applied yet.", examples=[3])
     dead_letters: int = Field(examples=[0])
+    numeric: str = Field(
+        description="How numbers enter the model (OCTR_NUMERIC).", examples=["log_bucket"]
+    )
+    calibration: str = Field(
+        description="Served probabilities' calibration (OCTR_CALIBRATION).", examples=["off"]
+    )
 
 
 class HealthResponse(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from octr.metrics import Metrics
 from octr.redis_types import RedisClient
@@ -20,6 +21,7 @@ from octr.store.state import ModelInfo, ModelStore
 from octr.wiring import model_spec
 from online_ctr.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learner import logits, sigmoid, unique_features
+from online_ctr.rules.base import uncertainty
 from service.api.coalesce import Coalescer
 from service.api.limits import Limits
 
@@ -29,10 +31,25 @@ logger = logging.getLogger(__name__)
 MAX_PASS_EXAMPLES = 4096
 #: Passes in flight at once: while Redis answers one, the next is hashed and sent.
 PASSES_IN_FLIGHT = 4
-#: Logits and probabilities of a request's examples, as plain floats (what JSON needs).
-Scores = tuple[list[float], list[float]]
-#: A request's examples, and whether any of their values is a list.
-Rows = tuple[Sequence[Example], bool]
+
+
+class Scores(NamedTuple):
+    """A request's answers, as plain floats (what JSON needs): per example the logit, the
+    served probability (calibrated if ``calibrated``) and, if asked, the uncertainty."""
+
+    logits: list[float]
+    probabilities: list[float]
+    uncertainties: list[float] | None
+    calibrated: bool
+
+
+class Rows(NamedTuple):
+    """A request's examples, whether any of their values is a list, and whether it asks
+    for the uncertainty."""
+
+    examples: Sequence[Example]
+    lists: bool
+    uncertainty: bool = False
 
 
 class ServedModel:
@@ -44,7 +61,7 @@ class ServedModel:
         self.store = ModelStore(redis, spec)
         self.feedback = FeedbackLog(redis, settings.model, settings.idempotency_window_s)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
-        self.hasher = FeatureHasher(settings.hash_bits)
+        self.hasher = FeatureHasher(settings.hash_bits, numeric=spec.numeric)
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
         self.max_heartbeat_age_s = settings.ready_max_heartbeat_age_s
         self.predictions = metrics.predictions.labels(self.name)
@@ -66,26 +83,36 @@ class ServedModel:
             self._ensured = True
             logger.info("model %r ready in Redis", self.name)
 
-    async def predict(self, rows: Sequence[Example], lists: bool) -> Scores:
+    async def predict(
+        self, rows: Sequence[Example], lists: bool, uncertainty: bool = False
+    ) -> Scores:
         """Logits and probabilities of the examples, with the weights as of now; ``lists``
-        says whether any value is a list.
+        says whether any value is a list; with ``uncertainty``, the uncertainty too.
 
         Concurrent requests are scored together (see :mod:`service.api.coalesce`).
         """
-        return await self._scorer.submit((rows, lists))
+        return await self._scorer.submit(Rows(rows, lists, uncertainty))
 
     async def _score(self, requests: list[Rows]) -> list[Scores]:
         """Score several requests' examples in one pass: one Redis read, one numpy pass."""
         await self.ensure()
         batch = self._hash(requests)
         features = unique_features(batch)
-        s = logits(batch, features, await self.store.weights(features.ids))
-        s_all, p_all = s.tolist(), sigmoid(s).tolist()
+        wanted = any(request.uncertainty for request in requests)
+        served = await self.store.serving(features.ids, rates=wanted)
+        s = logits(batch, features, served.weights)
+        p = sigmoid(s) if served.fit is None else served.fit.apply(sigmoid(s))
+        s_all, p_all = s.tolist(), p.tolist()
+        u_all = None
+        if served.rates is not None:
+            rates = served.rates[features.inverse]
+            u_all = uncertainty(rates, batch.rows(), batch.values, len(batch)).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
-        scores, start = [], 0
-        for rows, _ in requests:
-            end = start + len(rows)
-            scores.append((s_all[start:end], p_all[start:end]))
+        scores, start, calibrated = [], 0, served.fit is not None
+        for request in requests:
+            end = start + len(request.examples)
+            u = u_all[start:end] if u_all is not None and request.uncertainty else None
+            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated))
             start = end
         return scores
 
@@ -100,7 +127,7 @@ class ServedModel:
         share = self.hasher.hash_bits is None
         parts: list[Batch] = []
         shared: list[Example] = []
-        for rows, lists in requests:
+        for rows, lists, _ in requests:
             if share and not lists:
                 shared.extend(rows)
                 continue
@@ -147,4 +174,4 @@ class ServedModel:
 
 
 def _examples(request: Rows) -> int:
-    return len(request[0])
+    return len(request.examples)

@@ -62,7 +62,7 @@ def test_single_example_is_one_entry(client: TestClient, entries: Any) -> None:
     reply = client.post("/learn", json={"features": MIXED, "label": 1})
     assert (reply.status_code, reply.json()) == (202, {"accepted": 1})
     (entry,) = entries()
-    assert_same_batch(entry, FeatureHasher(20).batch([MIXED], [1]))
+    assert_same_batch(entry, FeatureHasher(20, numeric="log_bucket").batch([MIXED], [1]))
 
 
 def test_batch_is_one_entry_holding_every_example_in_order(
@@ -73,7 +73,10 @@ def test_batch_is_one_entry_holding_every_example_in_order(
     reply = client.post("/learn", json=body)
     assert (reply.status_code, reply.json()) == (202, {"accepted": len(rows)})
     (entry,) = entries()
-    assert_same_batch(entry, FeatureHasher(20).batch([x for x, _ in rows], [y for _, y in rows]))
+    assert_same_batch(
+        entry,
+        FeatureHasher(20, numeric="log_bucket").batch([x for x, _ in rows], [y for _, y in rows]),
+    )
 
 
 def test_each_request_appends_one_entry(client: TestClient, entries: Any) -> None:

@@ -71,6 +71,8 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "progressive_logloss": None,
         "stream_lag": 0,
         "dead_letters": 0,
+        "numeric": "log_bucket",
+        "calibration": "off",
     }
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     client.post("/learn", json=body)

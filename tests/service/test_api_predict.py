@@ -59,6 +59,7 @@ def test_unknown_features_predict_one_half(client: TestClient) -> None:
         "probability": 0.5,
         "logit": 0.0,
         "model": "default",
+        "calibrated": False,
     }
 
 
@@ -85,7 +86,7 @@ def test_predictions_equal_the_in_process_model(client: TestClient, settings: Se
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     assert client.post("/learn", json=body).json() == {"accepted": len(ROWS)}
     asyncio.run(learn_with_worker(settings))
-    hasher = FeatureHasher()
+    hasher = FeatureHasher(numeric=settings.numeric)
     # The worker learns example by example, exactly as the in-process model.
     reference = InMemoryModel(get_rule(settings.rule), settings.rule_params())
     reference.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))

@@ -59,7 +59,7 @@ def make_worker(store: ModelStore, name: str = "w1", **config: Any) -> Worker:
 async def send(store: ModelStore, rows: Iterable[tuple[Example, int]], per_entry: int = 1) -> int:
     """Append labelled examples as the API would, ``per_entry`` per stream entry; returns the
     number of feature occurrences sent (bias included)."""
-    hasher = FeatureHasher(store.spec.hash_bits)
+    hasher = FeatureHasher(store.spec.hash_bits, numeric=store.spec.numeric)
     rows = list(rows)
     occurrences = 0
     async with store.redis.pipeline(transaction=False) as pipe:

@@ -6,12 +6,15 @@ import itertools
 
 import numpy as np
 import pytest
+import redis.asyncio as aioredis
 
+from octr.store.calibration import FIT_FIELD, HISTOGRAM_FIELD, decode_fit, encode_histogram
+from octr.store.state import ModelStore, spec_from
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.replay import replay
-from online_ctr.rules import RULES
+from online_ctr.rules import RULES, get_rule
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 
@@ -89,3 +92,44 @@ async def test_compact_l1sgd_worker_equals_the_compact_replay_in_large_groups(
     await check_matches_replay(
         make_store, "l1sgd", rows=3_000, batch_size=500, per_entry=7, encoding="compact"
     )
+
+
+@pytest.mark.parametrize(("batch_size", "per_entry"), [(1, 1), (500, 7)])
+async def test_calibration_worker_equals_replay(
+    redis_url: str, batch_size: int, per_entry: int
+) -> None:
+    # The learner refits at every commit (1 and ~500 examples here), the replay once per
+    # batch of 1: the histogram, and so the fit, is the same floats whatever the grouping.
+    examples = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
+    client = aioredis.Redis.from_url(redis_url)
+    spec = spec_from(
+        "default",
+        "ftrl",
+        get_rule("ftrl").params(),
+        None,
+        64,
+        8,
+        numeric="raw",
+        calibration="power",
+    )
+    store = ModelStore(client, spec)
+    await store.ensure()
+    await send(store, examples, per_entry=per_entry)
+    worker = make_worker(store, batch_size=batch_size)
+    await worker.run_until_idle()
+
+    model = InMemoryModel(spec.rule, spec.params, calibration="power")
+    replay(examples, model, FeatureHasher(), batch_size=1)
+    assert model.calibration is not None
+    meta = await client.hgetall(store.keys.meta)
+    assert meta[HISTOGRAM_FIELD.encode()] == encode_histogram(model.calibration.histogram)
+    assert decode_fit(meta[FIT_FIELD.encode()]) == model.calibration.fit
+    # A standby that takes over starts from the stored histogram.
+    await client.delete(store.keys.lease)
+    successor = make_worker(store, name="w2")
+    await send(store, examples[:300])
+    await successor.run_until_idle()
+    replay(examples[:300], model, FeatureHasher(), batch_size=300)
+    stored = await client.hget(store.keys.meta, HISTOGRAM_FIELD)
+    assert stored == encode_histogram(model.calibration.histogram)
+    await client.aclose()

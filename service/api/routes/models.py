@@ -27,6 +27,8 @@ async def read_model(name: str, served: ServedDep) -> ModelInfoResponse:
         progressive_logloss=info.progressive_logloss,
         stream_lag=info.stream_lag,
         dead_letters=info.dead_letters,
+        numeric=info.numeric,
+        calibration=info.calibration,
     )
 
 

@@ -14,6 +14,7 @@ from service.api.schemas import (
     PredictResponse,
     error_responses,
 )
+from service.api.served import Scores
 
 router = APIRouter(tags=["predictions"])
 
@@ -27,21 +28,30 @@ router = APIRouter(tags=["predictions"])
 async def predict(body: PredictRequest, request: Request) -> Response:
     """Score one example (`features`) or several (`examples`, answered in order).
 
-    One Redis round trip reads the weights of every feature in the request.
+    One Redis round trip reads the weights of every feature in the request (and, with
+    `uncertainty: true`, their step sizes and nothing more).
     """
     started = time.perf_counter()
     model = requested_model(request)
     rows = body.rows()
     single = body.single
     lists = model.limits.check(rows, single)
-    s, p = await model.predict(rows, lists)
+    scores = await model.predict(rows, lists, body.uncertainty)
     # Plain floats and a name, encoded directly: a response model's validation would cost
     # more than the encoding (``response_model`` above documents the shape).
-    if single:
-        answer: dict[str, object] = {"probability": p[0], "logit": s[0], "model": model.name}
-    else:
-        predictions = [{"probability": pi, "logit": si} for pi, si in zip(p, s, strict=True)]
-        answer = {"predictions": predictions, "model": model.name}
+    predictions = _predictions(scores)
+    answer: dict[str, object] = predictions[0] if single else {"predictions": predictions}
+    answer.update(model=model.name, calibrated=scores.calibrated)
     response = Response(to_json(answer, inf_nan_mode="null"), media_type="application/json")
     model.predict_latency.observe(time.perf_counter() - started)
     return response
+
+
+def _predictions(scores: Scores) -> list[dict[str, object]]:
+    """Per example its probability and logit, and its uncertainty if asked for."""
+    pairs = zip(scores.probabilities, scores.logits, strict=True)
+    answers: list[dict[str, object]] = [{"probability": p, "logit": s} for p, s in pairs]
+    if scores.uncertainties is not None:
+        for answer, u in zip(answers, scores.uncertainties, strict=True):
+            answer["uncertainty"] = u
+    return answers
