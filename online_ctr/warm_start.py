@@ -33,6 +33,7 @@ import numpy as np
 
 from online_ctr.owlqn import Design
 from online_ctr.rules.base import Array, Rule
+from online_ctr.snapshot import Footer, Header, Writer
 
 
 def seed_step(rule: Rule, examples: int) -> int:
@@ -67,3 +68,26 @@ def squared_gradients(design: Design, w: Array) -> Array:
     p = np.exp(-np.logaddexp(0.0, -s))  # sigmoid(s) without overflow on either side
     g = (p - design.labels)[design.rows] * design.values
     return np.bincount(design.columns, g * g, design.n_features).astype(np.float64)
+
+
+def snapshot(
+    rule: Rule, params: Any, design: Design, w: Array, hash_bits: int | None, loss: float
+) -> bytes:
+    """The snapshot file of the warm start: every feature of ``design`` seeded from the batch
+    weights ``w`` (fitted with summed log loss ``loss``), at :func:`seed_step`. At step 0 the
+    log-loss sum is 0 (no example learned online yet); RDA starts at ``N`` and takes the
+    batch's training loss, so that its mean stays a log loss of those ``N`` examples."""
+    t = seed_step(rule, design.n_examples)
+    state = seed_state(rule, params, w, squared_gradients(design, w), t)
+    header = Header(
+        rule.name, dict(vars(params)), hash_bits, rule.fields, "train-batch",
+        {"examples": design.n_examples},
+    )  # fmt: skip
+    footer = Footer(
+        t=t,
+        logloss_sum=loss if t else 0.0,
+        nonzero_weights=int(np.count_nonzero(rule.weights(state, t, params))),
+        features_tracked=design.n_features,
+    )
+    writer = Writer()
+    return writer.start(header) + writer.rows(design.ids, state) + writer.finish(footer)
