@@ -34,6 +34,7 @@ class Scripts:
     snapshot_pin: Any
     claim: Any
     finish: Any
+    scan: Any
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:

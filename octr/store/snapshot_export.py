@@ -117,9 +117,8 @@ class Export:
         released = False
         try:
             yield writer.start(self.header())
-            async for ids, state in snapshot_scan.scan_state(
-                self.redis, self.keys, self.spec.layout
-            ):
+            scan = snapshot_scan.scan_state(self.redis, self.keys, self.spec.layout, self.scripts)
+            async for ids, state in scan:
                 yield writer.rows(ids, state)
                 await self._renew_if_due()
             closed = await self._close()

@@ -188,7 +188,9 @@ class SnapshotImport:
         assert self.spec is not None
         spec, counts = self.spec, _Counts()
         await self.redis.delete(self.keys.expiry)
-        async for ids, state in snapshot_scan.scan_state(self.redis, self.keys, spec.layout):
+        async for ids, state in snapshot_scan.scan_state(
+            self.redis, self.keys, spec.layout, self.scripts
+        ):
             nonzero, steps = classify(spec.rule, spec.params, state, t)
             expiring = nonzero & np.isfinite(steps)
             counts.tracked += len(ids)

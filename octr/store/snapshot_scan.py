@@ -1,10 +1,11 @@
 """Reading a whole model's stored state, bucket by bucket, with bounded memory; and turning
 stored bytes (bucket hash fields, redo records) back into feature ids and state rows.
 
-The buckets of one shard are read a group at a time, with one pipelined HSCAN each: a small
-bucket hash (Redis keeps it as a listpack) comes back whole from the first call, a large one
-page by page. HSCAN may return a field twice (while the hash is resized); a bucket's pages
-are merged by field, so each feature comes out once, with the value read last.
+A shard's buckets are read in order by ``scan.lua``, whole, about :data:`FIELDS_PER_CALL`
+fields per call (one round trip per call rather than per bucket: a model has 2^18 buckets by
+default, mostly small). A bucket too large to read in one go is paged with HSCAN, which may
+return a field twice (while the hash is resized): its pages are merged by field, so each
+feature comes out once, with the value read last. Memory holds one call's reply.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from numpy.typing import NDArray
 
 from octr.store.keys import ModelKeys
 from octr.store.layout import Array, Layout
+from octr.store.scripts import Scripts
 
-#: Buckets read per pipeline, and fields asked for per HSCAN call of a large bucket.
-BUCKETS_PER_CALL = 256
+#: Fields read per call of ``scan.lua`` (about 0.5 MB of reply, a few ms of Redis time);
+#: buckets larger than LARGEST_READ_WHOLE are paged with HSCAN, HSCAN_COUNT at a time.
+FIELDS_PER_CALL = 20_000
+LARGEST_READ_WHOLE = 4_096
 HSCAN_COUNT = 1000
 
 Chunk = tuple[NDArray[np.uint64], Array]
@@ -47,35 +51,47 @@ def records(layout: Layout, blob: bytes) -> Chunk:
     return features(layout, buckets, fields, raw[:, 4 + layout.field_bytes :].tobytes())
 
 
-async def _whole(redis: Any, key: str, cursor: int, page: dict[bytes, bytes]) -> dict[bytes, bytes]:
-    """A large bucket's remaining pages, merged into its first."""
-    merged = dict(page)
-    while cursor:
-        cursor, more = await redis.hscan(key, cursor, count=HSCAN_COUNT)
-        merged.update(more)
+async def _whole(redis: Any, key: str) -> dict[bytes, bytes]:
+    """A large bucket, page by page (HSCAN may repeat a field: the last value read stays)."""
+    merged: dict[bytes, bytes] = {}
+    cursor = None
+    while cursor != 0:
+        cursor, page = await redis.hscan(key, cursor or 0, count=HSCAN_COUNT)
+        merged.update(page)
     return merged
 
 
-async def scan_state(redis: Any, keys: ModelKeys, layout: Layout) -> AsyncIterator[Chunk]:
-    """Every stored feature of the model, in chunks of at most a group of buckets."""
+async def _large(redis: Any, layout: Layout, prefix: str, buckets: list[int]) -> Chunk:
+    owners: list[int] = []
+    fields: list[bytes] = []
+    values: list[bytes] = []
+    for bucket in buckets:
+        page = await _whole(redis, f"{prefix}{bucket}")
+        owners += [bucket] * len(page)
+        fields += page.keys()
+        values += page.values()
+    return features(layout, np.array(owners, np.uint64), b"".join(fields), b"".join(values))
+
+
+async def scan_state(
+    redis: Any, keys: ModelKeys, layout: Layout, scripts: Scripts
+) -> AsyncIterator[Chunk]:
+    """Every stored feature of the model, in chunks of about :data:`FIELDS_PER_CALL`."""
     for shard in range(layout.shards):
-        prefix = keys.shard(shard).bucket_prefix
-        buckets = range(shard, layout.buckets, layout.shards)
-        for first in range(0, len(buckets), BUCKETS_PER_CALL):
-            group = buckets[first : first + BUCKETS_PER_CALL]
-            async with redis.pipeline(transaction=False) as pipe:
-                for bucket in group:
-                    pipe.hscan(f"{prefix}{bucket}", 0, count=HSCAN_COUNT)
-                replies = await pipe.execute()
-            owners: list[int] = []
-            fields: list[bytes] = []
-            values: list[bytes] = []
-            for bucket, (cursor, page) in zip(group, replies, strict=True):
-                if cursor:
-                    page = await _whole(redis, f"{prefix}{bucket}", cursor, page)
-                owners += [bucket] * len(page)
-                fields += page.keys()
-                values += page.values()
-            if owners:
-                numbers = np.array(owners, np.uint64)
-                yield features(layout, numbers, b"".join(fields), b"".join(values))
+        shard_keys = keys.shard(shard)
+        bucket = shard
+        while bucket >= 0:
+            reply = await scripts.scan(
+                keys=[shard_keys.applied],
+                args=[shard_keys.bucket_prefix, bucket, layout.shards, layout.buckets,
+                      FIELDS_PER_CALL, LARGEST_READ_WHOLE],
+            )  # fmt: skip
+            bucket, fields, values, counts, large = reply
+            bucket = int(bucket)
+            if counts:
+                read = np.frombuffer(counts, "<u4").reshape(-1, 2).astype(np.uint64)
+                owners = np.repeat(read[:, 0], read[:, 1].astype(np.intp))
+                yield features(layout, owners, fields, values)
+            if large:
+                numbers = [int(b) for b in large.split()]
+                yield await _large(redis, layout, shard_keys.bucket_prefix, numbers)

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from octr.store.snapshot_export import ModelNotFoundError, open_export
+from octr.store import snapshot_scan
+from octr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from octr.store.snapshot_import import ModelExistsError, SnapshotImport
 from octr.store.state import ModelImportingError, ModelStore, spec_from
 from online_ctr.features import FeatureHasher
@@ -189,3 +190,44 @@ async def test_an_export_while_a_worker_learns_is_the_state_at_one_step(
         assert_same_state(state, expected)
         assert footer.features_tracked == model.features_tracked()
         assert footer.nonzero_weights == model.nonzero_weights()
+
+
+async def test_buckets_too_large_to_read_whole_are_paged(make_store: MakeStore) -> None:
+    store = await make_store("fobos", buckets=64, shards=8)
+    await learn(store, ROWS)
+    blob = await export(store)
+    # Two buckets: thousands of features each, more than scan.lua reads whole.
+    crowded = await import_as(store, blob, "crowded", (2, 1))
+    prefix = crowded.keys.shard(0).bucket_prefix
+    sizes = [await store.redis.hlen(f"{prefix}{bucket}") for bucket in range(2)]
+    assert min(sizes) > snapshot_scan.LARGEST_READ_WHOLE
+    assert_same_state(await scan_state(store), await scan_state(crowded))
+    assert_same_state(file_state(blob)[0], file_state(await export(crowded))[0])
+    assert await meta_view(store) == await meta_view(crowded)
+
+
+async def test_a_pin_keeps_the_redo_entries_an_export_needs(make_store: MakeStore) -> None:
+    store = await make_store("ftrl")
+    await learn(store, ROWS[:200])
+    pinned = await open_export(store.redis, "default")
+    await learn(store, ROWS[200:1200])  # ~10 commits, each of which would trim the log
+    kept = await store.redis.xrange(store.keys.redo)
+    assert int(kept[0][0].split(b"-")[0]) <= pinned.keep and len(kept) >= 10
+    blob = b"".join([piece async for piece in pinned.chunks()])  # then releases the pin
+    assert file_state(blob)[1].t == 1200
+    await learn(store, ROWS[1200:1300])
+    assert await store.redis.xlen(store.keys.redo) <= 1
+    assert not await store.redis.exists(store.keys.pins)
+
+
+async def test_an_export_whose_pin_lapsed_fails(make_store: MakeStore) -> None:
+    store = await make_store("ftrl")
+    await learn(store, ROWS[:200])
+    pinned = await open_export(store.redis, "default")
+    # The pin's deadline passes (as if the export had stalled for PIN_TTL_MS): the next
+    # commit drops it and trims the entries it held.
+    await store.redis.hset(store.keys.pins, pinned.token, f"{pinned.keep} 0")
+    await learn(store, ROWS[200:400])
+    with pytest.raises(ExportFailedError, match="pin on the redo log lapsed"):
+        async for _ in pinned.chunks():
+            pass
