@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "online_ctr.commands.train_batch",
     "service.commands",
     "service.models_command",
+    "service.snapshot_command",
     "service.status",
     "workers.commands",
 )

@@ -26,13 +26,13 @@ from service.api import errors
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.middleware import EdgeMiddleware
 from service.api.openapi import document_auth
-from service.api.routes import health, learn, metrics, models, predict
+from service.api.routes import health, learn, metrics, models, predict, snapshots
 from service.api.served import ServedModel
 
 logger = logging.getLogger(__name__)
 
 #: The route modules, each with one ``router``.
-ROUTES = (predict, learn, models, health, metrics)
+ROUTES = (predict, learn, models, snapshots, health, metrics)
 
 
 @asynccontextmanager

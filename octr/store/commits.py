@@ -74,7 +74,7 @@ class CommitLog:
         redo = [part for shard, blob in change.runs for part in (f"s{shard}", blob)]
         fit, histogram = change.calibration or ("", b"")
         reply = await self.scripts.finalize(
-            keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo],
+            keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo, keys.pins],
             args=[
                 fence,
                 change.t,
@@ -105,8 +105,9 @@ class CommitLog:
         return [(int(entry_id.split(b"-")[0]), _runs(fields)) for entry_id, fields in entries]
 
     async def trim(self, through: int) -> None:
-        """Forget redo entries up to commit ``through`` (every shard has applied them)."""
-        await self.redis.xtrim(self.keys.redo, minid=through + 1)
+        """Forget redo entries up to commit ``through`` (every shard has applied them), but
+        none a snapshot export still needs (``pins.lua``)."""
+        await self.scripts.trim(keys=[self.keys.redo, self.keys.pins], args=[through])
 
 
 def _runs(fields: dict[bytes, bytes]) -> Runs:

@@ -3,14 +3,14 @@
 -- Nothing is written unless the caller still holds the learner's fence token (ARGV[1]) and the
 -- model is still at the step and epoch the group was learned from: a learner that lost its
 -- lease gets 'fenced', one that raced gets 'conflict'.
--- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo.
+-- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins.
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
---       tracked, 12 the last commit every shard has applied ('0': none to trim), 13 the
---       calibration fit refitted over the group ('': the model has none), 14 the histogram
---       it was fitted on, then pairs (redo field 's<shard>', that shard's records) for the
---       redo entry.
+--       tracked, 12 the last commit every shard has applied ('0': none to trim; never one a
+--       snapshot export pinned, see pins.lua), 13 the calibration fit refitted over the group
+--       ('': the model has none), 14 the histogram it was fitted on, then pairs (redo field
+--       's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}.
 local meta, stream, expiry, failures, redo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
@@ -36,7 +36,7 @@ local seq = redis.call('HINCRBY', meta, 'seq', 1)
 local fields = {}
 for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(fields)) end
-if ARGV[12] ~= '0' then redis.call('XTRIM', redo, 'MINID', tonumber(ARGV[12]) + 1) end
+if ARGV[12] ~= '0' then trim_redo(redo, KEYS[6], tonumber(ARGV[12])) end
 
 local leaving, entering, steps = ARGV[7], ARGV[8], ARGV[9]
 local members = {}

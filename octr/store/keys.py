@@ -84,10 +84,20 @@ class ModelKeys:
     def workers(self) -> str:
         return self._key("workers")
 
+    @property
+    def pins(self) -> str:
+        """Snapshot exports in progress: the redo entries each still needs (a hash)."""
+        return self._key("pins")
+
     def shard(self, index: int) -> ShardKeys:
         """The keys of state shard ``index``."""
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
         return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:")
+
+    @property
+    def bucket_pattern(self) -> str:
+        """A SCAN pattern matching every bucket hash of the model, in any layout."""
+        return f"{PREFIX}:{{{self.model}/*}}:b:*"
 
     def idempotency(self, key: str) -> str:
         """The record of a /learn request's ``Idempotency-Key``."""
@@ -104,4 +114,5 @@ class ModelKeys:
             self.dead,
             self.failures,
             self.workers,
+            self.pins,
         ]

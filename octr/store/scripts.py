@@ -3,13 +3,22 @@ registered once per client (redis-py sends EVALSHA and loads the script on NOSCR
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
 
 def _source(name: str) -> str:
     return resources.files("octr.store").joinpath(name).read_text()
+
+
+#: Scripts that trim the redo log get the pin-aware ``trim_redo`` of ``pins.lua`` first.
+_PRELUDE = {"finalize": "pins.lua", "trim": "pins.lua"}
+
+
+def _script(name: str) -> str:
+    prelude = _PRELUDE.get(name)
+    return (_source(prelude) + "\n" if prelude else "") + _source(f"{name}.lua")
 
 
 @dataclass(frozen=True)
@@ -21,8 +30,13 @@ class Scripts:
     finalize: Any
     lease: Any
     dead_letter: Any
+    trim: Any
+    snapshot_pin: Any
+    claim: Any
+    finish: Any
+    scan: Any
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:
-        names = ("read", "apply", "finalize", "lease", "dead_letter")
-        return cls(**{name: redis.register_script(_source(f"{name}.lua")) for name in names})
+        names = [field.name for field in fields(cls)]
+        return cls(**{name: redis.register_script(_script(name)) for name in names})

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from redis.exceptions import TryAgainError
 
 from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
@@ -32,6 +33,11 @@ from online_ctr.rules.base import Array
 
 class ModelMismatchError(RuntimeError):
     """The model in Redis was created with another rule, hyper-parameters or layout."""
+
+
+class ModelImportingError(TryAgainError):
+    """The model is being imported from a snapshot: not there yet, so try again shortly (a
+    TRYAGAIN, so the API answers 503 with Retry-After and a worker waits, as for Redis)."""
 
 
 @dataclass(frozen=True)
@@ -137,12 +143,18 @@ class ModelStore:
         """Create the model (its meta hash) if new; refuse a different existing one."""
         described = self.spec.describe()
         stored = await self.redis.hgetall(self.keys.meta)
-        if b"epoch" not in stored:
+        if b"epoch" not in stored and b"importing" not in stored:
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
+        if b"importing" in stored:
+            # Checked after creating too: an import that claimed the name meanwhile rewrites
+            # the whole meta when it finishes, and nobody uses the model until then.
+            raise ModelImportingError(
+                f"model {self.spec.name!r} is being imported from a snapshot; try again shortly"
+            )
         stored_spec = dict(_BEFORE_STORED)  # overridden by what a newer version stored
         stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
@@ -252,6 +264,25 @@ def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
         f"model {name!r} in Redis was created with other settings: {differ}; set them as "
         f"stored, use another OCTR_MODEL, or delete the model first "
         f"(`online-ctr models delete {name}`)"
+    )
+
+
+def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
+    """The spec of a model as its meta hash describes it (:meth:`ModelSpec.describe`)."""
+    rule = get_rule(meta["rule"])
+    bits = int(meta["hash_bits"])
+    params = rule.params_type(**json.loads(meta["params"]))
+    stored = _BEFORE_STORED | meta
+    return ModelSpec(
+        name,
+        rule,
+        params,
+        None if bits == 64 else bits,
+        int(meta["buckets"]),
+        int(meta["shards"]),
+        stored["encoding"],
+        stored["numeric"],  # type: ignore[arg-type]
+        stored["calibration"],  # type: ignore[arg-type]
     )
 
 

@@ -19,7 +19,14 @@ from online_ctr.client.errors import (
     ServerError,
     UnreachableError,
 )
-from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.results import (
+    Accepted,
+    Features,
+    ModelDeleted,
+    ModelImported,
+    ModelInfo,
+    Prediction,
+)
 from online_ctr.client.retry import Retry
 from online_ctr.client.sync import Client
 
@@ -31,6 +38,7 @@ __all__ = [
     "ClientError",
     "Features",
     "ModelDeleted",
+    "ModelImported",
     "ModelInfo",
     "OnlineCtrError",
     "Prediction",

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 
 import httpx
 
-from online_ctr.client import operations
+from online_ctr.client import answers, operations, snapshots
 from online_ctr.client.errors import OnlineCtrError
 from online_ctr.client.operations import MAX_BATCH, Call, Example, Operation, Part, Result
-from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.results import (
+    Accepted,
+    Features,
+    ModelDeleted,
+    ModelImported,
+    ModelInfo,
+    Prediction,
+)
 from online_ctr.client.retry import Retry
 
 
@@ -21,8 +28,8 @@ class AsyncClient:
     A batched call sends its requests one after another, in order (so examples are learned in
     the order given); run several calls concurrently for parallel requests.
 
-    Learning by prediction id and model snapshots are not here yet: the service does not
-    have them (see :mod:`online_ctr.client.operations`).
+    Learning by prediction id is not here yet: the service does not have it (see
+    :mod:`online_ctr.client.operations`).
     """
 
     def __init__(
@@ -77,6 +84,50 @@ class AsyncClient:
         """Delete a model, its state and its unlearned feedback (needs ``admin``)."""
         return await self._run(operations.delete_model(name))
 
+    async def export_model(self, name: str, file: snapshots.Target) -> int:
+        """Stream model ``name`` into a snapshot ``file`` (a path, or a binary file open for
+        writing); the bytes written. Needs the ``admin`` scope."""
+        attempts = self.retry.start()
+        while True:
+            try:
+                async with self._http.stream(
+                    "GET", snapshots.route(name), timeout=attempts.timeout_s(self.timeout_s)
+                ) as response:
+                    wait = attempts.after_response(response)
+                    if wait is None:
+                        if response.is_error:
+                            await response.aread()  # the error's JSON, for its message
+                        answers.check(response)
+                        return await _save(response.aiter_bytes(), file)
+            except httpx.TransportError as error:
+                wait = attempts.after_error(error)
+            await asyncio.sleep(wait)
+
+    async def import_model(
+        self, file: snapshots.Target, name: str, *, replace: bool = False
+    ) -> ModelImported:
+        """Stream a snapshot ``file`` (a path, or a binary file) in as model ``name``; with
+        ``replace``, in place of a model of that name. Needs the ``admin`` scope."""
+        upload = snapshots.Upload(file)
+        attempts = (self.retry if upload.repeatable else Retry(attempts=1)).start()
+        params = {"replace": "true"} if replace else {}
+        headers = {"Content-Type": snapshots.SNAPSHOT_TYPE}
+        while True:
+            with upload.opened() as stream:
+                request = self._http.build_request(
+                    "PUT", snapshots.route(name), content=snapshots.apieces(stream),
+                    params=params, headers=headers, timeout=attempts.timeout_s(self.timeout_s),
+                )  # fmt: skip
+                try:
+                    response = await self._http.send(request)
+                except httpx.TransportError as error:
+                    await asyncio.sleep(attempts.after_error(error))
+                    continue
+            wait = attempts.after_response(response)
+            if wait is None:
+                return answers.imported(response)
+            await asyncio.sleep(wait)
+
     async def aclose(self) -> None:
         """Close the connections."""
         await self._http.aclose()
@@ -117,3 +168,14 @@ class AsyncClient:
             if wait is None:
                 return response
             await asyncio.sleep(wait)
+
+
+async def _save(pieces: AsyncIterator[bytes], file: snapshots.Target) -> int:
+    download = snapshots.Download(file)
+    try:
+        async for piece in pieces:
+            download.write(piece)
+    except BaseException:
+        download.abandon()
+        raise
+    return download.done()

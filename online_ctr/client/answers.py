@@ -12,7 +12,13 @@ from typing import Any, TypeVar
 import httpx
 
 from online_ctr.client.errors import ApiError, ClientError, OnlineCtrError, ServerError
-from online_ctr.client.results import Accepted, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.results import (
+    Accepted,
+    ModelDeleted,
+    ModelImported,
+    ModelInfo,
+    Prediction,
+)
 
 Part = TypeVar("Part")
 #: The answer header that marks a replay of an earlier ``/learn`` with the same key.
@@ -102,6 +108,18 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
 @_parser
 def deleted(body: dict[str, Any], _: httpx.Response) -> ModelDeleted:
     return ModelDeleted(str(body["name"]), int(body["keys_deleted"]))
+
+
+@_parser
+def imported(body: dict[str, Any], _: httpx.Response) -> ModelImported:
+    return ModelImported(
+        name=str(body["name"]),
+        rule=str(body["rule"]),
+        global_step=int(body["global_step"]),
+        features_tracked=int(body["features_tracked"]),
+        nonzero_weights=int(body["nonzero_weights"]),
+        rows=int(body["rows"]),
+    )
 
 
 def first(parts: list[Part]) -> Part:

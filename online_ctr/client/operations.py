@@ -6,9 +6,12 @@ reads each answer and combines the parts into the call's result.
 everything here. A new endpoint is one more function returning an :class:`Operation`, and one
 line in each client.
 
-Hook, not built yet: learning by prediction id and model snapshots (export and import) go
-here, as such functions, once the service has those endpoints (issue 12, items 1 and 2);
-none exists yet, so no request shape is guessed."""
+Model snapshots (export and import) are not operations: their bodies are streamed, never
+held whole, so the clients send them themselves (:mod:`online_ctr.client.snapshots`).
+
+Hook, not built yet: learning by prediction id goes here, as such a function, once the
+service has that endpoint (issue 12, item 2); it does not exist yet, so no request shape is
+guessed."""
 
 from __future__ import annotations
 

@@ -54,3 +54,15 @@ class ModelDeleted:
 
     name: str
     keys_deleted: int
+
+
+@dataclass(frozen=True)
+class ModelImported:
+    """The model ``PUT /models/{name}/snapshot`` created from a snapshot file."""
+
+    name: str
+    rule: str
+    global_step: int
+    features_tracked: int
+    nonzero_weights: int
+    rows: int

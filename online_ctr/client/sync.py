@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 
 import httpx
 
-from online_ctr.client import operations
+from online_ctr.client import answers, operations, snapshots
 from online_ctr.client.errors import OnlineCtrError
 from online_ctr.client.operations import MAX_BATCH, Call, Example, Operation, Part, Result
-from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.results import (
+    Accepted,
+    Features,
+    ModelDeleted,
+    ModelImported,
+    ModelInfo,
+    Prediction,
+)
 from online_ctr.client.retry import Retry
 
 
@@ -23,8 +30,8 @@ class Client:
     attempt, ``retry`` the attempts (see :class:`Retry`); ``max_batch`` is the most examples
     per request (the service's ``OCTR_MAX_EXAMPLES_PER_REQUEST``). ``transport`` replaces
     httpx's network transport (a proxy, a mounted ASGI app). Errors are
-    :class:`OnlineCtrError` subclasses. Learning by prediction id and model snapshots are not
-    here yet: the service does not have them (see :mod:`online_ctr.client.operations`).
+    :class:`OnlineCtrError` subclasses. Learning by prediction id is not here yet: the
+    service does not have it (see :mod:`online_ctr.client.operations`).
     """
 
     def __init__(
@@ -77,6 +84,50 @@ class Client:
         """Delete a model, its state and its unlearned feedback (needs ``admin``)."""
         return self._run(operations.delete_model(name))
 
+    def export_model(self, name: str, file: snapshots.Target) -> int:
+        """Stream model ``name`` into a snapshot ``file`` (a path, or a binary file open for
+        writing); the bytes written. Needs the ``admin`` scope."""
+        attempts = self.retry.start()
+        while True:
+            try:
+                with self._http.stream(
+                    "GET", snapshots.route(name), timeout=attempts.timeout_s(self.timeout_s)
+                ) as response:
+                    wait = attempts.after_response(response)
+                    if wait is None:
+                        if response.is_error:
+                            response.read()  # the error's JSON, for its message
+                        answers.check(response)
+                        return _save(response.iter_bytes(), file)
+            except httpx.TransportError as error:
+                wait = attempts.after_error(error)
+            time.sleep(wait)
+
+    def import_model(
+        self, file: snapshots.Target, name: str, *, replace: bool = False
+    ) -> ModelImported:
+        """Stream a snapshot ``file`` (a path, or a binary file) in as model ``name``; with
+        ``replace``, in place of a model of that name. Needs the ``admin`` scope."""
+        upload = snapshots.Upload(file)
+        attempts = (self.retry if upload.repeatable else Retry(attempts=1)).start()
+        params = {"replace": "true"} if replace else {}
+        headers = {"Content-Type": snapshots.SNAPSHOT_TYPE}
+        while True:
+            with upload.opened() as stream:
+                request = self._http.build_request(
+                    "PUT", snapshots.route(name), content=snapshots.pieces(stream),
+                    params=params, headers=headers, timeout=attempts.timeout_s(self.timeout_s),
+                )  # fmt: skip
+                try:
+                    response = self._http.send(request)
+                except httpx.TransportError as error:
+                    time.sleep(attempts.after_error(error))
+                    continue
+            wait = attempts.after_response(response)
+            if wait is None:
+                return answers.imported(response)
+            time.sleep(wait)
+
     def close(self) -> None:
         """Close the connections."""
         self._http.close()
@@ -117,3 +168,14 @@ class Client:
             if wait is None:
                 return response
             time.sleep(wait)
+
+
+def _save(pieces: Iterator[bytes], file: snapshots.Target) -> int:
+    download = snapshots.Download(file)
+    try:
+        for piece in pieces:
+            download.write(piece)
+    except BaseException:
+        download.abandon()
+        raise
+    return download.done()

@@ -6,6 +6,10 @@ stdout is one JSON object: ``objective`` (summed log loss + C ||w||_1), ``nonzer
 ``heldout_logloss`` (with ``--holdout``: mean log loss on the file's tail, which the fit never
 saw; null without), ``iterations``, ``converged``, ``examples`` (trained on),
 ``heldout_examples``, ``features``, ``l1`` and ``seconds``.
+
+With ``--out FILE`` it also writes the optimum as a snapshot that seeds an online model of
+``--rule`` (a warm start); :mod:`online_ctr.warm_start` documents the mapping from the batch
+weights to each rule's state, whose weights equal them up to float rounding.
 """
 
 from __future__ import annotations
@@ -13,15 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from online_ctr import warm_start
 from online_ctr.commands.args import add_data_arguments, fail, integer, number, resolve_format
+from online_ctr.commands.replay import rule_params
 from online_ctr.detect import FormatError
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.owlqn import Design, OWLQNResult, design_from_batch, minimize
 from online_ctr.readers import ReaderError, Row, read_examples
+from online_ctr.rules import RULES, Rule, get_rule
 
 #: What ``seconds`` measures, stated in the JSON.
 TIMED = "read+hash+fit, wall clock"
@@ -49,7 +57,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="hold out this fraction of the file's last examples (in file order) and report "
         "their log loss under the fitted weights; default: 0 (report only the training loss)",
     )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="also write the optimum as a snapshot FILE that seeds an online model of --rule "
+        "(a warm start: `online-ctr import FILE NAME`, or PUT /models/NAME/snapshot)",
+    )
+    parser.add_argument(
+        "--rule", default="ftrl", choices=sorted(RULES), help="with --out: the online rule"
+    )
+    parser.add_argument(
+        "--rule-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --out: a hyper-parameter of the online rule (e.g. l1=1), repeatable; "
+        "default: the rule's",
+    )
     parser.set_defaults(func=run)
+
+
+def online_rule(args: argparse.Namespace) -> tuple[Rule, Any]:
+    """The online rule and hyper-parameters ``--rule`` and ``--rule-param`` name."""
+    rule = get_rule(args.rule)
+    given: dict[str, float] = {}
+    for item in args.rule_param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--rule-param {item!r}: write it as NAME=VALUE")
+        given[name] = int(value) if name == "k" else float(value)
+    return rule, rule_params(rule, given)
 
 
 def fraction(text: str) -> float:
@@ -64,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     """Read the file, fit, and print the JSON result; returns the exit status."""
     try:
         hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
-    except ValueError as error:  # hash bits above 64
+        rule, params = online_rule(args)
+    except ValueError as error:  # hash bits above 64, a rule's invalid hyper-parameters
         return fail("train-batch", str(error), status=2)
     start = time.perf_counter()
     try:
@@ -79,6 +117,15 @@ def run(args: argparse.Namespace) -> int:
     result = minimize(design, args.l1, max_iter=args.max_iter, tol=args.tol)
     heldout = heldout_logloss(design, result.w, _batch(hasher, rows[len(rows) - held :]))
     seconds = time.perf_counter() - start
+    if args.out is not None:
+        try:
+            args.out.write_bytes(
+                warm_start.snapshot(
+                    rule, params, design, result.w, args.hash_bits, result.loss, args.numeric
+                )
+            )
+        except OSError as error:
+            return fail("train-batch", f"--out {args.out}: {error.strerror}", status=1)
     print(json.dumps(_output(args, result, design, seconds, (heldout, held))))
     return 0
 
@@ -129,4 +176,6 @@ def _output(
         "tol": args.tol,
         "holdout": args.holdout,
         "timed": TIMED,
+        "out": None if args.out is None else str(args.out),
+        "rule": args.rule if args.out is not None else None,
     }

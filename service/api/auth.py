@@ -100,7 +100,9 @@ class Authenticator:
 
     def template(self, path: str) -> str:
         """The route label of a refused request (the route is not matched yet)."""
-        return path if path in self.paths else "/models/{name}"
+        if path in self.paths:
+            return path
+        return "/models/{name}/snapshot" if path.endswith("/snapshot") else "/models/{name}"
 
     def required(self, path: str) -> str | None:
         """The scope ``path`` needs ("" for any key), or None if it is open."""

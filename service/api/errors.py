@@ -22,7 +22,10 @@ from starlette.routing import Match
 
 from octr.settings import Settings
 from octr.store.ingest import IdempotencyConflictError
-from octr.store.state import ModelMismatchError
+from octr.store.snapshot_export import ModelNotFoundError
+from octr.store.snapshot_import import ModelExistsError, SpecConflictError
+from octr.store.state import ModelImportingError, ModelMismatchError
+from online_ctr.snapshot import SnapshotError
 from service.api.limits import InvalidFieldError
 from service.api.messages import field_errors, summary, unparseable_body
 
@@ -85,6 +88,14 @@ def redis_unavailable(error: Exception) -> bool:
 
 Answer = tuple[int, dict[str, object], Mapping[str, str] | None]
 
+#: Snapshot export and import refusals, by status; their messages say what to do.
+SNAPSHOT_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (ModelNotFoundError, 404),
+    (ModelExistsError, 409),
+    (SpecConflictError, 409),
+    (SnapshotError, 422),
+)
+
 
 def _invalid(errors: list[dict[str, str]]) -> Answer:
     return 422, {"detail": f"invalid request: {summary(errors)}", "errors": errors}, None
@@ -95,6 +106,16 @@ def _http(error: HTTPException, settings: Settings) -> Answer:
     if error.status_code == 413:
         detail = f"the request body is larger than the limit of {settings.max_body_bytes} bytes"
     return error.status_code, {"detail": detail}, error.headers
+
+
+def _snapshot(error: Exception, retry: Mapping[str, str]) -> Answer | None:
+    """The answer to a snapshot refusal, or to a model still being imported (503)."""
+    if isinstance(error, ModelImportingError):
+        return 503, {"detail": str(error)}, retry
+    for kind, status in SNAPSHOT_STATUS:
+        if isinstance(error, kind):
+            return status, {"detail": str(error)}, None
+    return None
 
 
 def describe(error: Exception, settings: Settings) -> Answer:
@@ -110,6 +131,9 @@ def describe(error: Exception, settings: Settings) -> Answer:
         return 409, {"detail": str(error)}, None
     if isinstance(error, HTTPException):
         return _http(error, settings)
+    snapshot = _snapshot(error, retry)
+    if snapshot is not None:
+        return snapshot
     if redis_unavailable(error):
         logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
         # The class, not the message: the message names Redis's address, which is the log's.
@@ -178,5 +202,6 @@ def install(app: FastAPI) -> None:
         redis_errors.RedisError,
         ModelMismatchError,
         OSError,
+        *(kind for kind, _ in SNAPSHOT_STATUS),
     ):
         app.add_exception_handler(kind, handle_error)

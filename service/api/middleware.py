@@ -9,6 +9,7 @@ router): each layer costs per request, and ``/predict`` is benchmarked against a
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from prometheus_client import Counter
@@ -75,13 +76,33 @@ def content_encoding(scope: Scope) -> bytes:
     return b""
 
 
+def streamed_upload(scope: Scope) -> bool:
+    """Whether the request uploads a snapshot (``PUT /models/{name}/snapshot``): a body read
+    as a stream, of any size, which must keep arriving rather than arrive whole in time."""
+    path: str = scope["path"]
+    return scope["method"] == "PUT" and path.startswith("/models/") and path.endswith("/snapshot")
+
+
 class BodyGuard:
     """``receive`` for one request: checks the headers at the first call, then counts the
-    bytes against the size limit and waits for them no longer than the body deadline."""
+    bytes against the size limit and waits for them no longer than the body deadline. With
+    ``rolling``, the deadline is for each piece of the body rather than the whole."""
 
-    __slots__ = ("deadline", "expired", "limit", "received", "scope", "source", "timeout_s")
+    __slots__ = (
+        "deadline",
+        "expired",
+        "limit",
+        "received",
+        "rolling",
+        "scope",
+        "source",
+        "timeout_s",
+    )
 
-    def __init__(self, scope: Scope, source: Receive, limit: int, timeout_s: float) -> None:
+    def __init__(
+        self, scope: Scope, source: Receive, limit: int, timeout_s: float, rolling: bool = False
+    ) -> None:
+        self.rolling = rolling
         self.scope = scope
         self.source = source
         self.limit = limit
@@ -125,6 +146,8 @@ class BodyGuard:
             timer.cancel()
         if not message.get("more_body", False):
             self.deadline = 0.0
+        elif self.rolling:
+            self.deadline = asyncio.get_running_loop().time() + self.timeout_s
         self.received += len(message.get("body", b""))
         if self.received > self.limit:
             raise BodyTooLargeError
@@ -169,7 +192,10 @@ class EdgeMiddleware:
                 self._series_for(scope, template, refused[0]["status"] // 100).inc()
                 return
         status = 500  # if the app raises before answering, the server answers 500
-        guarded = BodyGuard(scope, receive, self.max_body_bytes, self.body_timeout_s)
+        if streamed_upload(scope):  # a snapshot: no size limit, each piece within the timeout
+            guarded = BodyGuard(scope, receive, sys.maxsize, self.body_timeout_s, rolling=True)
+        else:
+            guarded = BodyGuard(scope, receive, self.max_body_bytes, self.body_timeout_s)
 
         async def send_counted(message: Message) -> None:
             nonlocal status

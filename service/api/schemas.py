@@ -269,6 +269,17 @@ class ModelDeletedResponse(BaseModel):
     keys_deleted: int
 
 
+class SnapshotImportedResponse(BaseModel):
+    """The model a ``PUT /models/{name}/snapshot`` created."""
+
+    name: str = Field(examples=["restored"])
+    rule: str = Field(examples=["ftrl"])
+    global_step: int = Field(description="The step the file was taken at.", examples=[120000])
+    features_tracked: int = Field(examples=[18000])
+    nonzero_weights: int = Field(examples=[5400])
+    rows: int = Field(description="State rows the file held.", examples=[18000])
+
+
 class ModelInfoResponse(BaseModel):
     """A model's rule, hyper-parameters and progress."""
 

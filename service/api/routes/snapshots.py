@@ -1,0 +1,110 @@
+"""``GET /models/{name}/snapshot`` streams a model out as a snapshot file; ``PUT`` streams one
+in, under any name. Neither holds the model in memory: a chunk of rows at a time.
+
+Both work on any model in this service's Redis, not only the one it serves (an export is
+read-only; an import creates the model with the file's rule and hyper-parameters and this
+service's layout). Importing under the name this service serves needs the file's rule,
+hyper-parameters and hashing to be the ones it runs, since it goes on serving that model.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, status
+from fastapi.responses import StreamingResponse
+
+from octr.store.keys import MODEL_NAME
+from octr.store.snapshot_export import open_export
+from octr.store.snapshot_import import SnapshotImport
+from service.api.deps import ServedDep
+from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
+
+router = APIRouter(tags=["models"])
+
+#: The media type of a snapshot file.
+SNAPSHOT_TYPE = "application/vnd.online-ctr.snapshot"
+ModelName = Annotated[
+    str,
+    Path(
+        pattern=MODEL_NAME.pattern,
+        description="The model's name: 1-64 of A-Z a-z 0-9 _ . - (first a letter or digit).",
+    ),
+]
+_FILE = {"schema": {"type": "string", "format": "binary"}}
+_EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The snapshot file, streamed (the model at one commit, while it learns).",
+        "content": {SNAPSHOT_TYPE: _FILE},
+    },
+    404: {"model": ErrorResponse, "description": "No model of that name in this Redis."},
+    **error_responses(422, 503),
+}
+_IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorResponse,
+        "description": "The name is taken (pass `replace=true`), is being imported, or is the "
+        "model this service serves and the file's rule or hyper-parameters differ.",
+    },
+    422: {
+        "model": ErrorResponse,
+        "description": "Not a valid snapshot: wrong magic or format version, truncated, a "
+        "corrupt chunk (CRC32) or file (SHA-256), an unknown rule or invalid "
+        "hyper-parameters; `detail` says which. Nothing is imported.",
+    },
+    **error_responses(408, 415, 503),
+}
+
+
+@router.get(
+    "/models/{name}/snapshot",
+    response_class=StreamingResponse,
+    responses=_EXPORT_RESPONSES,
+)
+async def export_snapshot(name: ModelName, request: Request) -> StreamingResponse:
+    """Export the model (rule, hyper-parameters, every feature's state, step and counters)
+    as one versioned file, streamed. Taken while the model learns, the file is its exact
+    state at one step."""
+    redis = request.app.state.served.store.redis
+    export = await open_export(redis, name)
+    headers = {"Content-Disposition": f'attachment; filename="{name}.octr"'}
+    return StreamingResponse(export.chunks(), media_type=SNAPSHOT_TYPE, headers=headers)
+
+
+@router.put(
+    "/models/{name}/snapshot",
+    status_code=status.HTTP_201_CREATED,
+    responses=_IMPORT_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "A snapshot file, as `GET /models/{name}/snapshot` or "
+            "`online-ctr train-batch --out` wrote it (e.g. `curl -T model.octr`).",
+            "content": {SNAPSHOT_TYPE: _FILE, "application/octet-stream": _FILE},
+        }
+    },
+)
+async def import_snapshot(
+    name: ModelName,
+    request: Request,
+    served: ServedDep,
+    replace: Annotated[
+        bool, Query(description="Replace a model of that name (all its keys) if there is one.")
+    ] = False,
+) -> SnapshotImportedResponse:
+    """Import a snapshot file as model ``name``, streamed. The model takes the file's rule,
+    hyper-parameters, hashing, state, step and counters, and this service's layout
+    (``OCTR_STATE_BUCKETS``, ``OCTR_STATE_SHARDS``)."""
+    settings = request.app.state.settings
+    expect = served.store.spec if name == served.name else None
+    layout = (settings.state_buckets, settings.state_shards)
+    importer = SnapshotImport(served.store.redis, name, layout, replace, expect)
+    imported = await importer.run(request.stream())
+    return SnapshotImportedResponse(
+        name=imported.name,
+        rule=imported.rule,
+        global_step=imported.t,
+        features_tracked=imported.features_tracked,
+        nonzero_weights=imported.nonzero_weights,
+        rows=imported.rows,
+    )
