@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from service.api.schemas import PredictRequest, PredictResponse
 
-CONSTANT = PredictResponse(probability=0.5, logit=0.0, model="default")
+CONSTANT = PredictResponse(probability=0.5, logit=0.0, model="default", calibrated=False)
 
 
 def create_bare_app() -> FastAPI:
