@@ -22,7 +22,7 @@ serves the ``replay`` command, the benchmarks and the tests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import Any, Protocol
@@ -106,10 +106,16 @@ def replay(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return replay_batches(hashed(examples, hasher, batch_size), model, batch_size, on_batch)
+
+
+def hashed(
+    examples: Iterable[tuple[Example, int]], hasher: FeatureHasher, size: int
+) -> Iterator[Batch]:
+    """``examples`` read and hashed ``size`` at a time, lazily."""
     stream = iter(examples)
-    chunks = iter(lambda: list(islice(stream, batch_size)), [])
-    batches = (hasher.batch([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks)
-    return replay_batches(batches, model, batch_size, on_batch)
+    chunks = iter(lambda: list(islice(stream, size)), [])
+    return (hasher.batch([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks)
 
 
 def replay_batches(

@@ -11,7 +11,7 @@ import math
 import sys
 from collections.abc import Iterator
 from dataclasses import fields
-from itertools import chain, islice
+from itertools import chain
 from typing import Any
 
 from online_ctr import columnar
@@ -23,7 +23,7 @@ from online_ctr.features import Batch, FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.progress import ProgressBar, count_lines
 from online_ctr.readers import ReaderError, Row, read_examples
-from online_ctr.replay import BatchProgress, ReplayResult, replay_batches
+from online_ctr.replay import BatchProgress, ReplayResult, hashed, replay_batches
 from online_ctr.rules import RULES, Rule, get_rule
 from online_ctr.sequential import warm_up
 
@@ -173,9 +173,7 @@ def _batches(args: argparse.Namespace, hasher: FeatureHasher) -> Iterator[Batch]
             columnar.criteo_batches(args.file, hasher, args.limit) for _ in range(args.passes)
         )
         return columnar.rechunk(blocks, size)
-    rows = _passes(args)
-    chunks = iter(lambda: list(islice(rows, size)), [])
-    return (hasher.batch([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks)
+    return hashed(_passes(args), hasher, size)
 
 
 def _replay_file(
