@@ -22,13 +22,18 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from online_ctr.compact import RULES as COMPACT_RULES
+from octr.model_config import (
+    HYPER_PARAMETERS,
+    MAX_JOIN_WINDOW_S,
+    ModelConfig,
+    check_encoding,
+    check_power_of_two,
+    rule_params,
+)
 from online_ctr.rules import RULES, get_rule
 
 #: URL schemes redis-py connects with.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-#: Hyper-parameter settings, by the name the rules' dataclasses use.
-HYPER_PARAMETERS = ("alpha", "beta", "l1", "l2", "gamma", "theta", "k")
 _VARIABLE_NAME = re.compile(rf"(?<![\w'])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
 
 
@@ -75,6 +80,27 @@ class Settings(BaseSettings):
         "float64",
         description="How a feature's state is stored: float64 (exact), or compact (4 bytes, "
         "rounded as learned; ftrl and l1sgd).",
+    )
+    join_window_s: int = Field(
+        0,
+        ge=0,
+        le=MAX_JOIN_WINDOW_S,
+        description="Seconds a served prediction waits for its label (/learn by "
+        "prediction_id); 0: predictions are not logged.",
+    )
+    unlabeled: Literal["negative", "drop"] = Field(
+        "negative",
+        description="A prediction unlabeled when its window closes: learned as a negative, "
+        "or dropped.",
+    )
+    max_models: int = Field(
+        100, ge=1, le=10_000, description="Most models (and metric label values) a service holds."
+    )
+    registry_refresh_s: float = Field(
+        1.0, gt=0, description="How soon another process's model or group change is seen."
+    )
+    worker_models: str = Field(
+        "", description="Comma-separated models a worker learns; empty: every model."
     )
     batch_size: int = Field(
         65_536, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
@@ -152,10 +178,7 @@ class Settings(BaseSettings):
     def _power_of_two(cls, value: int, info: ValidationInfo) -> int:
         # At most 2048 shards: a commit's redo entry has a field per shard, and Lua passes
         # at most ~8000 arguments to one command.
-        limit = 2048 if info.field_name == "state_shards" else 1 << 24
-        if value < 1 or value & (value - 1) or value > limit:
-            raise ValueError(f"must be a power of two up to {limit}, got {value}")
-        return value
+        return check_power_of_two(value, 2048 if info.field_name == "state_shards" else 1 << 24)
 
     @model_validator(mode="after")
     def _shards_fit_buckets(self) -> Settings:
@@ -178,12 +201,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _encoding_fits_rule(self) -> Settings:
-        if self.state_encoding == "compact" and self.rule not in COMPACT_RULES:
-            raise ValueError(
-                f"OCTR_STATE_ENCODING=compact supports OCTR_RULE {' and '.join(COMPACT_RULES)}, "
-                f"not {self.rule!r} (its state holds a step or an unscaled sum): unset "
-                "OCTR_STATE_ENCODING or choose one of those rules"
-            )
+        try:
+            check_encoding(self.state_encoding, self.rule, ("OCTR_STATE_ENCODING", "OCTR_RULE"))
+        except ValueError as error:
+            message = f"{error}: unset OCTR_STATE_ENCODING or choose one of those rules"
+            raise ValueError(message) from None
         return self
 
     @model_validator(mode="after")
@@ -224,14 +246,25 @@ class Settings(BaseSettings):
 
     def rule_params(self) -> Any:
         """The rule's hyper-parameter dataclass, refusing settings the rule does not use."""
-        rule = get_rule(self.rule)
-        given = self.hyper_parameters()
-        params = rule.params(**given)
-        unused = sorted(set(given) - set(vars(params)))
-        if unused:
-            names = ", ".join(f"OCTR_{name.upper()}" for name in unused)
-            raise ValueError(f"{names} not used by rule {self.rule!r}; unset them")
-        return params
+        try:
+            return rule_params(self.rule, self.hyper_parameters())
+        except ValueError as error:
+            raise ValueError(str(error).replace("leave it out", "unset them")) from None
+
+    def default_model(self) -> ModelConfig:
+        """The configuration of the model ``OCTR_MODEL`` these settings describe."""
+        return ModelConfig(
+            rule=self.rule,
+            **self.hyper_parameters(),
+            hash_bits=self.hash_bits,
+            numeric=self.numeric,
+            calibration=self.calibration,
+            state_buckets=self.state_buckets,
+            state_shards=self.state_shards,
+            state_encoding=self.state_encoding,
+            join_window_s=self.join_window_s,
+            unlabeled=self.unlabeled,
+        )
 
 
 @lru_cache

@@ -20,10 +20,12 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from octr.metrics import Metrics
 from octr.process import StartupError
 from octr.settings import Settings, get_settings
+from octr.store.registry import Registry
 from octr.wiring import check_topology, redis_client
 from online_ctr import grouping
 from service.api import errors
 from service.api.auth import DOCS_ASSETS_URL, authenticator
+from service.api.catalog import Catalog
 from service.api.middleware import EdgeMiddleware
 from service.api.openapi import document_auth
 from service.api.routes import health, learn, metrics, models, predict, snapshots
@@ -42,7 +44,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     grouping.warm_up()  # compiled once here, not in the first big /predict
     redis = redis_client(settings)
     try:
-        served = ServedModel(settings, redis, app.state.metrics)
+        registry = Registry(redis, settings.max_models)
+        own = settings.default_model()
+
+        async def register() -> None:
+            # The settings may have changed since the last run (ensure refused a model
+            # they no longer describe): the registry says what they are now.
+            await registry.create(settings.model, own, replace=True)
+
+        served = ServedModel(
+            own.spec(settings.model), settings, redis, app.state.metrics, True, register
+        )
         try:
             await check_topology(settings)
             await served.ensure()
@@ -51,6 +63,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 raise
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
         app.state.served = served
+        app.state.catalog = Catalog(served, settings, redis, app.state.metrics)
         yield
     finally:
         await redis.aclose()

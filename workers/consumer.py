@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from octr.metrics import Metrics
 from octr.store.commits import Commit
 from octr.store.lease import Lease
-from octr.store.state import ModelStore
+from octr.store.state import ModelGoneError, ModelStore
 from online_ctr.calibration import Histogram
 from workers.cache import StateCache
 from workers.committer import Committer
@@ -47,8 +47,13 @@ class WorkerConfig:
 class Worker:
     """Learns one model from its feedback stream, while it holds the model's lease."""
 
-    def __init__(self, store: ModelStore, config: WorkerConfig, metrics: Metrics) -> None:
+    def __init__(
+        self, store: ModelStore, config: WorkerConfig, metrics: Metrics, own: bool = True
+    ) -> None:
         self.store = store
+        #: The service's own model is created again if deleted; another model deleted is gone,
+        #: and its learner stops.
+        self.own = own
         self.config = config
         self.metrics = metrics
         self.lease = Lease(store.keys, store.scripts, config.name, config.lease_ttl_ms)
@@ -92,6 +97,9 @@ class Worker:
                 logger.warning("redis unavailable (%s); retrying", error)
                 self._reset()
                 await asyncio.sleep(self.config.error_backoff_s)
+            except ModelGoneError:
+                logger.info("model %r was deleted; its learner stops", self.store.spec.name)
+                self._stopping = True
         try:
             await self.committer.settle()
             await self.lease.release()
@@ -128,7 +136,8 @@ class Worker:
         """Apply every commit still in the redo log, then start from the model as stored."""
         self.committer.abandon()
         self.cache.forget()
-        await self.store.ensure()  # the model may have been deleted and created again
+        # The model may have been deleted (and, if it is the own one, created again).
+        await self.store.ensure(create=self.own)
         pending = await self.store.log.pending()
         for seq, runs in pending:
             await self.store.shards.apply(seq, runs)

@@ -13,12 +13,14 @@ from redis.exceptions import RedisError
 
 from octr.metrics import Metrics
 from octr.process import StartupError
+from octr.redis_types import RedisClient
 from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
+from octr.store.registry import Registry, RegistryError
 from octr.store.state import ModelMismatchError, ModelStore
 from octr.wiring import check_topology, model_spec, redis_client
-from online_ctr.sequential import warm_up
-from workers.consumer import Worker, WorkerConfig
+from workers.consumer import WorkerConfig
+from workers.fleet import Fleet
 
 logger = logging.getLogger(__name__)
 
@@ -38,45 +40,53 @@ def worker_config(settings: Settings) -> WorkerConfig:
     )
 
 
-async def _ensure_model(store: ModelStore, worker: Worker, retry_s: float) -> bool:
-    """Create or check the model, waiting for Redis if it is not up yet; False if the
-    worker was stopped while waiting."""
-    while not worker.stopping:
+async def _ensure_own(
+    store: ModelStore, registry: Registry, fleet: Fleet, settings: Settings
+) -> bool:
+    """Create or check the service's own model and record it in the registry, waiting for
+    Redis if it is not up yet; False if the worker was stopped while waiting."""
+    while not fleet.stopping:
         try:
             await store.ensure()
+            await registry.create(settings.model, settings.default_model(), replace=True)
             return True
         except (RedisError, OSError) as error:
             logger.warning("waiting for redis: %s", error)
-            await asyncio.sleep(retry_s)
+            await asyncio.sleep(settings.retry_after_s)
     return False
 
 
+def fleet_of(settings: Settings, client: RedisClient, metrics: Metrics) -> Fleet:
+    """The learners of this process, as the settings say."""
+    only = frozenset(name.strip() for name in settings.worker_models.split(",") if name.strip())
+    return Fleet(
+        client,
+        Registry(client, settings.max_models),
+        worker_config(settings),
+        metrics,
+        own=settings.model,
+        only=only,
+        refresh_s=settings.registry_refresh_s,
+    )
+
+
 async def run_worker(settings: Settings, metrics: Metrics) -> None:
-    """Run one worker until SIGTERM or SIGINT, then finish the group in flight and exit."""
+    """Run the learners until SIGTERM or SIGINT, then finish the groups in flight and exit."""
     await check_topology(settings)
     client = redis_client(settings)
-    store = ModelStore(client, model_spec(settings))
-    worker = Worker(store, worker_config(settings), metrics)
+    fleet = fleet_of(settings, client, metrics)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, worker.stop)
-    warm_up(store.spec.rule, store.spec.params)  # compile before leading, not on the clock
+        loop.add_signal_handler(signum, fleet.stop)
+    store = ModelStore(client, model_spec(settings))
     try:
-        if await _ensure_model_or_exit(store, worker, settings.retry_after_s):
-            logger.info("worker %s learning model %r", worker.config.name, settings.model)
-            await worker.run()
-    except ModelMismatchError as error:  # the model was created again, otherwise, meanwhile
+        if await _ensure_own(store, fleet.registry, fleet, settings):
+            await fleet.run()
+    except (ModelMismatchError, RegistryError) as error:
         raise StartupError(str(error)) from None
     finally:
         await client.aclose()
-    logger.info("worker %s stopped", worker.config.name)
-
-
-async def _ensure_model_or_exit(store: ModelStore, worker: Worker, retry_s: float) -> bool:
-    try:
-        return await _ensure_model(store, worker, retry_s)
-    except ModelMismatchError as error:
-        raise StartupError(str(error)) from None
+    logger.info("worker %s stopped", fleet.config.name)
 
 
 def main(settings: Settings) -> int:

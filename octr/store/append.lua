@@ -1,14 +1,30 @@
--- Append one feedback entry unless its idempotency key was seen within the window.
--- KEYS[1] the model's stream, KEYS[2] the key's record (same {model} slot)
+-- Append one feedback entry to the stream of every model it is for (a model, or every model
+-- of a group), unless its idempotency key was seen within the window.
+-- KEYS[1] the key's record, KEYS[2..n+1] the models' meta hashes, KEYS[n+2..2n+1] their
+-- streams (all of one hash tag)
 -- ARGV[1] the encoded entry, ARGV[2] the record to keep ("<digest> <accepted>"),
--- ARGV[3] the window in seconds
--- Returns {1, entry id} when appended, {0, stored record} when the key was seen: the check,
--- the XADD and the record are one atomic step, so a retry can never append a second time,
--- even when the first attempt's answer was lost (a client timeout while Redis stalled).
-local seen = redis.call('GET', KEYS[2])
-if seen then
-    return {0, seen}
+-- ARGV[3] the window in seconds, ARGV[4] n, ARGV[5] '1' if the request has a key
+-- Returns {1, ''} when appended, {0, stored record} when the key was seen, {-1, meta} when a
+-- model is gone (deleted meanwhile): nothing is appended then. The check, the XADDs and the
+-- record are one atomic step, so a retry can never append a second time, even when the first
+-- attempt's answer was lost (a client timeout while Redis stalled).
+local n = tonumber(ARGV[4])
+local keyed = ARGV[5] == '1'
+if keyed then
+    local seen = redis.call('GET', KEYS[1])
+    if seen then
+        return {0, seen}
+    end
 end
-local id = redis.call('XADD', KEYS[1], '*', 'b', ARGV[1])
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
-return {1, id}
+for i = 2, n + 1 do
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+        return {-1, KEYS[i]}
+    end
+end
+for i = n + 2, 2 * n + 1 do
+    redis.call('XADD', KEYS[i], '*', 'b', ARGV[1])
+end
+if keyed then
+    redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+end
+return {1, ''}

@@ -1,5 +1,9 @@
 """Appending feedback to a model's stream, at most once per idempotency key.
 
+The entry goes to the stream of every model it is for: one model, or every model of a group
+(their streams share the group's hash tag), in one script that first checks that each model
+still exists, so that feedback is never accepted into the stream of a deleted model.
+
 A ``/learn`` request may carry an ``Idempotency-Key``. ``append.lua`` checks the key, appends
 the entry and records the key with the digest of what was appended, all in one script: if the
 client never hears the answer (a timeout while Redis stalls, then Redis runs the script
@@ -15,8 +19,12 @@ from importlib import resources
 
 from octr.redis_types import RedisClient
 from octr.store import codec
-from octr.store.keys import ModelKeys
+from octr.store.keys import FeedbackKeys, ModelKeys
 from online_ctr.features import Batch
+
+
+class ModelDeletedError(LookupError):
+    """A model the feedback was for was deleted meanwhile; nothing was appended."""
 
 
 class IdempotencyConflictError(ValueError):
@@ -33,11 +41,14 @@ class Appended:
 
 
 class FeedbackLog:
-    """The write side of one model's feedback stream."""
+    """The write side of the feedback streams of a model, or of every model of a group."""
 
-    def __init__(self, redis: RedisClient, model: str, window_s: int) -> None:
+    def __init__(
+        self, redis: RedisClient, feedback: FeedbackKeys, models: list[ModelKeys], window_s: int
+    ) -> None:
         self.redis = redis
-        self.keys = ModelKeys(model)
+        self.feedback = feedback
+        self.models = models
         self.window_s = window_s
         script = resources.files("octr.store").joinpath("append.lua").read_text()
         self._append = redis.register_script(script)
@@ -45,18 +56,19 @@ class FeedbackLog:
     async def append(self, batch: Batch, key: str | None = None) -> Appended:
         """Append a labelled batch as one entry; with ``key``, at most once per window."""
         entry = codec.encode_entry(batch)
-        if key is None:
-            await self.redis.xadd(self.keys.stream, {"b": entry})
-            return Appended(len(batch))
         # The digest of the encoded entry: the same examples in the same order match, however
         # the JSON was spaced or its numbers written.
-        record = f"{hashlib.sha256(entry).hexdigest()} {len(batch)}"
+        record = f"{hashlib.sha256(entry).hexdigest()} {len(batch)}" if key else ""
+        metas = [keys.meta for keys in self.models]
+        streams = [keys.stream for keys in self.models]
         appended, stored = await self._append(
-            keys=[self.keys.stream, self.keys.idempotency(key)],
-            args=[entry, record, self.window_s],
+            keys=[self.feedback.idempotency(key or ""), *metas, *streams],
+            args=[entry, record, self.window_s, len(self.models), int(key is not None)],
         )
-        if appended:
+        if appended == 1:
             return Appended(len(batch))
+        if appended == -1:
+            raise ModelDeletedError(f"{stored.decode()} was deleted")
         digest, accepted = stored.decode().split()
         if digest != record.split()[0]:
             raise IdempotencyConflictError(

@@ -35,6 +35,7 @@ class Scripts:
     claim: Any
     finish: Any
     scan: Any
+    registry: Any
 
     @classmethod
     def register(cls, redis: Any) -> Scripts:

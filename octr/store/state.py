@@ -35,6 +35,10 @@ class ModelMismatchError(RuntimeError):
     """The model in Redis was created with another rule, hyper-parameters or layout."""
 
 
+class ModelGoneError(LookupError):
+    """The model was deleted (and is not one that is created on first use)."""
+
+
 class ModelImportingError(TryAgainError):
     """The model is being imported from a snapshot: not there yet, so try again shortly (a
     TRYAGAIN, so the API answers 503 with Retry-After and a worker waits, as for Redis)."""
@@ -54,6 +58,8 @@ class ModelSpec:
     encoding: str = "float64"
     numeric: Numeric = "raw"
     calibration: Calibration = "off"
+    #: The group whose feedback the model learns (its log side is in the group's hash tag).
+    group: str | None = None
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -70,6 +76,7 @@ class ModelSpec:
             "fields": ",".join(self.rule.fields),
             "numeric": self.numeric,
             "calibration": self.calibration,
+            "group": self.group or "",
         }
 
     @property
@@ -118,7 +125,7 @@ class ModelInfo:
 
 
 #: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
-_BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64"}
+_BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64", "group": ""}
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 _INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
@@ -134,16 +141,19 @@ class ModelStore:
     def __init__(self, redis: Any, spec: ModelSpec) -> None:
         self.redis = redis
         self.spec = spec
-        self.keys = ModelKeys(spec.name)
+        self.keys = ModelKeys(spec.name, spec.group)
         self.scripts = Scripts.register(redis)
         self.shards = StateShards(redis, self.keys, spec.layout, self.scripts)
         self.log = CommitLog(redis, self.keys, self.scripts)
 
-    async def ensure(self) -> None:
-        """Create the model (its meta hash) if new; refuse a different existing one."""
+    async def ensure(self, create: bool = True) -> None:
+        """Create the model (its meta hash) if new; refuse a different existing one. Without
+        ``create``, a model that is not there is :class:`ModelGoneError` (it was deleted)."""
         described = self.spec.describe()
         stored = await self.redis.hgetall(self.keys.meta)
         if b"epoch" not in stored and b"importing" not in stored:
+            if not create:
+                raise ModelGoneError(f"model {self.spec.name!r} was deleted")
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
             await self.redis.hset(self.keys.meta, mapping=described)
@@ -283,6 +293,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         stored["encoding"],
         stored["numeric"],  # type: ignore[arg-type]
         stored["calibration"],  # type: ignore[arg-type]
+        stored["group"] or None,
     )
 
 
@@ -296,7 +307,10 @@ def spec_from(
     encoding: str = "float64",
     numeric: Numeric = "raw",
     calibration: Calibration = "off",
+    group: str | None = None,
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
-    return ModelSpec(name, rule, params, hash_bits, buckets, shards, encoding, numeric, calibration)
+    return ModelSpec(
+        name, rule, params, hash_bits, buckets, shards, encoding, numeric, calibration, group
+    )

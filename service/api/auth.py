@@ -24,8 +24,9 @@ SCOPES = ("predict", "learn", "admin")
 #: Shortest key accepted: a short key can be guessed.
 MIN_KEY_CHARS = 16
 #: The scope each path needs. "" means any valid key; paths not listed are open.
-PATH_SCOPES = {"/predict": "predict", "/learn": "learn"}
+PATH_SCOPES = {"/predict": "predict", "/learn": "learn", "/models": "admin"}
 MODELS_PREFIX = "/models/"
+GROUPS_PREFIX = "/groups/"
 DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 #: Where Swagger UI's and ReDoc's JS and CSS are served from. Always open, even with
 #: OCTR_PROTECT_DOCS: they are the same public files for every install and hold no data of
@@ -102,12 +103,14 @@ class Authenticator:
         """The route label of a refused request (the route is not matched yet)."""
         if path in self.paths:
             return path
+        if path.startswith(GROUPS_PREFIX):
+            return "/groups/{name}"
         return "/models/{name}/snapshot" if path.endswith("/snapshot") else "/models/{name}"
 
     def required(self, path: str) -> str | None:
         """The scope ``path`` needs ("" for any key), or None if it is open."""
         scope = self.paths.get(path)
-        if scope is None and path.startswith(MODELS_PREFIX):
+        if scope is None and path.startswith((MODELS_PREFIX, GROUPS_PREFIX)):
             return self.models_scope
         return scope
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
 
-from service.api.errors import UnknownModelError
+from service.api.catalog import Catalog, Served
 from service.api.served import ServedModel
 
 #: OpenAPI for the ``model`` query parameter that :func:`requested_model` reads.
@@ -26,29 +26,27 @@ MODEL_PARAMETER: dict[str, Any] = {
             "name": "model",
             "in": "query",
             "required": False,
-            "description": "The model to use; defaults to the one this process serves.",
+            "description": "The model or group to use; defaults to the service's own model "
+            "(OCTR_MODEL).",
             "schema": {"type": "string", "examples": ["default"]},
         }
     ]
 }
 
 
-def not_served(name: str, served: ServedModel) -> UnknownModelError:
-    """The 404 for a model this process does not serve."""
-    return UnknownModelError(
-        f"model {name!r} is not served here; this process serves {served.name!r}"
-    )
-
-
-def requested_model(request: Request) -> ServedModel:
-    """The model named by ``?model=`` (default: the served one), or a 404 error."""
-    served: ServedModel = request.app.state.served
+async def requested(request: Request) -> Served:
+    """The model or group named by ``?model=`` (default: the own model), or a 404 error."""
+    catalog: Catalog = request.app.state.catalog
     if not request.scope["query_string"]:  # the common case: no need to parse anything
-        return served
+        return catalog.own
     name = request.query_params.get("model")
-    if name is not None and name != served.name:
-        raise not_served(name, served)
-    return served
+    return catalog.own if name is None else await catalog.get(name)
+
+
+async def get_catalog(request: Request) -> Catalog:
+    """The models and groups this process serves."""
+    catalog: Catalog = request.app.state.catalog
+    return catalog
 
 
 async def get_served(request: Request) -> ServedModel:
@@ -64,4 +62,5 @@ async def get_registry(request: Request) -> CollectorRegistry:
 
 
 ServedDep = Annotated[ServedModel, Depends(get_served)]
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 RegistryDep = Annotated[CollectorRegistry, Depends(get_registry)]

@@ -21,10 +21,11 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from octr.settings import Settings
-from octr.store.ingest import IdempotencyConflictError
+from octr.store.ingest import IdempotencyConflictError, ModelDeletedError
+from octr.store.registry import RegistryError, UnknownNameError
 from octr.store.snapshot_export import ModelNotFoundError
 from octr.store.snapshot_import import ModelExistsError, SpecConflictError
-from octr.store.state import ModelImportingError, ModelMismatchError
+from octr.store.state import ModelGoneError, ModelImportingError, ModelMismatchError
 from online_ctr.snapshot import SnapshotError
 from service.api.limits import InvalidFieldError
 from service.api.messages import field_errors, summary, unparseable_body
@@ -88,8 +89,13 @@ def redis_unavailable(error: Exception) -> bool:
 
 Answer = tuple[int, dict[str, object], Mapping[str, str] | None]
 
-#: Snapshot export and import refusals, by status; their messages say what to do.
+#: Refusals of the store (snapshots, the registry of models), by status; their messages say
+#: what to do. The first class that matches wins.
 SNAPSHOT_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (UnknownNameError, 404),
+    (ModelGoneError, 404),
+    (ModelDeletedError, 404),
+    (RegistryError, 409),
     (ModelNotFoundError, 404),
     (ModelExistsError, 409),
     (SpecConflictError, 409),

@@ -302,6 +302,51 @@ class ModelInfoResponse(BaseModel):
     calibration: str = Field(
         description="Served probabilities' calibration (OCTR_CALIBRATION).", examples=["off"]
     )
+    group: str | None = Field(None, description="The group it learns with, if any.")
+
+
+class ModelSummary(BaseModel):
+    """A model, as ``GET /models`` lists it."""
+
+    name: str = Field(examples=["default"])
+    rule: str = Field(examples=["ftrl"])
+    group: str | None = Field(None, description="The group it learns with, if any.")
+    own: bool = Field(description="The service's own model (OCTR_MODEL).", examples=[True])
+
+
+class GroupResponse(BaseModel):
+    """A group of models that learn the same feedback."""
+
+    name: str = Field(examples=["ctr"])
+    models: list[str] = Field(examples=[["champion", "challenger"]])
+    serving: str = Field(description="The model that answers /predict.", examples=["champion"])
+    split: dict[str, float] = Field(
+        description="Traffic shares of requests with a split_key (empty: all to serving).",
+        examples=[{"champion": 0.9, "challenger": 0.1}],
+    )
+    join_window_s: int = Field(examples=[0])
+    unlabeled: str = Field(examples=["negative"])
+
+
+class GroupUpdate(BaseModel):
+    """Which model of a group serves, and how requests with a ``split_key`` are split."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    serving: str = Field(description="The model that answers /predict.", examples=["challenger"])
+    split: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = Field(
+        None,
+        description="model -> positive weight; a request's split_key picks a model with "
+        "probability weight / sum, stably. {}: no split. Absent: keep the current one.",
+        examples=[{"champion": 0.5, "challenger": 0.5}],
+    )
+
+
+class ModelListResponse(BaseModel):
+    """Every model and group of the service."""
+
+    models: list[ModelSummary]
+    groups: list[GroupResponse]
 
 
 class HealthResponse(BaseModel):

@@ -1,7 +1,9 @@
-"""The model this process serves: its store, feature hasher, limits and metric series.
+"""A model this process serves: its store, feature hasher, limits and metric series.
 
-Built once per app in the lifespan. The model is created in Redis (``ensure``) lazily, on the
-first request that finds Redis up, so the API starts and stays up while Redis is down.
+The service's own model (``OCTR_MODEL``) is built once per app in the lifespan and created in
+Redis (``ensure``) lazily, on the first request that finds Redis up, so the API starts and
+stays up while Redis is down; the other models come from the registry
+(:mod:`service.api.catalog`) and are never created here, only checked.
 Concurrent ``/predict`` requests are scored together, in passes of one hashing, one Redis read
 and one numpy computation (:mod:`service.api.coalesce`); each request still gets exactly the
 answer it would get alone.
@@ -10,15 +12,14 @@ answer it would get alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 from octr.metrics import Metrics
 from octr.redis_types import RedisClient
 from octr.settings import Settings
-from octr.store.ingest import Appended, FeedbackLog
-from octr.store.state import ModelInfo, ModelStore
-from octr.wiring import model_spec
+from octr.store.ingest import Appended, FeedbackLog, ModelDeletedError
+from octr.store.state import ModelInfo, ModelSpec, ModelStore
 from online_ctr.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learner import logits, sigmoid, unique_features
 from online_ctr.rules.base import uncertainty
@@ -53,15 +54,30 @@ class Rows(NamedTuple):
 
 
 class ServedModel:
-    """Scores examples and appends feedback for one model."""
+    """Scores examples and appends feedback for one model.
 
-    def __init__(self, settings: Settings, redis: RedisClient, metrics: Metrics) -> None:
-        self.name = settings.model
-        spec = model_spec(settings)
+    ``own``: the service's own model, created on first use (and again after a delete), and
+    then recorded in the registry by ``register``; any other model must be in Redis, or it
+    is gone (404).
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        settings: Settings,
+        redis: RedisClient,
+        metrics: Metrics,
+        own: bool = False,
+        register: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.name = spec.name
+        self.own = own
+        self._register = register
         self.store = ModelStore(redis, spec)
-        self.feedback = FeedbackLog(redis, settings.model, settings.idempotency_window_s)
+        keys = self.store.keys
+        self.feedback = FeedbackLog(redis, keys.feedback, [keys], settings.idempotency_window_s)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
-        self.hasher = FeatureHasher(settings.hash_bits, numeric=spec.numeric)
+        self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
         self.max_heartbeat_age_s = settings.ready_max_heartbeat_age_s
         self.predictions = metrics.predictions.labels(self.name)
@@ -77,9 +93,12 @@ class ServedModel:
         )
 
     async def ensure(self) -> None:
-        """Create the model in Redis unless done; ModelMismatchError if it differs there."""
+        """Create (if ``own``) or check the model in Redis unless done; ModelMismatchError if
+        it differs there, ModelGoneError if it was deleted."""
         if not self._ensured:
-            await self.store.ensure()
+            await self.store.ensure(create=self.own)
+            if self._register is not None:
+                await self._register()
             self._ensured = True
             logger.info("model %r ready in Redis", self.name)
 
@@ -145,13 +164,23 @@ class ServedModel:
         """Append the labelled examples to the feedback stream as one entry; with an
         idempotency ``key``, only if that key was not used within the window."""
         await self.ensure()
-        return await self.feedback.append(self.hasher.batch(rows, labels), key)
+        batch = self.hasher.batch(rows, labels)
+        try:
+            return await self.feedback.append(batch, key)
+        except ModelDeletedError:
+            # Deleted by another process since this one checked: the own model is created
+            # again (as DELETE does), any other is gone.
+            self._ensured = False
+            await self.ensure()
+            return await self.feedback.append(batch, key)
 
     async def delete(self) -> int:
-        """Delete the model and every key of it; it is created again, empty, at once."""
+        """Delete the model and every key of it; the own model is created again, empty, at
+        once."""
         deleted = await self.store.delete()
         self._ensured = False
-        await self.ensure()
+        if self.own:
+            await self.ensure()
         return deleted
 
     async def info(self) -> ModelInfo:

@@ -73,6 +73,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "dead_letters": 0,
         "numeric": "log_bucket",
         "calibration": "off",
+        "group": None,
     }
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     client.post("/learn", json=body)
@@ -90,13 +91,16 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert (info["stream_lag"], info["dead_letters"]) == (0, 0)
 
 
-@pytest.mark.parametrize("name", ["other", "no such model!"])
-def test_other_models_are_404(client: TestClient, name: str) -> None:
-    reply = client.get(f"/models/{name}")
+def test_other_models_are_404(client: TestClient) -> None:
+    reply = client.get("/models/other")
     assert reply.status_code == 404
-    assert reply.json()["detail"] == (
-        f"model {name!r} is not served here; this process serves 'default'"
-    )
+    assert reply.json()["detail"] == "no model or group 'other' (GET /models lists them)"
+
+
+def test_an_impossible_model_name_is_422(client: TestClient) -> None:
+    reply = client.get("/models/no such model!")
+    assert reply.status_code == 422
+    assert reply.json()["errors"][0]["field"] == "name"
 
 
 def test_healthz(client: TestClient) -> None:
@@ -224,6 +228,6 @@ def test_delete_removes_every_key_and_the_model_starts_again_empty(
 
 
 def test_a_method_not_allowed_lists_every_method_of_the_path(client: TestClient) -> None:
-    reply = client.put("/models/default")
+    reply = client.post("/models/default")
     assert reply.status_code == 405
-    assert reply.headers["allow"] == "DELETE, GET"
+    assert reply.headers["allow"] == "DELETE, GET, PUT"

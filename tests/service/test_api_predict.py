@@ -123,9 +123,7 @@ def test_model_parameter_defaults_to_the_served_model(client: TestClient) -> Non
 def test_other_models_are_404_with_a_message(client: TestClient) -> None:
     reply = client.post("/predict", json={"features": {"a": "b"}}, params={"model": "other"})
     assert reply.status_code == 404
-    assert reply.json() == {
-        "detail": "model 'other' is not served here; this process serves 'default'"
-    }
+    assert reply.json() == {"detail": "no model or group 'other' (GET /models lists them)"}
 
 
 def test_metrics_count_examples_latency_and_requests(

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
-from service.api.deps import MODEL_PARAMETER, requested_model
+from service.api.deps import MODEL_PARAMETER, requested
 from service.api.limits import InvalidFieldError
 from service.api.schemas import LearnRequest, LearnResponse, error_responses
 
@@ -69,7 +69,7 @@ async def learn(body: LearnRequest, request: Request) -> Response:
     All of the request's examples go into one stream entry, and the answer is sent only after
     Redis stored it: a 202 is never lost. Learning happens in the workers, not here.
     """
-    model = requested_model(request)
+    model = await requested(request)
     key = idempotency_key(request)
     rows = body.rows()
     model.limits.check(rows, body.single)

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from octr.store.state import ModelMismatchError
-from service.api.deps import RegistryDep, ServedDep
+from octr.store.state import ModelGoneError, ModelMismatchError
+from service.api.deps import CatalogDep, RegistryDep
 
 logger = logging.getLogger(__name__)
 
@@ -21,11 +21,12 @@ router = APIRouter(tags=["operations"])
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text."}},
 )
-async def metrics(served: ServedDep, registry: RegistryDep) -> Response:
-    """Refresh the model gauges from Redis, then render; with Redis down, render the rest."""
+async def metrics(catalog: CatalogDep, registry: RegistryDep) -> Response:
+    """Refresh every model's gauges from Redis, then render; with Redis down, render the
+    rest."""
     try:
-        await served.refresh_gauges()
-    except (RedisError, OSError, ModelMismatchError) as error:
+        await catalog.refresh_gauges()
+    except (RedisError, OSError, ModelMismatchError, ModelGoneError) as error:
         # Scrapes must keep working in an outage: that is when they matter most.
         logger.warning("model gauges not refreshed: %s", error)
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

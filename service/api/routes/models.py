@@ -1,20 +1,170 @@
-"""``GET /models/{name}``: what a model is and how far it has learned; ``DELETE`` removes it."""
+"""The models and groups of the service: list, create, describe, delete, and choose which
+model of a group serves (admin scope).
+
+``PUT /models/{name}`` creates a model with its own rule, hyper-parameters and hashing; with a
+``group`` it joins that group (created with its first model), whose feedback every model of
+it learns. The service's own model (``OCTR_MODEL``) comes from the settings: it cannot be
+created here, and deleting it starts it again empty.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from service.api.deps import ServedDep, not_served
-from service.api.schemas import ModelDeletedResponse, ModelInfoResponse, error_responses
+from fastapi import APIRouter, Body, Path, Response, status
+
+from octr.model_config import ModelConfig
+from octr.store.keys import MODEL_NAME
+from octr.store.registry import GroupInfo, RegistryError, UnknownNameError
+from octr.store.state import ModelMismatchError, ModelStore
+from service.api.deps import CatalogDep
+from service.api.groups import ServedGroup
+from service.api.schemas import (
+    GroupResponse,
+    GroupUpdate,
+    ModelDeletedResponse,
+    ModelInfoResponse,
+    ModelListResponse,
+    ModelSummary,
+    error_responses,
+)
+from service.api.served import ServedModel
 
 router = APIRouter(tags=["models"])
 
+Name = Annotated[
+    str,
+    Path(
+        pattern=MODEL_NAME.pattern,
+        description="1-64 of A-Z a-z 0-9 _ . - (first a letter or digit).",
+    ),
+]
+
+
+@router.get("/models", responses=error_responses(503))
+async def list_models(catalog: CatalogDep) -> ModelListResponse:
+    """Every model (its rule and group) and every group (its models and serving model)."""
+    configs = await catalog.registry.models()
+    groups = await catalog.registry.groups()
+    own = catalog.own
+    if own.name not in configs:  # not registered yet: Redis was down until now
+        await own.ensure()
+        configs = await catalog.registry.models()
+    models = [
+        ModelSummary(name=name, rule=config.rule, group=config.group, own=name == own.name)
+        for name, config in sorted(configs.items())
+    ]
+    return ModelListResponse(
+        models=models, groups=[_group(info) for _, info in sorted(groups.items())]
+    )
+
+
+@router.put(
+    "/models/{name}",
+    status_code=status.HTTP_201_CREATED,
+    responses={**error_responses(409, 422, 503), 200: {"description": "Existed already, alike."}},
+)
+async def create_model(
+    name: Name, config: ModelConfig, catalog: CatalogDep, response: Response
+) -> ModelInfoResponse:
+    """Create a model (201), or confirm one that exists with this very configuration (200).
+
+    Another configuration under the same name is a 409: delete the model first. Models of a
+    group share its feature hashing and join settings, since they learn the same feedback.
+    """
+    if name == catalog.own.name:
+        raise RegistryError(
+            f"{name!r} is this service's own model (OCTR_MODEL), configured by its settings"
+        )
+    created = await catalog.registry.create(name, config)
+    store = ModelStore(catalog.own.store.redis, config.spec(name))
+    try:
+        await store.ensure()
+    except ModelMismatchError as error:
+        if created:  # keys of an unregistered model of that name (an old import, say)
+            await catalog.registry.delete(name)
+        raise RegistryError(str(error)) from None
+    catalog.forget(name)
+    if config.group is not None:
+        catalog.forget(config.group)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return await _info(await _model(catalog, name))
+
 
 @router.get("/models/{name}", responses=error_responses(404, 503))
-async def read_model(name: str, served: ServedDep) -> ModelInfoResponse:
+async def read_model(name: Name, catalog: CatalogDep) -> ModelInfoResponse:
     """The model's rule, hyper-parameters, global step, sizes, progressive loss and lag."""
-    if name != served.name:
-        raise not_served(name, served)
+    return await _info(await _model(catalog, name))
+
+
+@router.delete("/models/{name}", responses=error_responses(404, 409, 503))
+async def delete_model(name: Name, catalog: CatalogDep) -> ModelDeletedResponse:
+    """Delete the model and all its keys: state, feedback not learned yet, dead letters.
+
+    The service's own model starts again empty, with the settings this service runs with;
+    its learner notices on its next commit and starts over. Any other model is gone, and
+    its workers stop; the serving model of a group can only go after another was promoted.
+    """
+    if name == catalog.own.name:
+        return ModelDeletedResponse(name=name, keys_deleted=await catalog.own.delete())
+    if isinstance(await catalog.get(name, fresh=True), ServedGroup):
+        raise UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
+    config = await catalog.registry.delete(name)
+    deleted = await ModelStore(catalog.own.store.redis, config.spec(name)).delete()
+    catalog.forget(name)
+    if config.group is not None:
+        catalog.forget(config.group)
+    return ModelDeletedResponse(name=name, keys_deleted=deleted)
+
+
+@router.get("/groups/{name}", responses=error_responses(404, 503))
+async def read_group(name: Name, catalog: CatalogDep) -> GroupResponse:
+    """The group's models, the serving one and the traffic split."""
+    return _group((await _group_of(catalog, name)).info)
+
+
+@router.put("/groups/{name}", responses=error_responses(404, 409, 422, 503))
+async def update_group(
+    name: Name, update: Annotated[GroupUpdate, Body()], catalog: CatalogDep
+) -> GroupResponse:
+    """Promote a model of the group to serving it, and set (or, absent, keep) the traffic
+    split of requests that send a ``split_key``. One call; every API process follows
+    within ``OCTR_REGISTRY_REFRESH_S``."""
+    split = update.split
+    if split is None:
+        split = (await _group_of(catalog, name)).info.split
+    info = await catalog.registry.serve(name, update.serving, split)
+    catalog.forget(name)
+    return _group(info)
+
+
+async def _model(catalog: CatalogDep, name: str) -> ServedModel:
+    served = await catalog.get(name, fresh=True)
+    if isinstance(served, ServedGroup):
+        raise UnknownNameError(f"{name!r} is a group, not a model: GET /groups/{name}")
+    return served
+
+
+async def _group_of(catalog: CatalogDep, name: str) -> ServedGroup:
+    served = await catalog.get(name, fresh=True)
+    if not isinstance(served, ServedGroup):
+        raise UnknownNameError(f"{name!r} is a model, not a group: GET /models/{name}")
+    return served
+
+
+def _group(info: GroupInfo) -> GroupResponse:
+    return GroupResponse(
+        name=info.name,
+        models=list(info.models),
+        serving=info.serving,
+        split=info.split,
+        join_window_s=info.shared.join_window_s,
+        unlabeled=info.shared.unlabeled,
+    )
+
+
+async def _info(served: ServedModel) -> ModelInfoResponse:
     info = await served.info()
     return ModelInfoResponse(
         name=info.name,
@@ -29,16 +179,5 @@ async def read_model(name: str, served: ServedDep) -> ModelInfoResponse:
         dead_letters=info.dead_letters,
         numeric=info.numeric,
         calibration=info.calibration,
+        group=served.store.spec.group,
     )
-
-
-@router.delete("/models/{name}", responses=error_responses(404, 503))
-async def delete_model(name: str, served: ServedDep) -> ModelDeletedResponse:
-    """Delete the model and all its keys: state, feedback not learned yet, dead letters.
-
-    It starts again empty, with the settings this service runs with; the learner notices on
-    its next commit and starts over on the new model.
-    """
-    if name != served.name:
-        raise not_served(name, served)
-    return ModelDeletedResponse(name=name, keys_deleted=await served.delete())

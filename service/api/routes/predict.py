@@ -7,7 +7,8 @@ import time
 from fastapi import APIRouter, Request, Response
 from pydantic_core import to_json
 
-from service.api.deps import MODEL_PARAMETER, requested_model
+from service.api.deps import MODEL_PARAMETER, requested
+from service.api.groups import ServedGroup
 from service.api.schemas import (
     PredictBatchResponse,
     PredictRequest,
@@ -32,7 +33,8 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     `uncertainty: true`, their step sizes and nothing more).
     """
     started = time.perf_counter()
-    model = requested_model(request)
+    target = await requested(request)
+    model = target.pick(None) if isinstance(target, ServedGroup) else target
     rows = body.rows()
     single = body.single
     lists = model.limits.check(rows, single)

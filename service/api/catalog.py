@@ -1,0 +1,105 @@
+"""The models and groups this API process serves, by name.
+
+Its own model (``OCTR_MODEL``) is always there. Any other name is looked up in the registry
+(:mod:`octr.store.registry`) on first use and again once its entry is older than
+``OCTR_REGISTRY_REFRESH_S``: a model created, deleted or promoted through another process is
+seen within that time (through this one, at once). A model whose entry has not changed keeps
+its ``ServedModel``, and with it its hasher's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from octr.metrics import Metrics
+from octr.model_config import ModelConfig
+from octr.redis_types import RedisClient
+from octr.settings import Settings
+from octr.store.ingest import FeedbackLog
+from octr.store.keys import FeedbackKeys
+from octr.store.registry import GroupInfo, Registry, UnknownNameError
+from service.api.groups import ServedGroup
+from service.api.served import ServedModel
+
+Served = ServedModel | ServedGroup
+
+
+class Catalog:
+    """Finds the served model or group of a name."""
+
+    def __init__(
+        self, own: ServedModel, settings: Settings, redis: RedisClient, metrics: Metrics
+    ) -> None:
+        self.own = own
+        self.registry = Registry(redis, settings.max_models)
+        self._settings = settings
+        self._redis = redis
+        self._metrics = metrics
+        self._refresh_s = settings.registry_refresh_s
+        self._models: dict[str, tuple[ModelConfig, ServedModel]] = {}
+        self._groups: dict[str, tuple[float, ServedGroup]] = {}
+        self._looked_up: dict[str, float] = {}
+
+    async def get(self, name: str, fresh: bool = False) -> Served:
+        """The model or group ``name`` (looked up again if ``fresh``); UnknownNameError."""
+        if name == self.own.name:
+            return self.own
+        now = time.monotonic()
+        if not fresh and now - self._looked_up.get(name, -1e9) < self._refresh_s:
+            group = self._groups.get(name)
+            if group is not None:
+                return group[1]
+            if name in self._models:
+                return self._models[name][1]
+        return await self._lookup(name, now)
+
+    async def _lookup(self, name: str, now: float) -> Served:
+        found = await self.registry.lookup(name)
+        self._looked_up[name] = now
+        if found is None:
+            self.forget(name)
+            raise UnknownNameError(f"no model or group {name!r} (GET /models lists them)")
+        if isinstance(found, ModelConfig):
+            return self._model(name, found)
+        group = await self._group(found)
+        self._groups[name] = (now, group)
+        return group
+
+    def forget(self, name: str) -> None:
+        """Drop what is known of ``name`` (it was deleted)."""
+        self._models.pop(name, None)
+        self._groups.pop(name, None)
+        self._looked_up.pop(name, None)
+
+    def _model(self, name: str, config: ModelConfig) -> ServedModel:
+        known = self._models.get(name)
+        if known is not None and known[0] == config:
+            return known[1]
+        served = ServedModel(config.spec(name), self._settings, self._redis, self._metrics)
+        self._models[name] = (config, served)
+        return served
+
+    async def _group(self, info: GroupInfo) -> ServedGroup:
+        configs = await self.registry.configs(info.models)
+        members = {
+            name: self._model(name, configs[name]) for name in info.models if name in configs
+        }
+        keys = [member.store.keys for member in members.values()]
+        feedback = FeedbackLog(
+            self._redis,
+            FeedbackKeys.of(info.serving, info.name),
+            keys,
+            self._settings.idempotency_window_s,
+        )
+        return ServedGroup(info, members, feedback)
+
+    async def models(self) -> list[ServedModel]:
+        """Every model of the registry (for the metrics' gauges), the own one first."""
+        configs = await self.registry.models()
+        others = [self._model(n, c) for n, c in sorted(configs.items()) if n != self.own.name]
+        return [self.own, *others]
+
+    async def refresh_gauges(self) -> None:
+        """Set every model's gauges from Redis, concurrently."""
+        await asyncio.gather(*(model.refresh_gauges() for model in await self.models()))

@@ -1,0 +1,72 @@
+"""A group of models served as one: feedback sent once is learned by every model of it, and
+``/predict`` answers from its serving model, or, with a traffic split and a caller's
+``split_key``, from the model the key's stable hash picks (an A/B test).
+
+The hash is BLAKE2b of the group's name and the key, so a user keeps their model across
+requests, processes and restarts, and two groups split the same users independently.
+
+>>> pick_by_weight({"a": 9.0, "b": 1.0}, 0.05), pick_by_weight({"a": 9.0, "b": 1.0}, 0.95)
+('a', 'b')
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from octr.store.ingest import Appended, FeedbackLog
+from octr.store.registry import GroupInfo
+from online_ctr.features import Example
+from service.api.served import ServedModel
+
+#: 2**64, to map a 64-bit hash to [0, 1).
+_SPAN = float(1 << 64)
+
+
+def unit_hash(group: str, key: str) -> float:
+    """A stable number in [0, 1) for ``key`` within ``group``."""
+    digest = hashlib.blake2b(f"{group}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / _SPAN
+
+
+def pick_by_weight(weights: dict[str, float], u: float) -> str:
+    """The model whose share of [0, 1) holds ``u``, shares in the order of the names."""
+    total = sum(weights.values())
+    edge = 0.0
+    names = sorted(weights)
+    for name in names:
+        edge += weights[name] / total
+        if u < edge:
+            return name
+    return names[-1]  # u just below 1 with rounding in the sum
+
+
+class ServedGroup:
+    """The models of one group, as the API serves them."""
+
+    def __init__(
+        self, info: GroupInfo, members: dict[str, ServedModel], feedback: FeedbackLog
+    ) -> None:
+        self.info = info
+        self.name = info.name
+        self.members = members
+        self.feedback = feedback
+        self.serving = members[info.serving]
+        # Every model of a group hashes alike (the registry makes sure): one hasher will do.
+        self.hasher = self.serving.hasher
+        self.limits = self.serving.limits
+
+    def pick(self, split_key: str | None) -> ServedModel:
+        """The model that answers a request with ``split_key`` (None: the serving one)."""
+        if split_key is None or not self.info.split:
+            return self.serving
+        return self.members[pick_by_weight(self.info.split, unit_hash(self.name, split_key))]
+
+    async def learn(
+        self, rows: Sequence[Example], labels: Sequence[int], key: str | None
+    ) -> Appended:
+        """Append the labelled examples, as one entry, to the stream of every model of the
+        group, in one atomic step (with ``key``, at most once per idempotency window)."""
+        for member in self.members.values():
+            await member.ensure()
+        return await self.feedback.append(self.hasher.batch(rows, labels), key)

@@ -1,0 +1,117 @@
+"""One learner per model: the worker process follows the registry, starting a
+:class:`~workers.consumer.Worker` for every model it should learn and stopping the learners
+of models that were deleted.
+
+Each model keeps its own lease, so several worker processes split the work and stand by for
+each other per model, with the same exactly-once commits as for one. ``OCTR_WORKER_MODELS``
+limits a process to some models (the others' learning is left to other processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from octr.metrics import Metrics
+from octr.model_config import ModelConfig
+from octr.redis_types import RedisClient
+from octr.store.registry import Registry
+from octr.store.state import ModelStore
+from online_ctr.sequential import warm_up
+from workers.consumer import Worker, WorkerConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Fleet:
+    """The learners of one worker process, by model name."""
+
+    redis: RedisClient
+    registry: Registry
+    config: WorkerConfig
+    metrics: Metrics
+    own: str
+    #: The models to learn; empty: every model of the registry.
+    only: frozenset[str] = frozenset()
+    refresh_s: float = 1.0
+    workers: dict[str, Worker] = field(default_factory=dict)
+    _retired: dict[str, Worker] = field(default_factory=dict)
+    _names: set[str] = field(default_factory=set)
+    _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _stopping: bool = False
+
+    def wants(self, name: str) -> bool:
+        return not self.only or name in self.only
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """Stop every learner; each finishes the group in flight."""
+        self._stopping = True
+        for worker in self.workers.values():
+            worker.stop()
+
+    async def sync(self) -> None:
+        """Start learners for new models, forget those of deleted ones."""
+        registered = await self.registry.models()
+        self._names = set(registered)
+        configs = {n: c for n, c in registered.items() if self.wants(n)}
+        for name in set(self.workers) - set(configs):
+            worker = self.workers.pop(name)
+            worker.stop()  # deleted: its task ends on its own
+            self._retired[name] = worker
+        for name, config in sorted(configs.items()):
+            if name not in self.workers:
+                self.workers[name] = self._worker(name, config)
+
+    def _worker(self, name: str, config: ModelConfig) -> Worker:
+        spec = config.spec(name)
+        warm_up(spec.rule, spec.params)  # compiled before leading, not on the clock
+        store = ModelStore(self.redis, spec)
+        logger.info("worker %s learning model %r", self.config.name, name)
+        return Worker(store, self.config, self.metrics, own=name == self.own)
+
+    async def run(self) -> None:
+        """Follow the registry and run the learners until :meth:`stop`."""
+        while not self._stopping:
+            try:
+                await self.sync()
+            except (RedisError, OSError) as error:
+                logger.warning("registry unavailable (%s); retrying", error)
+            for name, worker in self.workers.items():
+                if name not in self._tasks and not self._stopping:
+                    self._tasks[name] = asyncio.create_task(worker.run())
+            await self._reap()
+            await asyncio.sleep(self.refresh_s)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _reap(self) -> None:
+        """Collect the tasks of learners that ended (model deleted) and remove what their
+        last heartbeat or lease may have left of the deleted model."""
+        for name, task in list(self._tasks.items()):
+            if not task.done():
+                continue
+            del self._tasks[name]
+            # Ended: deleted, or failed (then started again at the next sync).
+            worker = self.workers.pop(name, None) or self._retired.pop(name)
+            if task.exception() is not None:
+                logger.error("learner of %r failed", name, exc_info=task.exception())
+            if name not in self._names:
+                try:
+                    await worker.store.delete()
+                except (RedisError, OSError) as error:
+                    logger.warning("could not remove what is left of %r (%s)", name, error)
+
+    async def run_until_idle(self) -> int:
+        """Learn every model until its stream is empty (for tests); the commits made."""
+        await self.sync()
+        commits = 0
+        for worker in self.workers.values():
+            commits += await worker.run_until_idle()
+        return commits
