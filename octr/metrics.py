@@ -40,6 +40,13 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.progressive_auc = Gauge(
+            "online_ctr_progressive_auc",
+            "Exact ROC AUC of the last OCTR_AUC_WINDOW progressive predictions, as learned by "
+            "this worker.",
+            model,
+            registry=registry,
+        )
         self.predictions = Counter(
             "online_ctr_predictions", "Examples scored by /predict.", model, registry=registry
         )

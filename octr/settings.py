@@ -113,6 +113,13 @@ class Settings(BaseSettings):
         2_000_000, ge=1, description="Features whose state a worker keeps in memory, at most."
     )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
+    auc_window: int = Field(
+        100_000,
+        ge=1,
+        le=1_000_000,
+        description="Progressive predictions the worker's AUC gauge covers (9 bytes each; "
+        "the AUC sorts them once a second, so at most a million).",
+    )
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
     redis_password_file: Path | None = Field(
         None, description="A file holding the Redis password (a Compose or Kubernetes secret)."

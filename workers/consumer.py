@@ -21,10 +21,11 @@ from octr.store.commits import Commit
 from octr.store.lease import Lease
 from octr.store.state import ModelGoneError, ModelStore
 from online_ctr.calibration import Histogram
+from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
-from workers.learn import learn_group
+from workers.learn import Learning, learn_group
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class WorkerConfig:
     forget_workers_after_s: float = 150.0  # silent longer: a dead worker's name, dropped
     error_backoff_s: float = 0.5
     cache_features: int = 2_000_000
+    auc_window: int = 100_000  # progressive predictions the AUC gauge covers
+    auc_interval_s: float = 1.0  # the AUC sorts the window: set it at most this often
 
 
 class Worker:
@@ -68,6 +71,9 @@ class Worker:
         self._stopping = False
         self._renewed = self._beat = 0.0
         self._label = {"model": store.spec.name}
+        self.auc = ProgressiveAuc(
+            metrics.progressive_auc, store.spec.name, config.auc_window, config.auc_interval_s
+        )
         for series in (
             metrics.learned_examples,
             metrics.progressive_logloss,
@@ -90,7 +96,8 @@ class Worker:
             try:
                 await self._heartbeat_if_due()
                 if await self._lead():
-                    await self._step(block=True)
+                    if not await self._step(block=True):
+                        self.auc.publish()  # idle: the last commits' AUC, when due
                 else:
                     await asyncio.sleep(self.config.lease_ttl_ms / 4000)
             except (RedisError, OSError) as error:
@@ -113,6 +120,7 @@ class Worker:
         while await self._lead() and await self._step(block=False):
             commits += 1
         await self.committer.settle()
+        self.auc.publish(force=True)
         return commits
 
     async def _lead(self) -> bool:
@@ -136,6 +144,7 @@ class Worker:
         """Apply every commit still in the redo log, then start from the model as stored."""
         self.committer.abandon()
         self.cache.forget()
+        self.auc.forget()
         # The model may have been deleted (and, if it is the own one, created again).
         await self.store.ensure(create=self.own)
         pending = await self.store.log.pending()
@@ -159,6 +168,7 @@ class Worker:
         """Nothing cached is known to be exact any more: recover before the next group."""
         self.committer.abandon()
         self.cache.forget()
+        self.auc.forget()
         self._recovered = False
 
     async def _step(self, block: bool) -> bool:
@@ -218,7 +228,7 @@ class Worker:
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
         self._single_left = max(0, self._single_left - len(group.entry_ids))
-        self._observe(group.examples, commit, learning.change.logloss_sum, started)
+        self._observe(group, commit, learning, started)
 
     def _refused(self, commit: Commit) -> None:
         """Fenced: another worker took the lease. Conflict: the model moved under us (it was
@@ -237,10 +247,13 @@ class Worker:
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._beat = now
 
-    def _observe(self, examples: int, result: Commit, loss: float, started: float) -> None:
+    def _observe(self, group: Group, result: Commit, learning: Learning, started: float) -> None:
         label = self._label
-        self.metrics.learned_examples.labels(**label).inc(examples)
-        self.metrics.progressive_logloss.labels(**label).inc(loss)
+        self.metrics.learned_examples.labels(**label).inc(group.examples)
+        self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)
         self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)
+        # Committed groups only, in stream order: the window holds what this model learned.
+        assert group.batch is not None
+        self.auc.add(learning.learned.probabilities, group.batch.labels)

@@ -37,6 +37,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         # Ten times what readiness tolerates: only names long dead are forgotten.
         forget_workers_after_s=10 * settings.ready_max_heartbeat_age_s,
         cache_features=settings.worker_cache_features,
+        auc_window=settings.auc_window,
     )
 
 

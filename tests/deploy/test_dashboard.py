@@ -30,6 +30,7 @@ SERVICE_METRICS = (
     "online_ctr_features_tracked",
     "online_ctr_learned_examples_total",
     "online_ctr_progressive_logloss_total",
+    "online_ctr_progressive_auc",
     "online_ctr_predictions_total",
     "online_ctr_predict_latency_seconds",
     "online_ctr_learn_batch_seconds",
@@ -162,3 +163,20 @@ def test_every_expression_parses(queries: list[Any], promtool: str, tmp_path: Pa
         [promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_models_side_by_side_compares_log_loss_auc_and_sparsity(dashboard: dict[str, Any]) -> None:
+    by_title = {panel["title"]: panel for panel in panels(dashboard)}
+    (table,) = [panel for title, panel in by_title.items() if title.startswith("Models side")]
+    log_loss = by_title["Progressive log loss (mean per example over $window)"]
+    expressions = [target["expr"] for target in table["targets"]]
+    # The same log loss as its own panel, so the two never disagree.
+    assert expressions[0] == log_loss["targets"][0]["expr"]
+    assert expressions[1:] == [
+        'max by (model) (online_ctr_progressive_auc{job="worker", model=~"$model"})',
+        'max by (model) (online_ctr_nonzero_weights{job="api", model=~"$model"})',
+    ]
+    # One row per model: instant values, merged on the model label.
+    assert table["type"] == "table"
+    assert all(target["instant"] and target["format"] == "table" for target in table["targets"])
+    assert table["transformations"][0]["id"] == "merge"

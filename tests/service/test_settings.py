@@ -10,6 +10,7 @@ import redis
 
 from octr.settings import Settings
 from service.embedded import RedisServer
+from workers.main import worker_config
 
 
 def test_the_password_file_goes_into_the_url_quoted(tmp_path: Path) -> None:
@@ -66,3 +67,11 @@ def test_the_compact_encoding_is_refused_for_rules_without_a_compact_form() -> N
         Settings(state_encoding="compact", rule="fobos")
     with pytest.raises(ValueError, match="float64"):
         Settings(state_encoding="half")
+
+
+def test_the_auc_window_reaches_the_worker_within_its_bounds() -> None:
+    assert worker_config(Settings()).auc_window == 100_000
+    assert worker_config(Settings(auc_window=500)).auc_window == 500
+    for refused in (0, 1_000_001):
+        with pytest.raises(ValueError, match="auc_window"):
+            Settings(auc_window=refused)

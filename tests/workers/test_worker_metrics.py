@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
+from octr.store.state import ModelStore
+from online_ctr.features import Example, FeatureHasher
+from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
+from online_ctr.replay import replay
 from online_ctr.rules import RULES
+from online_ctr.stream_metrics import auc
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
+from workers.consumer import Worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -38,3 +45,78 @@ async def test_worker_metrics_match_the_model(make_store: MakeStore, rule: str) 
     assert sample("online_ctr_features_tracked") == info.features_tracked
     assert sample("online_ctr_learn_batch_seconds_count") == batches
     assert sample("online_ctr_stream_lag_entries") is not None
+
+
+def replayed(rows: list[tuple[Example, int]], store: ModelStore) -> tuple[np.ndarray, np.ndarray]:
+    """The in-process replay's progressive predictions of ``rows``, and their labels."""
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    batches: list[np.ndarray] = []
+    replay(
+        rows,
+        model,
+        FeatureHasher(),
+        batch_size=1,
+        on_batch=lambda b: batches.append(b.probabilities),
+    )
+    return np.concatenate(batches), np.array([label for _, label in rows], dtype=np.float64)
+
+
+def auc_sample(worker: Worker) -> float | None:
+    return worker.metrics.registry.get_sample_value(
+        "online_ctr_progressive_auc", {"model": "default"}
+    )
+
+
+@pytest.mark.parametrize(("window", "batch_size"), [(250, 50), (251, 1), (10_000, 64)])
+async def test_auc_gauge_is_the_exact_auc_of_the_last_w_replayed_predictions(
+    make_store: MakeStore, window: int, batch_size: int
+) -> None:
+    store = await make_store("ftrl")
+    await send(store, ROWS, per_entry=2)
+    worker = make_worker(store, batch_size=batch_size, auc_window=window)
+    await worker.run_until_idle()
+    p, y = replayed(ROWS, store)
+
+    # The worker predicts bit for bit what the replay predicts: the AUC is the same float.
+    assert auc_sample(worker) == auc(p[-window:], y[-window:])
+    assert len(worker.auc.window) == min(window, len(ROWS))
+
+
+async def test_auc_gauge_is_absent_until_both_labels_are_seen(make_store: MakeStore) -> None:
+    store = await make_store("ftrl")
+    negatives = [(x, y) for x, y in ROWS if y == 0][:100]
+    await send(store, negatives)
+    worker = make_worker(store, batch_size=10)
+    await worker.run_until_idle()
+    assert auc_sample(worker) is None  # not NaN, not 0: no series at all
+
+    positives = [(x, y) for x, y in ROWS if y == 1][:3]
+    await send(store, positives)
+    await worker.run_until_idle()
+    p, y = replayed(negatives + positives, store)
+    assert auc_sample(worker) == auc(p, y)
+
+
+async def test_losing_the_lease_forgets_the_window_and_the_series(make_store: MakeStore) -> None:
+    store = await make_store("ftrl")
+    await send(store, ROWS[:300])
+    first = make_worker(store, name="w1", batch_size=50)
+    await first.run_until_idle()
+    assert auc_sample(first) is not None
+
+    # Another worker takes over: its window starts with the rows it learns.
+    await store.redis.delete(store.keys.lease)
+    second = make_worker(store, name="w2", batch_size=50)
+    await send(store, ROWS[300:450])
+    await second.run_until_idle()
+    p, y = replayed(ROWS[:450], store)
+    assert auc_sample(second) == auc(p[300:], y[300:])
+
+    # The first one learns a group it cannot commit (fenced): its window is not the model's.
+    await send(store, ROWS[450:])
+    await first.run_until_idle()
+    assert first.metrics.registry.get_sample_value(
+        "online_ctr_commit_conflicts_total", {"model": "default"}
+    )
+    assert auc_sample(first) is None
+    assert len(first.auc.window) == 0
