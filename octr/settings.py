@@ -119,6 +119,18 @@ class Settings(BaseSettings):
     idempotency_window_s: int = Field(
         86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."
     )
+    join_window_s: int = Field(
+        0,
+        ge=0,
+        le=7 * 86_400,
+        description="Seconds a served prediction waits for its click (/learn by prediction_id); "
+        "0: joins off.",
+    )
+    unlabeled: Literal["negative", "drop"] = Field(
+        "negative",
+        description="A prediction with no click when its window closes: learned "
+        "as a negative, or dropped.",
+    )
     body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
     worker_name: str | None = Field(None, description="Worker name; default host-pid.")
     heartbeat_interval_s: float = Field(2.0, gt=0, description="How often a worker says so.")

@@ -29,6 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import MovedError, ResponseError
 
+from octr.joins import JoinPolicy
 from octr.process import StartupError
 from octr.redis_types import RedisClient
 from octr.settings import Settings
@@ -139,3 +140,8 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.numeric,
         settings.calibration,
     )
+
+
+def join_policy(settings: Settings) -> JoinPolicy:
+    """The join policy of the model this process serves or learns."""
+    return JoinPolicy(settings.join_window_s, settings.unlabeled)

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from octr.metrics import Metrics
 from octr.process import StartupError
 from octr.settings import Settings, get_settings
-from octr.wiring import check_topology, redis_client
+from octr.wiring import check_topology, join_policy, redis_client
 from online_ctr import grouping
 from service.api import errors
 from service.api.auth import DOCS_ASSETS_URL, authenticator
@@ -42,7 +42,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     grouping.warm_up()  # compiled once here, not in the first big /predict
     redis = redis_client(settings)
     try:
-        served = ServedModel(settings, redis, app.state.metrics)
+        served = ServedModel(settings, redis, app.state.metrics, join_policy(settings))
         try:
             await check_topology(settings)
             await served.ensure()

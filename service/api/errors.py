@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from octr.settings import Settings
+from octr.store.impressions import JoinConflictError
 from octr.store.ingest import IdempotencyConflictError
 from octr.store.snapshot_export import ModelNotFoundError
 from octr.store.snapshot_import import ModelExistsError, SpecConflictError
@@ -127,7 +128,7 @@ def describe(error: Exception, settings: Settings) -> Answer:
         return _invalid(field_errors(error.errors()))
     if isinstance(error, InvalidFieldError):
         return _invalid([{"field": error.field, "message": error.message}])
-    if isinstance(error, IdempotencyConflictError):
+    if isinstance(error, IdempotencyConflictError | JoinConflictError):
         return 409, {"detail": str(error)}, None
     if isinstance(error, HTTPException):
         return _http(error, settings)
@@ -198,6 +199,7 @@ def install(app: FastAPI) -> None:
         RequestValidationError,
         InvalidFieldError,
         IdempotencyConflictError,
+        JoinConflictError,
         HTTPException,
         redis_errors.RedisError,
         ModelMismatchError,
