@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from octr.joins import JOINS_OFF, JoinPolicy
 from octr.metrics import Metrics
 from octr.store.commits import Commit
 from octr.store.lease import Lease
@@ -24,6 +25,7 @@ from online_ctr.calibration import Histogram
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
+from workers.joins import Sweeper
 from workers.learn import learn_group
 
 logger = logging.getLogger(__name__)
@@ -47,12 +49,19 @@ class WorkerConfig:
 class Worker:
     """Learns one model from its feedback stream, while it holds the model's lease."""
 
-    def __init__(self, store: ModelStore, config: WorkerConfig, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: ModelStore,
+        config: WorkerConfig,
+        metrics: Metrics,
+        policy: JoinPolicy = JOINS_OFF,
+    ) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
         self.lease = Lease(store.keys, store.scripts, config.name, config.lease_ttl_ms)
         self.stream = FeedbackStream(store)
+        self.sweeper = Sweeper(store, policy, metrics)
         self.cache = StateCache(store.spec.width, config.cache_features)
         self.version = (0, "")
         #: The calibration's histogram as of ``version``; None for a model without one.
@@ -84,6 +93,7 @@ class Worker:
         while not self._stopping:
             try:
                 await self._heartbeat_if_due()
+                await self.sweeper.sweep_if_due()
                 if await self._lead():
                     await self._step(block=True)
                 else:
@@ -102,7 +112,10 @@ class Worker:
         """Learn until the stream is empty; returns the commits made (0 if not the leader)."""
         commits = 0
         await self._heartbeat_if_due()
-        while await self._lead() and await self._step(block=False):
+        while True:
+            await self.sweeper.sweep()  # windows due now are learned in this run too
+            if not (await self._lead() and await self._step(block=False)):
+                break
             commits += 1
         await self.committer.settle()
         return commits
@@ -193,7 +206,13 @@ class Worker:
         await self.committer.trim_cache()
         try:
             learning = await learn_group(
-                self.store, self.cache, group.batch, group.entry_ids, self.version, self.histogram
+                self.store,
+                self.cache,
+                group.batch,
+                group.entry_ids,
+                self.version,
+                self.histogram,
+                served=group.served,
             )
         except (RedisError, OSError):
             raise

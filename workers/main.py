@@ -16,7 +16,7 @@ from octr.process import StartupError
 from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
 from octr.store.state import ModelMismatchError, ModelStore
-from octr.wiring import check_topology, model_spec, redis_client
+from octr.wiring import check_topology, join_policy, model_spec, redis_client
 from online_ctr.sequential import warm_up
 from workers.consumer import Worker, WorkerConfig
 
@@ -56,7 +56,7 @@ async def run_worker(settings: Settings, metrics: Metrics) -> None:
     await check_topology(settings)
     client = redis_client(settings)
     store = ModelStore(client, model_spec(settings))
-    worker = Worker(store, worker_config(settings), metrics)
+    worker = Worker(store, worker_config(settings), metrics, join_policy(settings))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.stop)
