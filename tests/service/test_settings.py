@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from octr.joins import JoinPolicy
 from octr.settings import Settings
+from octr.wiring import join_policy
 from service.embedded import RedisServer
 
 
@@ -66,3 +68,11 @@ def test_the_compact_encoding_is_refused_for_rules_without_a_compact_form() -> N
         Settings(state_encoding="compact", rule="fobos")
     with pytest.raises(ValueError, match="float64"):
         Settings(state_encoding="half")
+
+
+def test_the_join_policy_comes_from_two_settings() -> None:
+    assert join_policy(Settings()) == JoinPolicy(0, "negative")
+    assert join_policy(Settings(join_window_s=3600, unlabeled="drop")) == JoinPolicy(3600, "drop")
+    for bad in ({"join_window_s": -1}, {"join_window_s": 7 * 86_400 + 1}, {"unlabeled": "skip"}):
+        with pytest.raises(ValueError, match=r"join_window_s|unlabeled"):
+            Settings(**bad)  # type: ignore[arg-type]
