@@ -126,8 +126,8 @@ class ServedModel:
             rates = served.rates[features.inverse]
             u_all = uncertainty(rates, batch.rows(), batch.values, len(batch)).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
-        sizes = [(len(request.examples), request.ids) for request in requests]
-        logged = await self.joins.log(sizes, batch, p_all)  # before any answer is sent
+        given = [(len(request.examples), request.ids) for request in requests]
+        logged = await self.joins.log(given, batch, p_all)  # before any answer is sent
         scores, start, calibrated = [], 0, served.fit is not None
         for k, request in enumerate(requests):
             end = start + len(request.examples)

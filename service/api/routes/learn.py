@@ -49,6 +49,10 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
 }
+_RESPONSES[404] = {
+    **_RESPONSES[404],
+    "description": "No such model here; or the one label sent by `prediction_id` is unknown.",
+}
 _RESPONSES[503]["description"] = (
     "Redis did not answer in time. The request may still have been accepted: retry it with "
     "the same Idempotency-Key, which is always safe (without a key a retry may learn twice)."
