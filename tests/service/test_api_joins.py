@@ -248,3 +248,34 @@ def test_a_model_without_joins_says_how_to_turn_them_on(redis_url: str, plain: A
             assert reply.status_code == 422
             assert "set OCTR_JOIN_WINDOW_S" in reply.json()["detail"]
     assert plain.keys("*imp*") == [] and not plain.exists(KEYS.feedback.pending)
+
+
+def test_a_clash_refuses_only_its_own_request_of_a_pass(redis_url: str, plain: Any) -> None:
+    # Two requests scored in one pass: the one reusing an id logs nothing, the other all.
+    async def log() -> list[int]:
+        client = aioredis.Redis.from_url(redis_url)
+        impressions = Impressions(client, KEYS.feedback, [KEYS.stream], JoinPolicy(60))
+        entry = b"x"
+        ids = ["a", "b", "c", "a"]  # requests [a, b] and [c, a]
+        clashes = await impressions.log(ids, [entry] * 4, [0.5] * 4, "default", [2, 2])
+        await client.aclose()
+        return clashes
+
+    assert asyncio.run(log()) == [3]
+    assert sorted(plain.zrange(KEYS.feedback.pending, 0, -1)) == [b"a", b"b"]
+    assert not plain.exists(KEYS.feedback.impression("c"))
+
+
+def test_an_idempotency_key_of_features_is_not_one_of_labels(client: TestClient) -> None:
+    predict(client, {"features": FEATURES, "prediction_id": "a"})
+    headers = {"Idempotency-Key": "k"}
+    assert (
+        client.post("/learn", json={"features": FEATURES, "label": 1}, headers=headers).status_code
+        == 202
+    )
+    assert label(client, "a", key="k").status_code == 409
+    assert label(client, "a", key="k2").status_code == 202
+    other = client.post(
+        "/learn", json={"features": FEATURES, "label": 1}, headers={"Idempotency-Key": "k2"}
+    )
+    assert other.status_code == 409
