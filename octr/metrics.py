@@ -82,6 +82,18 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.joined_labels = Counter(
+            "online_ctr_joined_labels",
+            "Labels sent by prediction id, by outcome: learned, unknown, repeated or late.",
+            ("model", "outcome"),
+            registry=registry,
+        )
+        self.unlabeled_impressions = Counter(
+            "online_ctr_unlabeled_impressions",
+            "Predictions whose window closed without a label: learned as negatives or dropped.",
+            ("model", "action"),
+            registry=registry,
+        )
         self.http_requests = Counter(
             "online_ctr_http_requests",
             "HTTP requests answered, by route template and status class (2xx, 4xx, 5xx).",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from octr.joins import JoinPolicy
 from octr.store.keys import valid_model_name
 from octr.store.state import ModelSpec, spec_from
 from online_ctr.compact import RULES as COMPACT_RULES
@@ -77,6 +78,10 @@ class JoinConfig(BaseModel):
         description="What happens to a prediction still unlabeled when its window closes: "
         "learned as a negative, or dropped (counted either way).",
     )
+
+    def policy(self) -> JoinPolicy:
+        """The join policy these settings describe."""
+        return JoinPolicy(self.join_window_s, self.unlabeled)
 
 
 class ModelConfig(JoinConfig):

@@ -52,9 +52,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             # they no longer describe): the registry says what they are now.
             await registry.create(settings.model, own, replace=True)
 
-        served = ServedModel(
-            own.spec(settings.model), settings, redis, app.state.metrics, True, register
-        )
+        spec = own.spec(settings.model)
+        metrics = app.state.metrics
+        served = ServedModel(spec, settings, redis, metrics, True, register, own.policy())
         try:
             await check_topology(settings)
             await served.ensure()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from octr.joins import JOINS_OFF, JoinPolicy
 from octr.metrics import Metrics
 from octr.store.commits import Commit
 from octr.store.lease import Lease
@@ -25,6 +26,7 @@ from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
+from workers.joins import Sweeper
 from workers.learn import Learning, learn_group
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,13 @@ class Worker:
     """Learns one model from its feedback stream, while it holds the model's lease."""
 
     def __init__(
-        self, store: ModelStore, config: WorkerConfig, metrics: Metrics, own: bool = True
+        self,
+        store: ModelStore,
+        config: WorkerConfig,
+        metrics: Metrics,
+        own: bool = True,
+        policy: JoinPolicy = JOINS_OFF,
+        streams: list[str] | None = None,
     ) -> None:
         self.store = store
         #: The service's own model is created again if deleted; another model deleted is gone,
@@ -61,6 +69,7 @@ class Worker:
         self.metrics = metrics
         self.lease = Lease(store.keys, store.scripts, config.name, config.lease_ttl_ms)
         self.stream = FeedbackStream(store)
+        self.sweeper = Sweeper(store, policy, metrics, streams)
         self.cache = StateCache(store.spec.width, config.cache_features)
         self.version = (0, "")
         #: The calibration's histogram as of ``version``; None for a model without one.
@@ -95,6 +104,7 @@ class Worker:
         while not self._stopping:
             try:
                 await self._heartbeat_if_due()
+                await self.sweeper.sweep_if_due()
                 if await self._lead():
                     if not await self._step(block=True):
                         self.auc.publish()  # idle: the last commits' AUC, when due
@@ -117,7 +127,10 @@ class Worker:
         """Learn until the stream is empty; returns the commits made (0 if not the leader)."""
         commits = 0
         await self._heartbeat_if_due()
-        while await self._lead() and await self._step(block=False):
+        while True:
+            await self.sweeper.sweep()  # windows due now are learned in this run too
+            if not (await self._lead() and await self._step(block=False)):
+                break
             commits += 1
         await self.committer.settle()
         self.auc.publish(force=True)
@@ -212,7 +225,13 @@ class Worker:
         await self.committer.trim_cache()
         try:
             learning = await learn_group(
-                self.store, self.cache, group.batch, group.entry_ids, self.version, self.histogram
+                self.store,
+                self.cache,
+                group.batch,
+                group.entry_ids,
+                self.version,
+                self.histogram,
+                served=group.served,
             )
         except (RedisError, OSError):
             raise

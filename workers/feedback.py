@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from octr.store.codec import EntryError, decode_entries, header_examples
 from octr.store.state import ModelStore
 from online_ctr.features import Batch
@@ -28,6 +31,8 @@ class Group:
     batch: Batch | None = None
     undecodable: dict[str, str] = field(default_factory=dict)
     head_deliveries: int = 0
+    #: Per example the probability this model served (joined impressions), else NaN.
+    served: NDArray[np.float64] | None = None
 
     @property
     def examples(self) -> int:
@@ -42,6 +47,7 @@ class FeedbackStream:
         self.keys = store.keys
         self.redis = store.redis
         self.last_seen = b"0-0"
+        self.model = store.spec.name.encode()
 
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
@@ -55,7 +61,7 @@ class FeedbackStream:
         messages = _within(messages, max_examples)
         self.last_seen = max(self.last_seen, messages[-1][0], key=_entry_order)
         deliveries = await self.redis.hincrby(self.keys.failures, messages[0][0], 1)
-        group = _decode(messages)
+        group = _decode(messages, self.model)
         group.head_deliveries = int(deliveries)
         return group
 
@@ -98,7 +104,7 @@ def _within(messages: list[Message], max_examples: int) -> list[Message]:
     return messages
 
 
-def _decode(messages: list[Message]) -> Group:
+def _decode(messages: list[Message], model: bytes) -> Group:
     """Decode the entries together (numpy once); if that fails, find the bad ones."""
     group = Group()
     ids = [raw_id.decode() for raw_id, _ in messages]
@@ -106,11 +112,13 @@ def _decode(messages: list[Message]) -> Group:
     try:
         group.batch = decode_entries(blobs)
         group.entry_ids = ids
+        group.served = _served([fields for _, fields in messages], model)
         return group
     except EntryError:
         pass
     good: list[bytes] = []
-    for entry_id, blob in zip(ids, blobs, strict=True):
+    kept: list[dict[bytes, bytes]] = []
+    for entry_id, blob, (_, fields) in zip(ids, blobs, messages, strict=True):
         try:
             decode_entries([blob])
         except EntryError as error:
@@ -118,6 +126,23 @@ def _decode(messages: list[Message]) -> Group:
             continue
         group.entry_ids.append(entry_id)
         good.append(blob)
+        kept.append(fields)
     if good:
         group.batch = decode_entries(good)
+        group.served = _served(kept, model)
     return group
+
+
+def _served(entries: list[dict[bytes, bytes]], model: bytes) -> NDArray[np.float64] | None:
+    """Per example the probability ``model`` served, from joined entries (fields ``p`` and
+    ``m``, one example each); NaN for the others; None if no entry is a join of this model."""
+    if not any(fields.get(b"m") == model for fields in entries):
+        return None
+    parts = []
+    for fields in entries:
+        served = fields.get(b"p") if fields.get(b"m") == model else None
+        if served is not None and len(served) == 8:
+            parts.append(np.frombuffer(served, "<f8"))
+        else:
+            parts.append(np.full(header_examples(fields.get(b"b", b"")), np.nan))
+    return np.concatenate(parts).astype(np.float64)

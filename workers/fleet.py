@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from octr.metrics import Metrics
 from octr.model_config import ModelConfig
 from octr.redis_types import RedisClient
+from octr.store.keys import ModelKeys
 from octr.store.registry import Registry
 from octr.store.state import ModelStore
 from online_ctr.sequential import warm_up
@@ -67,15 +68,19 @@ class Fleet:
             worker.stop()  # deleted: its task ends on its own
             self._retired[name] = worker
         for name, config in sorted(configs.items()):
+            streams = _streams_of_group(name, config, registered)
             if name not in self.workers:
-                self.workers[name] = self._worker(name, config)
+                self.workers[name] = self._worker(name, config, streams)
+            else:
+                self.workers[name].sweeper.follow(streams)
 
-    def _worker(self, name: str, config: ModelConfig) -> Worker:
+    def _worker(self, name: str, config: ModelConfig, streams: list[str]) -> Worker:
         spec = config.spec(name)
         warm_up(spec.rule, spec.params)  # compiled before leading, not on the clock
         store = ModelStore(self.redis, spec)
         logger.info("worker %s learning model %r", self.config.name, name)
-        return Worker(store, self.config, self.metrics, own=name == self.own)
+        own = name == self.own
+        return Worker(store, self.config, self.metrics, own, config.policy(), streams)
 
     async def run(self) -> None:
         """Follow the registry and run the learners until :meth:`stop`."""
@@ -115,3 +120,12 @@ class Fleet:
         for worker in self.workers.values():
             commits += await worker.run_until_idle()
         return commits
+
+
+def _streams_of_group(name: str, config: ModelConfig, models: dict[str, ModelConfig]) -> list[str]:
+    """The feedback streams of every model that learns what ``name`` learns: its group's
+    models (in name order), or itself alone."""
+    if config.group is None:
+        return [ModelKeys(name).stream]
+    members = sorted(n for n, c in models.items() if c.group == config.group)
+    return [ModelKeys(member, config.group).stream for member in members]

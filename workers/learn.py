@@ -17,7 +17,7 @@ from octr.store.commits import StateChange
 from octr.store.state import ModelStore
 from online_ctr.calibration import Histogram
 from online_ctr.features import Batch
-from online_ctr.learner import unique_features
+from online_ctr.learner import log_loss, unique_features
 from online_ctr.nonzero import nonzero_change
 from online_ctr.sequential import Learned, learn_sequential
 from workers.cache import StateCache
@@ -52,9 +52,14 @@ async def learn_group(
     entries: list[str],
     version: tuple[int, str],
     histogram: Histogram | None = None,
+    served: NDArray[np.float64] | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
-    with the calibration's ``histogram`` as of that step, refit the calibration too."""
+    with the calibration's ``histogram`` as of that step, refit the calibration too.
+
+    ``served`` is per example the probability this model served for it (a joined impression;
+    NaN for the others): the log loss counted is that of what was served, the business
+    metric, and the learner's own progressive loss for the rest. The state is unaffected."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -67,7 +72,7 @@ async def learn_group(
         t=t,
         epoch=epoch,
         examples=len(batch),
-        logloss_sum=float(learned.losses.sum()),
+        logloss_sum=_loss_sum(learned.losses, batch.labels, served),
         entries=entries,
         runs=spec.layout.records(features.ids, learned.state),
         leaving=nonzero.leaving,
@@ -83,3 +88,13 @@ async def learn_group(
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     return Learning(replace(change, calibration=calibration), rows, learned, histogram)
+
+
+def _loss_sum(
+    losses: NDArray[np.float64], labels: NDArray[np.float64], served: NDArray[np.float64] | None
+) -> float:
+    """The group's log loss: of the served probability where there is one."""
+    if served is None:
+        return float(losses.sum())
+    known = ~np.isnan(served)
+    return float(np.where(known, log_loss(np.where(known, served, 0.5), labels), losses).sum())

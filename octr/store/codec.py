@@ -23,6 +23,8 @@ from online_ctr.features import Batch
 
 VERSION = 1
 _HEADER = struct.Struct("<BIIB")
+#: Where a one-example entry's label byte is (join.lua sets it there).
+LABEL_OFFSET = _HEADER.size
 
 
 class EntryError(ValueError):
@@ -42,6 +44,29 @@ def encode_entry(batch: Batch) -> bytes:
     if has_values:
         parts.append(batch.values.astype("<f8").tobytes())
     return b"".join(parts)
+
+
+def encode_rows(batch: Batch) -> list[bytes]:
+    """Each example of ``batch`` as a one-example entry labelled 0, all encoded in one go:
+    entry ``j`` is ``encode_entry`` of row ``j`` alone (its label byte then set by a join)."""
+    indptr = batch.indptr.astype(np.int64)
+    ids = batch.ids.astype("<u8").tobytes()
+    values = batch.values.astype("<f8").tobytes()
+    # Rows with a value other than 1 carry their values, as encode_entry would.
+    other = np.concatenate(([0], np.cumsum(batch.values != 1.0)))
+    has_values = (other[indptr[1:]] - other[indptr[:-1]] > 0).tolist()
+    starts, ends = indptr[:-1].tolist(), indptr[1:].tolist()
+    blobs = []
+    for start, end, valued in zip(starts, ends, has_values, strict=True):
+        nnz = end - start
+        head = _HEADER.pack(VERSION, 1, nnz, valued) + _ZERO_LABEL + _ROW_POINTERS.pack(0, nnz)
+        body = ids[8 * start : 8 * end]
+        blobs.append(head + body + values[8 * start : 8 * end] if valued else head + body)
+    return blobs
+
+
+_ZERO_LABEL = b"\x00"
+_ROW_POINTERS = struct.Struct("<II")
 
 
 def header_examples(blob: bytes) -> int:

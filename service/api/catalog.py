@@ -20,6 +20,7 @@ from octr.store.ingest import FeedbackLog
 from octr.store.keys import FeedbackKeys
 from octr.store.registry import GroupInfo, Registry, UnknownNameError
 from service.api.groups import ServedGroup
+from service.api.joins import ServedJoins
 from service.api.served import ServedModel
 
 Served = ServedModel | ServedGroup
@@ -76,7 +77,13 @@ class Catalog:
         known = self._models.get(name)
         if known is not None and known[0] == config:
             return known[1]
-        served = ServedModel(config.spec(name), self._settings, self._redis, self._metrics)
+        spec, settings, redis, metrics = (
+            config.spec(name),
+            self._settings,
+            self._redis,
+            self._metrics,
+        )
+        served = ServedModel(spec, settings, redis, metrics, policy=config.policy())
         self._models[name] = (config, served)
         return served
 
@@ -86,13 +93,13 @@ class Catalog:
             name: self._model(name, configs[name]) for name in info.models if name in configs
         }
         keys = [member.store.keys for member in members.values()]
-        feedback = FeedbackLog(
-            self._redis,
-            FeedbackKeys.of(info.serving, info.name),
-            keys,
-            self._settings.idempotency_window_s,
-        )
-        return ServedGroup(info, members, feedback)
+        window = self._settings.idempotency_window_s
+        feedback = FeedbackLog(self._redis, FeedbackKeys.of(info.serving, info.name), keys, window)
+        streams = [k.stream for k in keys]
+        serving = members[info.serving].store.keys
+        policy = info.shared.policy()
+        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, window)
+        return ServedGroup(info, members, feedback, joins)
 
     async def models(self) -> list[ServedModel]:
         """Every model of the registry (for the metrics' gauges), the own one first."""

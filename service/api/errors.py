@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from octr.settings import Settings
+from octr.store.impressions import JoinConflictError
 from octr.store.ingest import IdempotencyConflictError, ModelDeletedError
 from octr.store.registry import RegistryError, UnknownNameError
 from octr.store.snapshot_export import ModelNotFoundError
@@ -133,7 +134,7 @@ def describe(error: Exception, settings: Settings) -> Answer:
         return _invalid(field_errors(error.errors()))
     if isinstance(error, InvalidFieldError):
         return _invalid([{"field": error.field, "message": error.message}])
-    if isinstance(error, IdempotencyConflictError):
+    if isinstance(error, IdempotencyConflictError | JoinConflictError):
         return 409, {"detail": str(error)}, None
     if isinstance(error, HTTPException):
         return _http(error, settings)
@@ -204,6 +205,7 @@ def install(app: FastAPI) -> None:
         RequestValidationError,
         InvalidFieldError,
         IdempotencyConflictError,
+        JoinConflictError,
         HTTPException,
         redis_errors.RedisError,
         ModelMismatchError,

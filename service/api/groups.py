@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from octr.store.impressions import Joined
 from octr.store.ingest import Appended, FeedbackLog
 from octr.store.registry import GroupInfo
 from online_ctr.features import Example
+from service.api.joins import ServedJoins
 from service.api.served import ServedModel
 
 #: 2**64, to map a 64-bit hash to [0, 1).
@@ -45,12 +47,17 @@ class ServedGroup:
     """The models of one group, as the API serves them."""
 
     def __init__(
-        self, info: GroupInfo, members: dict[str, ServedModel], feedback: FeedbackLog
+        self,
+        info: GroupInfo,
+        members: dict[str, ServedModel],
+        feedback: FeedbackLog,
+        joins: ServedJoins,
     ) -> None:
         self.info = info
         self.name = info.name
         self.members = members
         self.feedback = feedback
+        self.joins = joins
         self.serving = members[info.serving]
         # Every model of a group hashes alike (the registry makes sure): one hasher will do.
         self.hasher = self.serving.hasher
@@ -70,3 +77,10 @@ class ServedGroup:
         for member in self.members.values():
             await member.ensure()
         return await self.feedback.append(self.hasher.batch(rows, labels), key)
+
+    async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
+        """Label predictions served by any model of the group, by id: each is appended to
+        the stream of every model of the group, in one atomic step."""
+        for member in self.members.values():
+            await member.ensure()
+        return await self.joins.join(ids, labels, key)

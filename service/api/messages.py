@@ -14,6 +14,8 @@ from typing import Any
 
 from service.api.schemas import (
     BATCH,
+    JOIN,
+    JOINS,
     MAX_ABS_NUMBER,
     MAX_NAME_CHARS,
     MAX_VALUE_CHARS,
@@ -96,7 +98,7 @@ def unparseable_body(body: bytes) -> str:
 def _strip_source(loc: Loc) -> list[str | int]:
     """The location inside the body, without "body" and the request shape's union tag."""
     inside = list(loc[1:] if loc and loc[0] in _SOURCES else loc)
-    return inside[1:] if inside[:1] in ([SINGLE], [BATCH]) else inside
+    return inside[1:] if inside[:1] in ([SINGLE], [BATCH], [JOIN], [JOINS]) else inside
 
 
 def _feature_value(loc: list[str | int]) -> tuple[list[str | int], list[str | int]] | None:
@@ -130,10 +132,23 @@ def _shape_message(body: object, message: str) -> tuple[str, str]:
     """Why a body has neither or both of ``features`` and ``examples``."""
     if not isinstance(body, dict):
         return "body", "must be a JSON object with 'features' or 'examples'"
-    unknown = [name for name in body if name not in ("features", "examples", "label")]
-    if unknown and "features" not in body and "examples" not in body:
+    unknown = [name for name in body if name not in (*_SHAPES, "label")]
+    if unknown and not set(_SHAPES) & set(body):
         return _path([unknown[0]]), "is not a field of this request; send 'features' or 'examples'"
+    items = body.get("examples")
+    if (
+        isinstance(items, list)
+        and len({isinstance(i, dict) and "prediction_id" in i for i in items}) > 1
+    ):
+        return "examples", (
+            "mixes labels by 'prediction_id' with examples with 'features': send each kind "
+            "in a request of its own"
+        )
     return "body", message
+
+
+#: The fields that say which shape a request is.
+_SHAPES = ("features", "examples", "prediction_id")
 
 
 def _explain_value(path: str, group: list[Mapping[str, Any]]) -> dict[str, str]:

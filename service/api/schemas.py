@@ -20,6 +20,7 @@ from pydantic import (
     StringConstraints,
     Tag,
     TypeAdapter,
+    model_validator,
 )
 
 from online_ctr.features import Example
@@ -71,6 +72,19 @@ Label = Annotated[
 ]
 
 
+PREDICTION_ID_PATTERN = r"^[A-Za-z0-9._:+/=~-]{1,128}$"
+PredictionId = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=PREDICTION_ID_PATTERN),
+    Field(
+        description="The id of a served prediction (1-128 of A-Z a-z 0-9 . _ : + / = ~ -): "
+        "/predict answers it, /learn labels the prediction by it.",
+        examples=["imp-7f3a9c"],
+    ),
+]
+
+
 def _names_in_property_names(schema: dict[str, Any]) -> None:
     """Pydantic writes the field-name pattern as ``patternProperties``, which lets a name that
     does not match through with any value; ``propertyNames`` says what the API checks."""
@@ -85,7 +99,11 @@ _ONE_SHAPE = "send either 'features' (one example) or 'examples' (a list of them
 #: The error type of a body with neither or both of ``features`` and ``examples``.
 ONE_SHAPE = "one_shape"
 #: The union tags; pydantic puts them in error locations, where messages.py drops them.
-SINGLE, BATCH = "single", "batch"
+SINGLE, BATCH, JOIN, JOINS = "single", "batch", "join", "joins"
+_LEARN_SHAPE = (
+    f"{_ONE_SHAPE}; or, to label a served prediction, 'prediction_id' (a batch of those in "
+    "'examples', not mixed with features)"
+)
 
 FEATURES: dict[str, JsonValue] = {
     "site": "news.example",
@@ -106,6 +124,19 @@ Uncertainty = Annotated[
 ]
 
 
+SplitKey = Annotated[
+    str | None,
+    Strict(),
+    Field(
+        min_length=1,
+        max_length=256,
+        description="For a group with a traffic split: a key of the caller's (a user id, "
+        "say) whose stable hash picks the model that answers; the same key, the same model.",
+        examples=["user-1234"],
+    ),
+]
+
+
 class PredictItem(BaseModel):
     """One example of a batch to score."""
 
@@ -113,6 +144,11 @@ class PredictItem(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"features": FEATURES}]}
     )
     features: Features
+    prediction_id: PredictionId | None = Field(
+        None,
+        description="With joins on (OCTR_JOIN_WINDOW_S > 0): this prediction's id, new per "
+        "impression; without one the service makes one. Send it to /learn with the label.",
+    )
 
 
 class PredictExample(PredictItem):
@@ -126,10 +162,15 @@ class PredictExample(PredictItem):
     )
     single: ClassVar[bool] = True
     uncertainty: Uncertainty = False
+    split_key: SplitKey = None
 
     def rows(self) -> list[Example]:
         """The example's features, as a one-row list."""
         return [self.features]
+
+    def ids(self) -> list[str | None] | None:
+        """The caller's prediction id, if it sent one."""
+        return None if self.prediction_id is None else [self.prediction_id]
 
 
 class PredictBatch(BaseModel):
@@ -144,10 +185,23 @@ class PredictBatch(BaseModel):
     single: ClassVar[bool] = False
     examples: Annotated[list[PredictItem], Field(min_length=1)]
     uncertainty: Uncertainty = False
+    split_key: SplitKey = None
 
     def rows(self) -> list[Example]:
         """The examples' features, in order."""
         return [example.features for example in self.examples]
+
+    def ids(self) -> list[str | None] | None:
+        """The caller's prediction ids (None where it sent none), or None if it sent none."""
+        ids = [example.prediction_id for example in self.examples]
+        return None if all(i is None for i in ids) else ids
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> PredictBatch:
+        given = [example.prediction_id for example in self.examples if example.prediction_id]
+        if len(set(given)) != len(given):
+            raise ValueError("a prediction_id appears twice; use a new id per impression")
+        return self
 
 
 class LearnExample(BaseModel):
@@ -197,6 +251,48 @@ class LearnBatch(BaseModel):
         return [example.label for example in self.examples]
 
 
+class JoinLabel(BaseModel):
+    """The label of a served prediction, by its id."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"prediction_id": "imp-7f3a9c", "label": 1}]},
+    )
+    tag: ClassVar[str] = JOIN
+    single: ClassVar[bool] = True
+    prediction_id: PredictionId
+    label: Label
+
+    def pairs(self) -> tuple[list[str], list[int]]:
+        """The prediction ids and their labels."""
+        return [self.prediction_id], [self.label]
+
+
+class JoinBatch(BaseModel):
+    """Several labels of served predictions, joined in order."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "examples": [
+                        {"prediction_id": "imp-1", "label": 1},
+                        {"prediction_id": "imp-2", "label": 0},
+                    ]
+                }
+            ]
+        },
+    )
+    tag: ClassVar[str] = JOINS
+    single: ClassVar[bool] = False
+    examples: Annotated[list[JoinLabel], Field(min_length=1)]
+
+    def pairs(self) -> tuple[list[str], list[int]]:
+        """The prediction ids and their labels, in order."""
+        return [e.prediction_id for e in self.examples], [e.label for e in self.examples]
+
+
 def _shape(body: Any) -> str | None:
     """Which request shape a body is: exactly one of ``features`` and ``examples``."""
     if isinstance(body, dict):
@@ -207,13 +303,43 @@ def _shape(body: Any) -> str | None:
     return None
 
 
+def _learn_shape(body: Any) -> str | None:
+    """Which /learn shape a body is: one of ``features``, ``prediction_id`` and ``examples``,
+    and a batch's items all of one kind."""
+    if isinstance(body, BaseModel):
+        return str(getattr(body, "tag", "")) or _shape(body)
+    if not isinstance(body, dict):
+        return None
+    given = [name for name in ("features", "prediction_id", "examples") if name in body]
+    if len(given) != 1:
+        return None
+    if given[0] != "examples":
+        return SINGLE if given[0] == "features" else JOIN
+    items = body["examples"]
+    joins = (
+        {isinstance(i, dict) and "prediction_id" in i for i in items}
+        if isinstance(items, list)
+        else {False}
+    )
+    if len(joins) > 1:
+        return None
+    return JOINS if joins == {True} else BATCH
+
+
 #: The discriminator: in OpenAPI a ``oneOf``, so the schema itself says "exactly one of".
 _ONE_OF = Discriminator(_shape, custom_error_type=ONE_SHAPE, custom_error_message=_ONE_SHAPE)
+_LEARN_ONE_OF = Discriminator(
+    _learn_shape, custom_error_type=ONE_SHAPE, custom_error_message=_LEARN_SHAPE
+)
 PredictRequest = Annotated[
     Annotated[PredictExample, Tag(SINGLE)] | Annotated[PredictBatch, Tag(BATCH)], _ONE_OF
 ]
 LearnRequest = Annotated[
-    Annotated[LearnExample, Tag(SINGLE)] | Annotated[LearnBatch, Tag(BATCH)], _ONE_OF
+    Annotated[LearnExample, Tag(SINGLE)]
+    | Annotated[LearnBatch, Tag(BATCH)]
+    | Annotated[JoinLabel, Tag(JOIN)]
+    | Annotated[JoinBatch, Tag(JOINS)],
+    _LEARN_ONE_OF,
 ]
 #: For validating a request outside FastAPI (load tests, tools).
 PREDICT_REQUEST: TypeAdapter[PredictRequest] = TypeAdapter(PredictRequest)
@@ -239,6 +365,11 @@ class Prediction(BaseModel):
         description="With `uncertainty: true`: sum_i |x_i| eta_i over the example's features.",
         examples=[0.27],
     )
+    prediction_id: str | None = Field(
+        None,
+        description="With joins on: this prediction's id, to send to /learn with its label.",
+        examples=["Zk3v0cQxR2m8yT1uWb5a9g"],
+    )
 
 
 class PredictResponse(Prediction):
@@ -256,10 +387,27 @@ class PredictBatchResponse(BaseModel):
     calibrated: bool = Field(description=_CALIBRATED, examples=[False])
 
 
+class Rejected(BaseModel):
+    """A label of a batch that was not learned, and why."""
+
+    index: int = Field(description="Its place in `examples`.", examples=[2])
+    prediction_id: str = Field(examples=["imp-7f3a9c"])
+    reason: Literal["unknown", "repeated", "late"] = Field(
+        description="unknown: no such prediction served with joins on (or long ago); "
+        "repeated: already labelled; late: its window had closed (it was learned as a "
+        "negative, or dropped); late labels are counted, not learned.",
+        examples=["late"],
+    )
+    detail: str
+
+
 class LearnResponse(BaseModel):
-    """How many examples were appended to the model's feedback stream."""
+    """How many examples were appended to the model's feedback stream; for labels sent by
+    `prediction_id`, also those refused (`rejected`, empty when every label was learned;
+    only in the answer to a batch of them)."""
 
     accepted: int = Field(examples=[1])
+    rejected: list[Rejected] | None = Field(None, examples=[[]])
 
 
 class ModelDeletedResponse(BaseModel):
@@ -381,7 +529,8 @@ ERROR_MEANINGS = {
     404: "No such model here.",
     408: "The body did not arrive within OCTR_BODY_TIMEOUT_S (e.g. shorter than its "
     "Content-Length).",
-    409: "The Idempotency-Key was used for other examples.",
+    409: "The Idempotency-Key was used for other examples; or (joins) a prediction_id "
+    "already used for a prediction, or a label repeated or too late.",
     413: "The body is larger than OCTR_MAX_BODY_BYTES.",
     415: "The body is not declared JSON, or has a Content-Encoding (send it uncompressed).",
     422: "Invalid request: not UTF-8, not JSON, nested too deeply, a lone surrogate, not "

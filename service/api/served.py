@@ -15,15 +15,18 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
+from octr.joins import JOINS_OFF, JoinPolicy
 from octr.metrics import Metrics
 from octr.redis_types import RedisClient
 from octr.settings import Settings
+from octr.store.impressions import Joined
 from octr.store.ingest import Appended, FeedbackLog, ModelDeletedError
 from octr.store.state import ModelInfo, ModelSpec, ModelStore
 from online_ctr.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learner import logits, sigmoid, unique_features
 from online_ctr.rules.base import uncertainty
 from service.api.coalesce import Coalescer
+from service.api.joins import ServedJoins
 from service.api.limits import Limits
 
 logger = logging.getLogger(__name__)
@@ -36,21 +39,25 @@ PASSES_IN_FLIGHT = 4
 
 class Scores(NamedTuple):
     """A request's answers, as plain floats (what JSON needs): per example the logit, the
-    served probability (calibrated if ``calibrated``) and, if asked, the uncertainty."""
+    served probability (calibrated if ``calibrated``) and, if asked, the uncertainty; with
+    joins on, the prediction ids, and those already used before (index, id): a 409."""
 
     logits: list[float]
     probabilities: list[float]
     uncertainties: list[float] | None
     calibrated: bool
+    prediction_ids: list[str] | None = None
+    used: list[tuple[int, str]] | None = None
 
 
 class Rows(NamedTuple):
-    """A request's examples, whether any of their values is a list, and whether it asks
-    for the uncertainty."""
+    """A request's examples, whether any of their values is a list, whether it asks for
+    the uncertainty, and the prediction ids the caller gave (None where it gave none)."""
 
     examples: Sequence[Example]
     lists: bool
     uncertainty: bool = False
+    ids: Sequence[str | None] | None = None
 
 
 class ServedModel:
@@ -58,7 +65,7 @@ class ServedModel:
 
     ``own``: the service's own model, created on first use (and again after a delete), and
     then recorded in the registry by ``register``; any other model must be in Redis, or it
-    is gone (404).
+    is gone (404). ``policy``: how its predictions wait for their labels.
     """
 
     def __init__(
@@ -69,13 +76,16 @@ class ServedModel:
         metrics: Metrics,
         own: bool = False,
         register: Callable[[], Awaitable[object]] | None = None,
+        policy: JoinPolicy = JOINS_OFF,
     ) -> None:
         self.name = spec.name
         self.own = own
         self._register = register
         self.store = ModelStore(redis, spec)
         keys = self.store.keys
-        self.feedback = FeedbackLog(redis, keys.feedback, [keys], settings.idempotency_window_s)
+        window = settings.idempotency_window_s
+        self.feedback = FeedbackLog(redis, keys.feedback, [keys], window)
+        self.joins = ServedJoins(redis, keys, [keys.stream], policy, metrics, window)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
@@ -103,14 +113,20 @@ class ServedModel:
             logger.info("model %r ready in Redis", self.name)
 
     async def predict(
-        self, rows: Sequence[Example], lists: bool, uncertainty: bool = False
+        self,
+        rows: Sequence[Example],
+        lists: bool,
+        uncertainty: bool = False,
+        ids: Sequence[str | None] | None = None,
     ) -> Scores:
         """Logits and probabilities of the examples, with the weights as of now; ``lists``
-        says whether any value is a list; with ``uncertainty``, the uncertainty too.
+        says whether any value is a list; with ``uncertainty``, the uncertainty too; ``ids``
+        the caller's prediction ids (joins on only).
 
         Concurrent requests are scored together (see :mod:`service.api.coalesce`).
         """
-        return await self._scorer.submit(Rows(rows, lists, uncertainty))
+        self.joins.check(ids)
+        return await self._scorer.submit(Rows(rows, lists, uncertainty, ids))
 
     async def _score(self, requests: list[Rows]) -> list[Scores]:
         """Score several requests' examples in one pass: one Redis read, one numpy pass."""
@@ -127,11 +143,14 @@ class ServedModel:
             rates = served.rates[features.inverse]
             u_all = uncertainty(rates, batch.rows(), batch.values, len(batch)).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
+        given = [(len(request.examples), request.ids) for request in requests]
+        logged = await self.joins.log(given, batch, p_all)  # before any answer is sent
         scores, start, calibrated = [], 0, served.fit is not None
-        for request in requests:
+        for k, request in enumerate(requests):
             end = start + len(request.examples)
             u = u_all[start:end] if u_all is not None and request.uncertainty else None
-            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated))
+            ids, used = logged[k] if logged else (None, None)
+            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used))
             start = end
         return scores
 
@@ -146,14 +165,14 @@ class ServedModel:
         share = self.hasher.hash_bits is None
         parts: list[Batch] = []
         shared: list[Example] = []
-        for rows, lists, _ in requests:
-            if share and not lists:
-                shared.extend(rows)
+        for request in requests:
+            if share and not request.lists:
+                shared.extend(request.examples)
                 continue
             if shared:
                 parts.append(self.hasher.batch(shared))
                 shared = []
-            parts.append(self.hasher.batch(rows))
+            parts.append(self.hasher.batch(request.examples))
         if shared:
             parts.append(self.hasher.batch(shared))
         return concat(parts)
@@ -173,6 +192,12 @@ class ServedModel:
             self._ensured = False
             await self.ensure()
             return await self.feedback.append(batch, key)
+
+    async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
+        """Label served predictions by id (joins on only); with an idempotency ``key``, at
+        most once within the window."""
+        await self.ensure()
+        return await self.joins.join(ids, labels, key)
 
     async def delete(self) -> int:
         """Delete the model and every key of it; the own model is created again, empty, at

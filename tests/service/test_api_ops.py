@@ -183,13 +183,17 @@ def test_openapi_documents_the_endpoints_with_examples(client: TestClient) -> No
     document = client.get("/openapi.json").json()
     paths = document["paths"]
     assert {"/predict", "/learn", "/models/{name}", "/healthz", "/readyz", "/metrics"} <= set(paths)
-    for path, parameters in (("/predict", ["model"]), ("/learn", ["model", "Idempotency-Key"])):
+    for path, parameters, shapes in (
+        ("/predict", ["model"], 2),
+        ("/learn", ["model", "Idempotency-Key"], 4),
+    ):
         operation = paths[path]["post"]
         assert [p["name"] for p in operation["parameters"]] == parameters
         assert {"401", "403", "404", "413", "415", "422", "503"} <= set(operation["responses"])
         assert operation["security"] == [{"bearer": []}, {"apiKey": []}]
         body = operation["requestBody"]["content"]["application/json"]["schema"]
-        assert len(body["oneOf"]) == 2  # exactly one of `features` and `examples`
+        # Exactly one of `features` and `examples`; /learn also of labels by `prediction_id`.
+        assert len(body["oneOf"]) == shapes
     assert "409" in paths["/learn"]["post"]["responses"]
     assert (
         "may still have been accepted" in paths["/learn"]["post"]["responses"]["503"]["description"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from octr.joins import JoinPolicy
 from octr.settings import Settings
 from service.embedded import RedisServer
 from workers.main import worker_config
@@ -75,3 +76,13 @@ def test_the_auc_window_reaches_the_worker_within_its_bounds() -> None:
     for refused in (0, 1_000_001):
         with pytest.raises(ValueError, match="auc_window"):
             Settings(auc_window=refused)
+
+
+def test_the_join_policy_comes_from_two_settings() -> None:
+    assert Settings().default_model().policy() == JoinPolicy(0, "negative")
+    assert Settings(join_window_s=3600, unlabeled="drop").default_model().policy() == JoinPolicy(
+        3600, "drop"
+    )
+    for bad in ({"join_window_s": -1}, {"join_window_s": 7 * 86_400 + 1}, {"unlabeled": "skip"}):
+        with pytest.raises(ValueError, match=r"join_window_s|unlabeled"):
+            Settings(**bad)  # type: ignore[arg-type]

@@ -9,8 +9,15 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.joins import answer
 from service.api.limits import InvalidFieldError
-from service.api.schemas import LearnRequest, LearnResponse, error_responses
+from service.api.schemas import (
+    JoinBatch,
+    JoinLabel,
+    LearnRequest,
+    LearnResponse,
+    error_responses,
+)
 
 router = APIRouter(tags=["feedback"])
 
@@ -42,6 +49,10 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
 }
+_RESPONSES[404] = {
+    **_RESPONSES[404],
+    "description": "No such model here; or the one label sent by `prediction_id` is unknown.",
+}
 _RESPONSES[503]["description"] = (
     "Redis did not answer in time. The request may still have been accepted: retry it with "
     "the same Idempotency-Key, which is always safe (without a key a retry may learn twice)."
@@ -64,20 +75,30 @@ def idempotency_key(request: Request) -> str | None:
     openapi_extra={"parameters": [*MODEL_PARAMETER["parameters"], _KEY_PARAMETER]},
 )
 async def learn(body: LearnRequest, request: Request) -> Response:
-    """Append one labelled example (`features` + `label`) or several (`examples`).
+    """Append one labelled example (`features` + `label`) or several (`examples`); or, with
+    joins on, label served predictions by `prediction_id` (one, or `examples` of them).
 
     All of the request's examples go into one stream entry, and the answer is sent only after
-    Redis stored it: a 202 is never lost. Learning happens in the workers, not here.
+    Redis stored it: a 202 is never lost. Learning happens in the workers, not here. A label
+    by prediction id is learned with the served example if its window is still open: single,
+    404 if the id is unknown, 409 if it was labelled already or came late; a batch answers
+    202 with the refused ones in `rejected`.
     """
     model = await requested(request)
     key = idempotency_key(request)
+    if isinstance(body, JoinLabel | JoinBatch):
+        ids, labels = body.pairs()
+        joined = await model.join(ids, labels, key)
+        status_code, content = answer(joined, ids, body.single)
+        return _json(content, status_code, joined.replayed)
     rows = body.rows()
     model.limits.check(rows, body.single)
     appended = await model.learn(rows, body.labels(), key)
-    headers = {REPLAYED: "true"} if appended.replayed else None
+    return _json({"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed)
+
+
+def _json(content: dict[str, object], status_code: int, replayed: bool) -> Response:
+    headers = {REPLAYED: "true"} if replayed else None
     return Response(
-        to_json({"accepted": appended.accepted}),
-        status_code=status.HTTP_202_ACCEPTED,
-        media_type="application/json",
-        headers=headers,
+        to_json(content), status_code=status_code, media_type="application/json", headers=headers
     )

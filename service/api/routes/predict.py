@@ -9,6 +9,7 @@ from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.groups import ServedGroup
+from service.api.joins import used_error
 from service.api.schemas import (
     PredictBatchResponse,
     PredictRequest,
@@ -23,22 +24,26 @@ router = APIRouter(tags=["predictions"])
 @router.post(
     "/predict",
     response_model=PredictResponse | PredictBatchResponse,
-    responses=error_responses(404, 408, 413, 415, 422, 503),
+    responses=error_responses(404, 408, 409, 413, 415, 422, 503),
     openapi_extra=MODEL_PARAMETER,
 )
 async def predict(body: PredictRequest, request: Request) -> Response:
     """Score one example (`features`) or several (`examples`, answered in order).
 
     One Redis round trip reads the weights of every feature in the request (and, with
-    `uncertainty: true`, their step sizes and nothing more).
+    `uncertainty: true`, their step sizes and nothing more). With joins on, every answer
+    carries a `prediction_id` (the caller's, or a new one), logged before the answer is sent:
+    send it to /learn with the label when the click comes.
     """
     started = time.perf_counter()
     target = await requested(request)
-    model = target.pick(None) if isinstance(target, ServedGroup) else target
+    model = target.pick(body.split_key) if isinstance(target, ServedGroup) else target
     rows = body.rows()
     single = body.single
     lists = model.limits.check(rows, single)
-    scores = await model.predict(rows, lists, body.uncertainty)
+    scores = await model.predict(rows, lists, body.uncertainty, body.ids())
+    if scores.used:
+        raise used_error(scores.used, single)
     # Plain floats and a name, encoded directly: a response model's validation would cost
     # more than the encoding (``response_model`` above documents the shape).
     predictions = _predictions(scores)
@@ -56,4 +61,7 @@ def _predictions(scores: Scores) -> list[dict[str, object]]:
     if scores.uncertainties is not None:
         for answer, u in zip(answers, scores.uncertainties, strict=True):
             answer["uncertainty"] = u
+    if scores.prediction_ids is not None:
+        for answer, prediction_id in zip(answers, scores.prediction_ids, strict=True):
+            answer["prediction_id"] = prediction_id
     return answers

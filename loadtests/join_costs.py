@@ -1,0 +1,114 @@
+"""What joins cost: ``python -m loadtests.join_costs``.
+
+Memory: on a fresh redis-server, N Criteo rows (the head file, cycled) are logged as pending
+impressions as ``/predict`` logs them (passes of 1,000), and ``INFO`` ``used_memory`` growth
+over N is the bytes one pending impression holds (its hash: the served example, p, model,
+state; and its pending-set member). Then every window is closed and swept with ``drop`` (no
+stream entries), and the growth left over N is the bytes of one tombstone.
+
+Throughput: N sequential single ``/predict`` calls (httpx, one connection) against the real
+``online-ctr api`` process, with joins off and with joins on (each answer logged first),
+alternated over rounds; printed as requests/s and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import redis.asyncio as aioredis
+
+from loadtests.feed import DATA_DIR, Row, criteo_rows, cycled
+from loadtests.processes import Stack
+from octr.joins import JoinPolicy
+from octr.store import codec
+from octr.store.impressions import Impressions
+from octr.store.keys import ModelKeys
+from online_ctr.features import FeatureHasher
+from service.embedded import RedisServer
+
+PASS = 1000
+KEYS = ModelKeys("default")
+
+
+async def _used(client: aioredis.Redis) -> int:
+    return int((await client.info("memory"))["used_memory"])
+
+
+async def memory(url: str, rows: list[Row]) -> tuple[float, float]:
+    """Bytes per pending impression and per tombstone, for ``len(rows)`` of them."""
+    client = aioredis.Redis.from_url(url, socket_timeout=60)
+    await client.flushall()
+    impressions = Impressions(client, KEYS.feedback, [KEYS.stream], JoinPolicy(3600, "drop"))
+    hasher = FeatureHasher()
+    before = await _used(client)
+    for start in range(0, len(rows), PASS):
+        chunk = [x for x, _ in rows[start : start + PASS]]
+        entries = codec.encode_rows(hasher.batch(chunk))
+        ids = [f"p{start + j:012d}" for j in range(len(chunk))]
+        await impressions.log(ids, entries, [0.1] * len(chunk), "default", [len(chunk)])
+    pending = await _used(client) - before
+    # Close every window now: a deadline of 0 for each (the load test's shortcut).
+    await client.zunionstore(KEYS.feedback.pending, {KEYS.feedback.pending: 0})
+    while (await impressions.sweep()).taken:
+        pass
+    tombstones = await _used(client) - before
+    await client.aclose()
+    return pending / len(rows), tombstones / len(rows)
+
+
+def _rate(url: str, rows: list[Row], requests: int) -> float:
+    """Sequential single /predict requests per second."""
+    bodies = [{"features": x} for x, _ in cycled(rows, requests)]
+    with httpx.Client(base_url=url, timeout=30) as client:
+        client.post("/predict", json=bodies[0]).raise_for_status()  # warm
+        started = time.perf_counter()
+        for body in bodies:
+            client.post("/predict", json=body).raise_for_status()
+        return requests / (time.perf_counter() - started)
+
+
+def throughput(work_dir: Path, rows: list[Row], requests: int, rounds: int) -> tuple[float, float]:
+    """Mean over the rounds of' requests/s without and with join logging."""
+    rates: dict[str, list[float]] = {"0": [], "3600": []}
+    with Stack(work_dir) as stack:
+        for _ in range(rounds):
+            for window in rates:
+                url = stack.start_api(OCTR_JOIN_WINDOW_S=window)
+                rates[window].append(_rate(url, rows, requests))
+                stack.stop("api")
+    off, on = (sum(r) / len(r) for r in rates.values())
+    return off, on
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impressions", type=int, default=200_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    args = parser.parse_args(argv)
+    rows = criteo_rows(args.data_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        with RedisServer(Path(scratch) / "memory", persist=False) as server:
+            pending, tombstone = asyncio.run(memory(server.url, cycled(rows, args.impressions)))
+        print(
+            f"memory: {pending:.0f} bytes per pending impression, {tombstone:.0f} bytes per "
+            f"tombstone ({args.impressions:,} Criteo rows)",
+            flush=True,
+        )
+        off, on = throughput(Path(scratch), rows, args.requests, args.rounds)
+    print(
+        f"/predict: {off:.0f} req/s without joins, {on:.0f} req/s with join logging "
+        f"(ratio {on / off:.2f}; {args.requests:,} sequential single requests x {args.rounds})",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
