@@ -44,7 +44,7 @@ async def test_run_until_idle_closes_due_windows(
     policy = JoinPolicy(600, "negative" if unlabeled == "negative" else "drop")
     ids = await log_rows(store, policy)
     registry = CollectorRegistry()
-    worker = Worker(store, WorkerConfig(name="w1"), Metrics(registry), policy)
+    worker = Worker(store, WorkerConfig(name="w1"), Metrics(registry), policy=policy)
     await worker.run_until_idle()
     info = await store.info()
     assert info.t == learned and info.stream_lag == 0
