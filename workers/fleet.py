@@ -113,6 +113,10 @@ class Fleet:
                 except (RedisError, OSError) as error:
                     logger.warning("could not remove what is left of %r (%s)", name, error)
 
+    def learning(self) -> set[str]:
+        """The models whose learners are running now."""
+        return set(self._tasks)
+
     async def run_until_idle(self) -> int:
         """Learn every model until its stream is empty (for tests); the commits made."""
         await self.sync()

@@ -9,7 +9,7 @@ created here, and deleting it starts it again empty.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Response, status
 
@@ -111,11 +111,23 @@ async def delete_model(name: Name, catalog: CatalogDep) -> ModelDeletedResponse:
     if isinstance(await catalog.get(name, fresh=True), ServedGroup):
         raise UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
     config = await catalog.registry.delete(name)
-    deleted = await ModelStore(catalog.own.store.redis, config.spec(name)).delete()
+    redis = catalog.own.store.redis
+    deleted = await ModelStore(redis, config.spec(name)).delete()
     catalog.forget(name)
     if config.group is not None:
         catalog.forget(config.group)
+        if await catalog.registry.lookup(config.group) is None:  # its last model: it ends
+            deleted += await _delete_matching(redis, f"octr:{{g:{config.group}}}:*")
     return ModelDeletedResponse(name=name, keys_deleted=deleted)
+
+
+async def _delete_matching(redis: Any, pattern: str) -> int:
+    """Delete the keys matching ``pattern`` (one hash tag: a group's impressions, pending
+    set and idempotency records), one UNLINK per key."""
+    keys = [key async for key in redis.scan_iter(match=pattern, count=1000)]
+    for key in keys:
+        await redis.unlink(key)
+    return len(keys)
 
 
 @router.get("/groups/{name}", responses=error_responses(404, 503))
