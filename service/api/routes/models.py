@@ -32,6 +32,22 @@ from service.api.served import ServedModel
 
 router = APIRouter(tags=["models"])
 
+_MEANINGS = {
+    404: "No model or group of that name.",
+    409: "Refused by the registry: the message says why (a name taken, another "
+    "configuration, OCTR_MAX_MODELS reached, a group's shared settings, its serving model).",
+    422: "An invalid name or body; `errors` names each field.",
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    answers = error_responses(*statuses)
+    for status_code, meaning in _MEANINGS.items():
+        if status_code in answers:
+            answers[status_code]["description"] = meaning
+    return answers
+
+
 Name = Annotated[
     str,
     Path(
@@ -41,7 +57,7 @@ Name = Annotated[
 ]
 
 
-@router.get("/models", responses=error_responses(503))
+@router.get("/models", responses=_errors(503))
 async def list_models(catalog: CatalogDep) -> ModelListResponse:
     """Every model (its rule and group) and every group (its models and serving model)."""
     configs = await catalog.registry.models()
@@ -62,7 +78,7 @@ async def list_models(catalog: CatalogDep) -> ModelListResponse:
 @router.put(
     "/models/{name}",
     status_code=status.HTTP_201_CREATED,
-    responses={**error_responses(409, 422, 503), 200: {"description": "Existed already, alike."}},
+    responses={**_errors(409, 415, 422, 503), 200: {"description": "Existed already, alike."}},
 )
 async def create_model(
     name: Name, config: ModelConfig, catalog: CatalogDep, response: Response
@@ -92,13 +108,13 @@ async def create_model(
     return await _info(await _model(catalog, name))
 
 
-@router.get("/models/{name}", responses=error_responses(404, 503))
+@router.get("/models/{name}", responses=_errors(404, 422, 503))
 async def read_model(name: Name, catalog: CatalogDep) -> ModelInfoResponse:
     """The model's rule, hyper-parameters, global step, sizes, progressive loss and lag."""
     return await _info(await _model(catalog, name))
 
 
-@router.delete("/models/{name}", responses=error_responses(404, 409, 503))
+@router.delete("/models/{name}", responses=_errors(404, 409, 422, 503))
 async def delete_model(name: Name, catalog: CatalogDep) -> ModelDeletedResponse:
     """Delete the model and all its keys: state, feedback not learned yet, dead letters.
 
@@ -130,13 +146,13 @@ async def _delete_matching(redis: Any, pattern: str) -> int:
     return len(keys)
 
 
-@router.get("/groups/{name}", responses=error_responses(404, 503))
+@router.get("/groups/{name}", responses=_errors(404, 422, 503))
 async def read_group(name: Name, catalog: CatalogDep) -> GroupResponse:
     """The group's models, the serving one and the traffic split."""
     return _group((await _group_of(catalog, name)).info)
 
 
-@router.put("/groups/{name}", responses=error_responses(404, 409, 422, 503))
+@router.put("/groups/{name}", responses=_errors(404, 409, 415, 422, 503))
 async def update_group(
     name: Name, update: Annotated[GroupUpdate, Body()], catalog: CatalogDep
 ) -> GroupResponse:
