@@ -161,3 +161,18 @@ class ModelConfig(JoinConfig):
             self.calibration,
             self.group,
         )
+
+
+def config_of(spec: ModelSpec) -> ModelConfig:
+    """The configuration that describes ``spec`` (a model imported from a snapshot)."""
+    return ModelConfig(
+        rule=spec.rule.name,
+        **vars(spec.params),
+        hash_bits=spec.hash_bits,
+        numeric=spec.numeric,
+        calibration=spec.calibration,
+        state_buckets=spec.buckets,
+        state_shards=spec.shards,
+        state_encoding=spec.encoding,
+        group=spec.group,
+    )

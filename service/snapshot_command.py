@@ -20,9 +20,11 @@ from typing import IO, Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from octr.model_config import ModelConfig, config_of
 from octr.process import StartupError, configure_logging, describe_settings_error
 from octr.settings import Settings
 from octr.store.keys import valid_model_name
+from octr.store.registry import Registry, RegistryError
 from octr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from octr.store.snapshot_import import ModelExistsError, SnapshotImport
 from octr.wiring import redis_client
@@ -31,7 +33,14 @@ from online_ctr.snapshot import SnapshotError
 #: Bytes read from the file per piece when importing.
 READ_BYTES = 1 << 20
 #: Errors that end a command with one line.
-FAILURES = (ModelNotFoundError, ModelExistsError, SnapshotError, ExportFailedError, OSError)
+FAILURES = (
+    ModelNotFoundError,
+    ModelExistsError,
+    SnapshotError,
+    ExportFailedError,
+    RegistryError,
+    OSError,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -107,7 +116,9 @@ def _run(work: Any) -> Any:
 async def _export(settings: Settings, name: str, file: str) -> int:
     client = redis_client(settings)
     try:
-        export = await open_export(client, name)
+        found = await Registry(client, settings.max_models).lookup(name)
+        group = found.group if isinstance(found, ModelConfig) else None
+        export = await open_export(client, name, group)
         if file == "-":
             return await _write(export.chunks(), sys.stdout.buffer)
         partial = Path(f"{file}.partial")
@@ -140,12 +151,22 @@ async def _pieces(stream: IO[bytes]) -> AsyncIterator[bytes]:
 async def _import(settings: Settings, file: str, name: str, replace: bool) -> Any:
     client = redis_client(settings)
     layout = (settings.state_buckets, settings.state_shards)
+    registry = Registry(client, settings.max_models)
     try:
-        if file == "-":
-            return await SnapshotImport(client, name, layout, replace).run(
-                _pieces(sys.stdin.buffer)
+        found = await registry.lookup(name)
+        if not isinstance(found, ModelConfig | None) or (found is not None and found.group):
+            raise RegistryError(
+                f"{name!r} is a group or a model of one; a snapshot is imported as a model of "
+                "no group"
             )
-        with open(file, "rb") as stream:
-            return await SnapshotImport(client, name, layout, replace).run(_pieces(stream))
+        importer = SnapshotImport(client, name, layout, replace)
+        if file == "-":
+            imported = await importer.run(_pieces(sys.stdin.buffer))
+        else:
+            with open(file, "rb") as stream:
+                imported = await importer.run(_pieces(stream))
+        if name != settings.model and importer.spec is not None:  # servable by name now
+            await registry.create(name, config_of(importer.spec), replace=True)
+        return imported
     finally:
         await client.aclose()

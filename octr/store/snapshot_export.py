@@ -77,7 +77,7 @@ class Export:
     ) -> None:
         self.redis = redis
         self.spec = spec
-        self.keys = ModelKeys(spec.name)
+        self.keys = ModelKeys(spec.name, spec.group)
         self.scripts = Scripts.register(redis)
         self.token = token
         self.epoch = epoch
@@ -174,9 +174,10 @@ class Export:
         )
 
 
-async def open_export(redis: Any, name: str) -> Export:
-    """Pin model ``name`` for an export; :class:`ModelNotFoundError` if there is none."""
-    keys = ModelKeys(name)
+async def open_export(redis: Any, name: str, group: str | None = None) -> Export:
+    """Pin model ``name`` (of ``group``) for an export; :class:`ModelNotFoundError` if there
+    is none."""
+    keys = ModelKeys(name, group)
     token = secrets.token_hex(8)
     scripts = Scripts.register(redis)
     reply = await scripts.snapshot_pin(

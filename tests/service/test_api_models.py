@@ -184,3 +184,20 @@ def test_models_and_groups_need_the_admin_scope(client: Any) -> None:
         assert client.get("/models", headers=headers).status_code == 403
         assert client.put("/models/x", json=FTRL, headers=headers).status_code == 403
         assert client.put("/groups/x", json={"serving": "x"}, headers=headers).status_code == 403
+
+
+def test_an_imported_model_is_served_by_name_and_a_grouped_one_exports(client: Any) -> None:
+    client.put("/models/a", json={**FTRL, "group": "ctr"})
+    client.post("/learn", json={"features": {"x": "y"}, "label": 1}, params={"model": "ctr"})
+    exported = client.get("/models/a/snapshot")
+    assert exported.status_code == 200
+    headers = {"Content-Type": "application/vnd.online-ctr.snapshot"}
+    imported = client.put("/models/copy/snapshot", content=exported.content, headers=headers)
+    assert imported.status_code == 201
+    answer = client.post("/predict", json={"features": {"x": "y"}}, params={"model": "copy"})
+    assert answer.status_code == 200 and answer.json()["model"] == "copy"
+    assert "copy" in [m["name"] for m in client.get("/models").json()["models"]]
+    refused = client.put(
+        "/models/a/snapshot?replace=true", content=exported.content, headers=headers
+    )
+    assert refused.status_code == 409 and "no group" in refused.json()["detail"]

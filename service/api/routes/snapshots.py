@@ -14,9 +14,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import StreamingResponse
 
+from octr.model_config import ModelConfig, config_of
 from octr.store.keys import MODEL_NAME
+from octr.store.registry import RegistryError
 from octr.store.snapshot_export import open_export
 from octr.store.snapshot_import import SnapshotImport
+from service.api.catalog import Catalog
 from service.api.deps import ServedDep
 from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
 
@@ -65,8 +68,10 @@ async def export_snapshot(name: ModelName, request: Request) -> StreamingRespons
     """Export the model (rule, hyper-parameters, every feature's state, step and counters)
     as one versioned file, streamed. Taken while the model learns, the file is its exact
     state at one step."""
-    redis = request.app.state.served.store.redis
-    export = await open_export(redis, name)
+    catalog: Catalog = request.app.state.catalog
+    found = await catalog.registry.lookup(name)
+    group = found.group if isinstance(found, ModelConfig) else None
+    export = await open_export(catalog.own.store.redis, name, group)
     headers = {"Content-Disposition": f'attachment; filename="{name}.octr"'}
     return StreamingResponse(export.chunks(), media_type=SNAPSHOT_TYPE, headers=headers)
 
@@ -98,8 +103,17 @@ async def import_snapshot(
     settings = request.app.state.settings
     expect = served.store.spec if name == served.name else None
     layout = (settings.state_buckets, settings.state_shards)
+    catalog: Catalog = request.app.state.catalog
+    found = await catalog.registry.lookup(name)
+    if not isinstance(found, ModelConfig | None) or (found is not None and found.group):
+        raise RegistryError(
+            f"{name!r} is a group or a model of one; a snapshot is imported as a model of no group"
+        )
     importer = SnapshotImport(served.store.redis, name, layout, replace, expect)
     imported = await importer.run(request.stream())
+    if name != served.name and importer.spec is not None:  # servable by name from now on
+        await catalog.registry.create(name, config_of(importer.spec), replace=True)
+        catalog.forget(name)
     return SnapshotImportedResponse(
         name=imported.name,
         rule=imported.rule,
