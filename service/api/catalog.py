@@ -92,6 +92,8 @@ class Catalog:
         members = {
             name: self._model(name, configs[name]) for name in info.models if name in configs
         }
+        if info.serving not in members:  # deleted between the two reads: as if gone
+            raise UnknownNameError(f"group {info.name!r} is changing; try again")
         keys = [member.store.keys for member in members.values()]
         window = self._settings.idempotency_window_s
         feedback = FeedbackLog(self._redis, FeedbackKeys.of(info.serving, info.name), keys, window)
