@@ -113,7 +113,7 @@ def test_errors_are_client_errors_with_the_servers_message(
         assert [field for field, _ in invalid.value.errors] == ["label"]
         with pytest.raises(ClientError) as unknown:
             client.model("other")
-        assert unknown.value.status == 404 and "not served here" in unknown.value.message
+        assert unknown.value.status == 404 and "no model or group" in unknown.value.message
         # A later request of a batch fails: the earlier ones were accepted, and it says so.
         with pytest.raises(ClientError) as partial:
             client.learn_many([({"site": "a"}, 1)] * 1000 + [({"a=b": "c"}, 1)])

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Body, Path, Response, status
 
 from octr.model_config import ModelConfig
 from octr.store.keys import MODEL_NAME
-from octr.store.registry import GroupInfo, RegistryError, UnknownNameError
+from octr.store.registry import RegistryError, UnknownNameError
 from octr.store.state import ModelMismatchError, ModelStore
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
@@ -29,6 +29,7 @@ from service.api.schemas import (
     error_responses,
 )
 from service.api.served import ServedModel
+from service.models_admin import group_response
 
 router = APIRouter(tags=["models"])
 
@@ -71,7 +72,7 @@ async def list_models(catalog: CatalogDep) -> ModelListResponse:
         for name, config in sorted(configs.items())
     ]
     return ModelListResponse(
-        models=models, groups=[_group(info) for _, info in sorted(groups.items())]
+        models=models, groups=[group_response(info) for _, info in sorted(groups.items())]
     )
 
 
@@ -149,7 +150,7 @@ async def _delete_matching(redis: Any, pattern: str) -> int:
 @router.get("/groups/{name}", responses=_errors(404, 422, 503))
 async def read_group(name: Name, catalog: CatalogDep) -> GroupResponse:
     """The group's models, the serving one and the traffic split."""
-    return _group((await _group_of(catalog, name)).info)
+    return group_response((await _group_of(catalog, name)).info)
 
 
 @router.put("/groups/{name}", responses=_errors(404, 409, 415, 422, 503))
@@ -164,7 +165,7 @@ async def update_group(
         split = (await _group_of(catalog, name)).info.split
     info = await catalog.registry.serve(name, update.serving, split)
     catalog.forget(name)
-    return _group(info)
+    return group_response(info)
 
 
 async def _model(catalog: CatalogDep, name: str) -> ServedModel:
@@ -179,17 +180,6 @@ async def _group_of(catalog: CatalogDep, name: str) -> ServedGroup:
     if not isinstance(served, ServedGroup):
         raise UnknownNameError(f"{name!r} is a model, not a group: GET /models/{name}")
     return served
-
-
-def _group(info: GroupInfo) -> GroupResponse:
-    return GroupResponse(
-        name=info.name,
-        models=list(info.models),
-        serving=info.serving,
-        split=info.split,
-        join_window_s=info.shared.join_window_s,
-        unlabeled=info.shared.unlabeled,
-    )
 
 
 async def _info(served: ServedModel) -> ModelInfoResponse:
