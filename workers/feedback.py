@@ -10,6 +10,7 @@ learner or kept failing) is then learned one entry at a time, and an entry deliv
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,11 @@ from octr.store.state import ModelStore
 from online_ctr.features import Batch
 
 Message = tuple[bytes, dict[bytes, bytes]]
+
+#: Most entries one XRANGE reads (each read entry travels once more, in the commit).
+MAX_PAGE_ENTRIES = 16_384
+#: Before any page is read, assume entries as big as a full ``/learn`` body by default.
+FIRST_GUESS_EXAMPLES_PER_ENTRY = 1_000
 
 
 @dataclass
@@ -48,14 +54,13 @@ class FeedbackStream:
         self.redis = store.redis
         self.last_seen = b"0-0"
         self.model = store.spec.name.encode()
+        #: Examples per entry in the last page read: sizes the next page.
+        self.examples_per_entry = float(FIRST_GUESS_EXAMPLES_PER_ENTRY)
 
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
         one entry), or one entry if ``single``; an empty group if the stream is empty."""
-        # Entries hold one example or many: read up to max_examples of them (bounded, since
-        # every entry read travels and is deleted in the commit).
-        count = 1 if single else max(1, min(max_examples, 16_384))
-        messages: list[Message] = await self.redis.xrange(self.keys.stream, count=count)
+        messages = await self._head(1 if single else max(1, max_examples))
         if not messages:
             return Group()
         messages = _within(messages, max_examples)
@@ -64,6 +69,28 @@ class FeedbackStream:
         group = _decode(messages, self.model)
         group.head_deliveries = int(deliveries)
         return group
+
+    async def _head(self, max_examples: int) -> list[Message]:
+        """Entries from the head holding about ``max_examples`` examples (one page over at
+        most), read in pages sized by the examples per entry seen so far: entries hold one
+        example or a thousand, and reading a fixed count of them would copy a long stream of
+        big entries in full to learn its first few (a cost of the stream, not the group)."""
+        messages: list[Message] = []
+        examples, start = 0, "-"
+        while examples < max_examples:
+            wanted = (max_examples - examples) / self.examples_per_entry
+            count = max(1, min(MAX_PAGE_ENTRIES - len(messages), math.ceil(wanted)))
+            page: list[Message] = await self.redis.xrange(self.keys.stream, start, count=count)
+            if not page:
+                break
+            in_page = sum(header_examples(fields.get(b"b", b"")) for _, fields in page)
+            self.examples_per_entry = max(1.0, in_page / len(page))
+            messages += page
+            examples += in_page
+            if len(page) < count or len(messages) == MAX_PAGE_ENTRIES:
+                break
+            start = "(" + page[-1][0].decode()
+        return messages
 
     async def wait(self, wait_ms: int) -> None:
         """Block up to ``wait_ms`` until an entry newer than any seen arrives."""
