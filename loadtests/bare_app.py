@@ -13,13 +13,14 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from service.api.schemas import PredictRequest, PredictResponse
+from service.app import NO_TELEMETRY
 
 CONSTANT = PredictResponse(probability=0.5, logit=0.0, model="default", calibrated=False)
 
 
 def create_bare_app() -> FastAPI:
     """Two routes: ``/predict`` (parse, validate, constant) and ``/noop`` (constant)."""
-    app = FastAPI(title="online-ctr bare ceiling")
+    app = FastAPI(title="online-ctr bare ceiling", telemetry=NO_TELEMETRY)  # as ours
 
     @app.post("/predict")
     async def predict(body: PredictRequest) -> PredictResponse:
@@ -36,9 +37,11 @@ def main() -> None:
     """Serve the bare app with the same uvicorn settings as ``online-ctr api``."""
     import uvicorn
 
+    from octr.process import freeze_startup_objects
     from octr.settings import get_settings
 
     settings = get_settings()
+    freeze_startup_objects()  # as `online-ctr api` does
     uvicorn.run(
         create_bare_app(),
         host=settings.host,

@@ -3,6 +3,7 @@ bad configuration into one line on stderr and a non-zero exit status instead of 
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,6 +29,18 @@ def configure_logging(level: str = "info") -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+
+
+def freeze_startup_objects() -> None:
+    """Take every object alive now out of the garbage collector's sight, for good.
+
+    A long-running process is ~170k container objects from start-up (modules, classes,
+    functions) that never become garbage, yet every full collection traversed them all: on
+    this 2-core machine 120 ms each, every few seconds under ``/predict`` load, which was the
+    API's p99 latency (``gc.freeze``, as CPython's documentation suggests for servers).
+    Call it once, after the imports and before serving."""
+    gc.collect()
+    gc.freeze()
 
 
 def variable(field: str) -> str:

@@ -42,7 +42,7 @@ def api(args: argparse.Namespace) -> int:
             f"--workers is {settings.workers}, but the API runs in one process; "
             "run more `online-ctr api` behind a load balancer"
         )
-    app = create_app(settings)
+    app = create_app(settings, freeze_gc=True)
     check_port(settings.host, settings.port, "OCTR_PORT", "--port")
     configure_logging(settings.log_level)
     logger.info("%s", describe(settings))

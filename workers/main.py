@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from octr.metrics import Metrics
-from octr.process import StartupError
+from octr.process import StartupError, freeze_startup_objects
 from octr.redis_types import RedisClient
 from octr.settings import Settings
 from octr.startup import check_port, wait_for_redis
@@ -99,5 +99,6 @@ def main(settings: Settings) -> int:
         wait_for_redis(settings.redis_url, settings.redis_wait_s, settings.redis_timeout_s)
     if port:
         start_http_server(port, addr=host)
+    freeze_startup_objects()
     asyncio.run(run_worker(settings, metrics))
     return 0
