@@ -38,10 +38,12 @@ class Limits:
         lists = False
         for index, features in enumerate(rows):
             count = len(features)
-            for value in features.values():
-                if type(value) is list:  # each item is a feature of its own
-                    count += len(value) - 1
-                    lists = True
+            # The types collected in C first: most examples hold no list, and a Python loop
+            # over every value was 8% of a 1,000-example /learn's CPU (py-spy).
+            if list in set(map(type, features.values())):
+                lists = True
+                # Each item of a list is a feature of its own.
+                count += sum(len(v) - 1 for v in features.values() if type(v) is list)
             if count > self.max_features:
                 field = "features" if single else f"examples[{index}].features"
                 raise LimitExceededError(

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.fastjson import FastJSONRoute
 from service.api.joins import answer
 from service.api.limits import InvalidFieldError
 from service.api.schemas import (
@@ -19,7 +20,7 @@ from service.api.schemas import (
     error_responses,
 )
 
-router = APIRouter(tags=["feedback"])
+router = APIRouter(tags=["feedback"], route_class=FastJSONRoute)
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:+/=~-]{1,255}")
 #: The answer header that marks a replay of an earlier request with the same key.

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.fastjson import FastJSONRoute
 from service.api.groups import ServedGroup
 from service.api.joins import used_error
 from service.api.schemas import (
@@ -18,7 +19,7 @@ from service.api.schemas import (
 )
 from service.api.served import Scores
 
-router = APIRouter(tags=["predictions"])
+router = APIRouter(tags=["predictions"], route_class=FastJSONRoute)
 
 
 @router.post(
