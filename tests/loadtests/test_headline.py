@@ -266,3 +266,24 @@ def test_serving_headlines_judge_requests_p99_batch_and_ingest() -> None:
     ]
     text = serving.render(runs, ingested)
     assert "900,000 answered 202" in text and "905,000" in text
+
+
+def test_the_drain_judged_is_the_median_round_of_the_largest_entries() -> None:
+    result = _learning(0.4708)
+    cores = {"worker": 1.0, "redis": 0.3}
+    # Rounds alternate entry sizes; the entries of 1 are faster here, and never judged.
+    result.drains = [
+        DrainRun(per_entry, 200_000, seconds, {}, cores, 0.4708)
+        for per_entry, seconds in [
+            (1, 0.1),
+            (1000, 2.0),
+            (1, 0.1),
+            (1000, 1.0),
+            (1, 0.1),
+            (1000, 4.0),
+        ]
+    ]
+    judged = result.judged_drain()
+    assert (judged.per_entry, judged.seconds) == (1000, 2.0)
+    *_, drain = learning.headlines(result)
+    assert headline.row(drain)[1].startswith("100,000 examples/s")
