@@ -28,15 +28,7 @@ class ModelsAdmin:
     async def list(self) -> ModelListResponse:
         """Every model and group, as ``GET /models`` answers (the own model is listed once
         its service has registered it)."""
-        configs = await self.registry.models()
-        groups = await self.registry.groups()
-        models = [
-            ModelSummary(name=name, rule=config.rule, group=config.group, own=name == self.own)
-            for name, config in sorted(configs.items())
-        ]
-        return ModelListResponse(
-            models=models, groups=[group_response(info) for _, info in sorted(groups.items())]
-        )
+        return model_list(await self.registry.models(), await self.registry.groups(), self.own)
 
     async def create(self, name: str, config: ModelConfig) -> bool:
         """Create the model (True), or confirm one that exists alike (False)."""
@@ -88,6 +80,19 @@ class ModelsAdmin:
     def _store_by_name(self, name: str) -> ModelStore:
         # Only the name and key layout matter for deleting: the spec's rule is not checked.
         return ModelStore(self.redis, model_spec(self._settings.model_copy(update={"model": name})))
+
+
+def model_list(
+    configs: dict[str, ModelConfig], groups: dict[str, GroupInfo], own: str
+) -> ModelListResponse:
+    """The answer of ``GET /models``: every model (``own`` is the service's) and group."""
+    models = [
+        ModelSummary(name=name, rule=config.rule, group=config.group, own=name == own)
+        for name, config in sorted(configs.items())
+    ]
+    return ModelListResponse(
+        models=models, groups=[group_response(info) for _, info in sorted(groups.items())]
+    )
 
 
 def group_response(info: GroupInfo) -> GroupResponse:

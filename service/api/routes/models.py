@@ -25,11 +25,10 @@ from service.api.schemas import (
     ModelDeletedResponse,
     ModelInfoResponse,
     ModelListResponse,
-    ModelSummary,
     error_responses,
 )
 from service.api.served import ServedModel
-from service.models_admin import group_response
+from service.models_admin import group_response, model_list
 
 router = APIRouter(tags=["models"])
 
@@ -67,13 +66,7 @@ async def list_models(catalog: CatalogDep) -> ModelListResponse:
     if own.name not in configs:  # not registered yet: Redis was down until now
         await own.ensure()
         configs = await catalog.registry.models()
-    models = [
-        ModelSummary(name=name, rule=config.rule, group=config.group, own=name == own.name)
-        for name, config in sorted(configs.items())
-    ]
-    return ModelListResponse(
-        models=models, groups=[group_response(info) for _, info in sorted(groups.items())]
-    )
+    return model_list(configs, groups, own.name)
 
 
 @router.put(
