@@ -60,7 +60,10 @@ class FeedbackStream:
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
         one entry), or one entry if ``single``; an empty group if the stream is empty."""
-        messages = await self._head(1 if single else max(1, max_examples))
+        if single:  # exactly one entry, even one that holds no decodable example
+            messages: list[Message] = await self.redis.xrange(self.keys.stream, count=1)
+        else:
+            messages = await self._head(max(1, max_examples))
         if not messages:
             return Group()
         messages = _within(messages, max_examples)

@@ -66,3 +66,13 @@ async def test_one_group_reads_at_most_a_page_of_entries(make_store: MakeStore) 
     stream = FeedbackStream(store)
     group = await stream.next_group(1_000_000)
     assert len(group.entry_ids) == MAX_PAGE_ENTRIES
+
+
+async def test_one_entry_at_a_time_is_one_entry_even_when_it_holds_nothing(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    await store.redis.xadd(store.keys.stream, {"b": b"not an entry"})
+    await send(store, ROWS[:3], per_entry=1)
+    group = await FeedbackStream(store).next_group(1_000, single=True)
+    assert (len(group.undecodable), group.entry_ids, group.examples) == (1, [], 0)
