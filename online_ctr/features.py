@@ -174,6 +174,22 @@ class FeatureHasher:
         as int64 holding the bits of the uint64 ids, for readers that hash a column at once."""
         return np.array([self._cached_id(name, value) for value in values], dtype=np.int64)
 
+    def many_ids(self, names: Sequence[str]) -> NDArray[np.int64]:
+        """The ids of many names at once, as int64 holding the bits of the uint64 ids, and
+        not remembered: for callers that remember ids themselves. The digests are joined and
+        read as little-endian words in one go, without an int per name.
+
+        >>> hasher = FeatureHasher(hash_bits=12)
+        >>> hasher.many_ids(["site=news", ""]).tolist() == [hasher.id("site=news"), hasher.id("")]
+        True
+        """
+        blake2b = hashlib.blake2b
+        digests = b"".join([blake2b(name.encode(), digest_size=8).digest() for name in names])
+        ids = np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+        if self.hash_bits is not None and self.hash_bits < 64:
+            ids &= np.uint64((1 << self.hash_bits) - 1)
+        return ids.view(np.int64)
+
     def _cached_id(self, name: str, value: str | None) -> int:
         """The id of ``name=value`` (``name`` alone when ``value`` is None), hashed at most once."""
         key = self._known.get((name, value))

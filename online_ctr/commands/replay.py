@@ -6,6 +6,7 @@ The last line of stdout is one JSON object; a progress bar goes to stderr on a t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -130,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         resolve_format(args)
         warm_up(rule, params)  # compiled code loaded now: startup, not the timed replay
+        if args.format == "criteo" and columnar.available():
+            columnar.warm_up()
+        # Everything made so far (numba's and pyarrow's modules, the compiled code) lives until
+        # exit: frozen, no collection traverses it, during the run nor at exit (200,000 rows:
+        # about 0.35 s less, a sixth of the whole process).
+        gc.freeze()
         result = _replay_file(args, model, hasher)
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)

@@ -46,6 +46,16 @@ def test_limit_and_small_blocks(data_dir: Path, monkeypatch: pytest.MonkeyPatch)
     assert_same(concat(blocks), row_batch(path, FeatureHasher(), 1234))
 
 
+def test_forgetting_field_texts_changes_nothing(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = data_dir / FILES[0]
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(columnar, "KNOWN_PER_COLUMN", 50)  # dropped in most blocks
+    got = concat(list(columnar.criteo_batches(path, FeatureHasher())))
+    assert_same(got, row_batch(path, FeatureHasher()))
+
+
 def test_rechunk_keeps_every_example_in_order(data_dir: Path) -> None:
     path = data_dir / FILES[1]
     hasher = FeatureHasher()
