@@ -174,6 +174,16 @@ class FeatureHasher:
         as int64 holding the bits of the uint64 ids, for readers that hash a column at once."""
         return np.array([self._cached_id(name, value) for value in values], dtype=np.int64)
 
+    @property
+    def bias_id(self) -> int:
+        """The bias feature's id as batches hold it (int64 holding the uint64's bits)."""
+        return self._bias
+
+    def name_id(self, field: str, value: str) -> int:
+        """The id of the feature ``field=value`` as batches hold it, remembered like the
+        names of every batch."""
+        return self._cached_id(field, value)
+
     def many_ids(self, names: Sequence[str]) -> NDArray[np.int64]:
         """The ids of many names at once, as int64 holding the bits of the uint64 ids, and
         not remembered: for callers that remember ids themselves. The digests are joined and

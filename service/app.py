@@ -24,7 +24,7 @@ from octr.settings import Settings, get_settings
 from octr.store.registry import Registry
 from octr.wiring import check_topology, redis_client
 from online_ctr import grouping
-from service.api import errors
+from service.api import errors, scan
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
 from service.api.middleware import EdgeMiddleware
@@ -46,6 +46,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Connect to Redis and build the served model; close the connections on shutdown."""
     settings: Settings = app.state.settings
     grouping.warm_up()  # compiled once here, not in the first big /predict
+    scan.warm_up()  # and the body scanner, not in the first /learn
     redis = redis_client(settings)
     try:
         registry = Registry(redis, settings.max_models)

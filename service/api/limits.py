@@ -28,6 +28,11 @@ class Limits:
     max_examples: int
     max_features: int
 
+    def within(self, examples: int, most_features: int) -> bool:
+        """Whether a request of ``examples`` without lists, the largest of them with
+        ``most_features``, is within the limits (:meth:`check` says what is wrong if not)."""
+        return examples <= self.max_examples and most_features <= self.max_features
+
     def check(self, rows: Sequence[Example], single: bool) -> bool:
         """Raise :class:`LimitExceededError` for the first example over a limit; else say
         whether any value is a list (the one scan of the values serves both)."""

@@ -28,6 +28,7 @@ from online_ctr.rules.base import uncertainty
 from service.api.coalesce import Coalescer
 from service.api.joins import ServedJoins
 from service.api.limits import Limits
+from service.api.scan import NameIds
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,12 @@ class Rows(NamedTuple):
     lists: bool
     uncertainty: bool = False
     ids: Sequence[str | None] | None = None
+    #: The examples hashed already (a body read by service.api.scan); ``examples`` is empty.
+    hashed: Batch | None = None
+
+    def size(self) -> int:
+        """How many examples the request holds."""
+        return len(self.examples) if self.hashed is None else len(self.hashed)
 
 
 class ServedModel:
@@ -88,6 +95,7 @@ class ServedModel:
         self.joins = ServedJoins(redis, keys, [keys.stream], policy, metrics, window)
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
+        self.names = NameIds(self.hasher)  # the same ids, for bodies read by service.api.scan
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
         self.max_heartbeat_age_s = settings.ready_max_heartbeat_age_s
         self.predictions = metrics.predictions.labels(self.name)
@@ -128,6 +136,10 @@ class ServedModel:
         self.joins.check(ids)
         return await self._scorer.submit(Rows(rows, lists, uncertainty, ids))
 
+    async def predict_hashed(self, batch: Batch) -> Scores:
+        """:meth:`predict` of examples hashed already, without lists, uncertainty or ids."""
+        return await self._scorer.submit(Rows((), False, hashed=batch))
+
     async def _score(self, requests: list[Rows]) -> list[Scores]:
         """Score several requests' examples in one pass: one Redis read, one numpy pass."""
         await self.ensure()
@@ -143,11 +155,11 @@ class ServedModel:
             rates = served.rates[features.inverse]
             u_all = uncertainty(rates, batch.rows(), batch.values, len(batch)).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
-        given = [(len(request.examples), request.ids) for request in requests]
+        given = [(request.size(), request.ids) for request in requests]
         logged = await self.joins.log(given, batch, p_all)  # before any answer is sent
         scores, start, calibrated = [], 0, served.fit is not None
         for k, request in enumerate(requests):
-            end = start + len(request.examples)
+            end = start + request.size()
             u = u_all[start:end] if u_all is not None and request.uncertainty else None
             ids, used = logged[k] if logged else (None, None)
             scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used))
@@ -166,13 +178,15 @@ class ServedModel:
         parts: list[Batch] = []
         shared: list[Example] = []
         for request in requests:
-            if share and not request.lists:
+            if share and not request.lists and request.hashed is None:
                 shared.extend(request.examples)
                 continue
             if shared:
                 parts.append(self.hasher.batch(shared))
                 shared = []
-            parts.append(self.hasher.batch(request.examples))
+            # Hashed already (service.api.scan) as a hasher call of its own would hash it.
+            hashed = request.hashed
+            parts.append(self.hasher.batch(request.examples) if hashed is None else hashed)
         if shared:
             parts.append(self.hasher.batch(shared))
         return concat(parts)
@@ -182,8 +196,11 @@ class ServedModel:
     ) -> Appended:
         """Append the labelled examples to the feedback stream as one entry; with an
         idempotency ``key``, only if that key was not used within the window."""
+        return await self.append(self.hasher.batch(rows, labels), key)
+
+    async def append(self, batch: Batch, key: str | None) -> Appended:
+        """Append a labelled batch, hashed already, as :meth:`learn` does."""
         await self.ensure()
-        batch = self.hasher.batch(rows, labels)
         try:
             return await self.feedback.append(batch, key)
         except ModelDeletedError:
@@ -228,4 +245,4 @@ class ServedModel:
 
 
 def _examples(request: Rows) -> int:
-    return len(request.examples)
+    return request.size()

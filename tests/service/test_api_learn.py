@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from octr.store.codec import decode_entry
 from octr.store.keys import ModelKeys
 from online_ctr.features import Batch, Example, FeatureHasher, Value
 from online_ctr.readers import read_examples
+from service.api.scan import scan
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 
@@ -102,3 +104,25 @@ def test_learning_never_happens_on_the_request_path(client: TestClient) -> None:
     client.post("/learn", json={"examples": [{"features": x, "label": y} for x, y in ROWS]})
     info = client.get("/models/default").json()
     assert (info["global_step"], info["stream_lag"], info["features_tracked"]) == (0, 1, 0)
+
+
+def test_scanned_and_validated_bodies_make_the_same_entry(client: TestClient, entries: Any) -> None:
+    """A plain batch body is read by service.api.scan; the same JSON with an escape in it
+    goes through validation: the stream entries are the same."""
+    plain = json.dumps({"examples": [{"features": x, "label": y} for x, y in ROWS]}).encode()
+    escaped = plain.replace(b'"label"', b'"\\u006cabel"')
+    assert scan(plain, want_label=True) is not None and scan(escaped, True) is None
+    for body in (plain, escaped):
+        reply = client.post("/learn", content=body, headers={"content-type": "application/json"})
+        assert (reply.status_code, reply.json()) == (202, {"accepted": len(ROWS)})
+    first, second = entries()
+    assert_same_batch(first, second)
+
+
+def test_a_plain_body_over_the_limits_gets_the_validated_answer(client: TestClient) -> None:
+    examples = [{"features": {"f": str(i)}, "label": 0} for i in range(1001)]
+    body = json.dumps({"examples": examples}).encode()
+    assert scan(body, want_label=True) is not None
+    reply = client.post("/learn", content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 422
+    assert "1001 examples; at most 1000 per request" in reply.json()["detail"]

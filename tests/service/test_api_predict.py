@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,6 +22,7 @@ from online_ctr.features import FeatureHasher, Value
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.rules import get_rule
+from service.api.scan import scan
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from workers.consumer import Worker, WorkerConfig
@@ -140,3 +142,23 @@ def test_metrics_count_examples_latency_and_requests(
     bad = {**ok, "status_class": "4xx"}
     assert registry.get_sample_value(requests, ok) == 2
     assert registry.get_sample_value(requests, bad) == 1
+
+
+def test_scanned_and_validated_bodies_get_the_same_answers(
+    client: TestClient, settings: Settings
+) -> None:
+    """A plain batch body is read by service.api.scan; the same JSON with an escape in it
+    goes through validation: the answers are the same, bit for bit."""
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
+    assert client.post("/learn", json=body).status_code == 202
+    asyncio.run(learn_with_worker(settings))
+    plain = json.dumps({"examples": [{"features": x} for x, _ in ROWS[:100]]}).encode()
+    escaped = plain.replace(b'"features"', b'"\\u0066eatures"')
+    assert scan(plain, want_label=False) is not None and scan(escaped, False) is None
+    answers = [
+        client.post("/predict", content=b, headers={"content-type": "application/json"})
+        for b in (plain, escaped)
+    ]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == answers[1].json()
+    assert len({p["probability"] for p in answers[0].json()["predictions"]}) > 1

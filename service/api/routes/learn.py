@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
-from service.api.fastjson import FastJSONRoute
+from service.api.fastjson import scanned_route
 from service.api.joins import answer
 from service.api.limits import InvalidFieldError
+from service.api.scan import scanned_body
 from service.api.schemas import (
     JoinBatch,
     JoinLabel,
@@ -19,8 +20,7 @@ from service.api.schemas import (
     LearnResponse,
     error_responses,
 )
-
-router = APIRouter(tags=["feedback"], route_class=FastJSONRoute)
+from service.api.served import ServedModel
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:+/=~-]{1,255}")
 #: The answer header that marks a replay of an earlier request with the same key.
@@ -66,6 +66,23 @@ def idempotency_key(request: Request) -> str | None:
     if key is not None and IDEMPOTENCY_KEY.fullmatch(key) is None:
         raise InvalidFieldError("Idempotency-Key", _KEY_RULE)
     return key
+
+
+async def learn_scanned(request: Request) -> Response | None:
+    """What :func:`learn` answers, for a body :func:`~service.api.scan.scan` reads; None for
+    any other body, a group, or a body over the model's limits."""
+    body, scanned = await scanned_body(request, want_label=True)
+    if scanned is None:
+        return None
+    model = await requested(request)
+    if not isinstance(model, ServedModel) or not scanned.within(model.limits):
+        return None
+    key = idempotency_key(request)
+    appended = await model.append(model.names.batch(body, scanned), key)
+    return _json({"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed)
+
+
+router = APIRouter(tags=["feedback"], route_class=scanned_route(learn_scanned))
 
 
 @router.post(

@@ -1,0 +1,422 @@
+"""The common ``/learn`` body read in one compiled pass: no Python object per feature.
+
+A 1,000-example ``/learn`` spent most of its CPU on objects made and dropped per feature
+(py-spy): orjson's strings and dicts, pydantic's validation of each, and the tuple and dict
+look-up that finds each name's id. Most bodies have one plain shape, a batch of examples whose
+feature values are strings of printable ASCII without escapes::
+
+    {"examples": [{"features": {"site": "news", "os": "ios"}, "label": 1}, ...]}
+
+:func:`scan` reads exactly that shape from the body's bytes (any JSON whitespace, the two keys
+of an example in either order) and says where each field and value are; anything else (a
+number or list value, an escape, a byte outside printable ASCII, another key, a duplicate
+field, an empty object, a label that is not the integer 0 or 1, JSON that does not parse) is
+left to the general path, which parses and validates with orjson and pydantic and gives the
+errors their messages. What this accepts, the general path accepts too, and makes the same
+batch of: a test holds the two equal, on real rows and on bodies mutated at random.
+
+:class:`NameIds` then finds each ``field=value`` name's id in a compiled hash table keyed by the
+name's bytes (compared in full, so exact), and asks the hasher only for names it has not seen.
+
+>>> body = b'{"examples": [{"label": 1, "features": {"site": "news", "os": "ios"}}]}'
+>>> scanned = scan(body, want_label=True)
+>>> scanned.indptr.tolist(), scanned.labels.tolist(), bytes(scanned.name(body, 1))
+([0, 2], [1.0], b'os=ios')
+>>> scan(b'{"examples": [{"features": {"hour": 14}, "label": 0}]}', want_label=True) is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import Request
+from numpy.typing import NDArray
+
+from online_ctr.features import Batch, FeatureHasher, merge_repeats
+from online_ctr.kernels import compiled, helper
+from service.api.limits import Limits
+from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
+
+U8 = NDArray[np.uint8]
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_QUOTE, _BACKSLASH, _EQUALS = 34, 92, 61
+#: JSON tokens, as byte arrays the compiled code compares against.
+_EXAMPLES = np.frombuffer(b'"examples"', np.uint8)
+_FEATURES = np.frombuffer(b'"features"', np.uint8)
+_LABEL = np.frombuffer(b'"label"', np.uint8)
+Keys = tuple[U8, U8, int, int]
+#: What an example may hold: its two keys, and the longest field name and value.
+_KEYS: Keys = (_FEATURES, _LABEL, MAX_NAME_CHARS, MAX_VALUE_CHARS)
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """Where a body's features are: feature ``k`` has its field at ``spans[k, 0:2]`` and its
+    value at ``spans[k, 2:4]`` (byte offsets, end exclusive) of the body; example ``j`` has
+    features ``indptr[j]:indptr[j + 1]``, in the body's order, and ``labels[j]``."""
+
+    indptr: NDArray[np.int64]
+    spans: NDArray[np.int64]
+    labels: NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def within(self, limits: Limits) -> bool:
+        """Whether the examples are within a model's per-request limits."""
+        return limits.within(len(self), int(np.diff(self.indptr).max()))
+
+    def name(self, body: bytes, k: int) -> bytes:
+        """Feature ``k``'s name, ``field=value``."""
+        start, end, value, value_end = self.spans[k]
+        return body[start:end] + b"=" + body[value:value_end]
+
+
+#: The content types the scanned path takes; any other goes through validation, which
+#: answers as FastAPI does (a 415 for a body that is not JSON, say).
+JSON_TYPE = re.compile(r"application/json(;\s*charset=utf-8)?", re.IGNORECASE)
+
+
+async def scanned_body(request: Request, want_label: bool) -> tuple[bytes, Scanned | None]:
+    """The request's body, and what :func:`scan` reads of it (None for any other body)."""
+    if not JSON_TYPE.fullmatch(request.headers.get("content-type", "")):
+        return b"", None
+    body = await request.body()
+    return body, scan(body, want_label)
+
+
+def scan(body: bytes, want_label: bool) -> Scanned | None:
+    """The body's features and labels if it has the plain batch shape, else None."""
+    data = np.frombuffer(body, np.uint8)
+    ok, examples, features, indptr, spans, labels = _scan(data, want_label, _EXAMPLES, _KEYS)
+    if not ok:
+        return None
+    return Scanned(
+        indptr[: examples + 1], spans[:features], labels[:examples] if want_label else labels[:0]
+    )
+
+
+def warm_up() -> None:
+    """Load the compiled scanner and table (numba's cache) or compile them, on a tiny body."""
+    body = b'{"examples": [{"features": {"a": "b"}, "label": 0}]}'
+    scanned = scan(body, want_label=True)
+    if scanned is not None:
+        NameIds(FeatureHasher()).batch(body, scanned)
+
+
+class NameIds:
+    """Feature ids by the bytes of their names, for one hasher: the ids it gives, remembered
+    in an open-addressing table that compiled code probes (up to a bound, as the hasher's own
+    cache)."""
+
+    LIMIT = 1 << 20
+
+    def __init__(self, hasher: FeatureHasher) -> None:
+        self.hasher = hasher
+        self._reset(1 << 16)
+
+    def _reset(self, slots: int) -> None:
+        self.slots = np.full(slots, -1, np.int64)
+        self.hashes = np.empty(0, np.uint64)
+        self.starts = np.zeros(1, np.int64)  # name i is arena[starts[i]:starts[i + 1]]
+        self.arena = np.empty(0, np.uint8)
+        self.ids = np.empty(0, np.int64)
+
+    def batch(self, body: bytes, scanned: Scanned) -> Batch:
+        """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
+        bias first in each example, then its features in order."""
+        data = np.frombuffer(body, np.uint8)
+        ids, hashes = _look_up(
+            data, scanned.spans, self.slots, self.hashes, self.starts, self.arena, self.ids
+        )
+        missing = np.flatnonzero(hashes != 0)
+        if len(missing):
+            self._learn(body, scanned, missing, hashes[missing], ids)
+        sizes = np.diff(scanned.indptr)
+        starts = scanned.indptr[:-1]
+        with_bias = np.insert(ids, starts, self.hasher.bias_id)
+        indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
+        batch = Batch(indptr, with_bias.view(np.uint64), np.ones(len(with_bias)), scanned.labels)
+        return merge_repeats(batch) if self.hasher.hash_bits is not None else batch
+
+    def _learn(
+        self,
+        body: bytes,
+        scanned: Scanned,
+        missing: NDArray[np.intp],
+        hashes: NDArray[np.uint64],
+        ids: NDArray[np.int64],
+    ) -> None:
+        """Ask the hasher for the ids of the names not in the table, and add them."""
+        names = [scanned.name(body, int(k)) for k in missing]
+        for k, name in zip(missing.tolist(), names, strict=True):
+            field, value = name.decode("ascii").split("=", 1)
+            ids[k] = self.hasher.name_id(field, value)
+        if len(self.ids) + len(names) > self.LIMIT:
+            self._reset(len(self.slots))
+        fresh = dict(
+            zip(names, zip(hashes.tolist(), ids[missing].tolist(), strict=True), strict=True)
+        )
+        self._add(
+            list(fresh),
+            np.array([h for h, _ in fresh.values()], np.uint64),
+            np.array([i for _, i in fresh.values()], np.int64),
+        )
+
+    def _add(self, names: list[bytes], hashes: NDArray[np.uint64], ids: NDArray[np.int64]) -> None:
+        count = len(self.ids) + len(names)
+        if count * 2 > len(self.slots):
+            self.slots = np.full(1 << (count * 2).bit_length(), -1, np.int64)
+            _place(self.slots, self.hashes, 0)
+        first = len(self.ids)
+        lengths = np.fromiter(map(len, names), np.int64, len(names))
+        self.starts = np.concatenate((self.starts, self.starts[-1] + np.cumsum(lengths)))
+        self.arena = np.concatenate((self.arena, np.frombuffer(b"".join(names), np.uint8)))
+        self.hashes = np.concatenate((self.hashes, hashes))
+        self.ids = np.concatenate((self.ids, ids))
+        _place(self.slots, self.hashes, first)
+
+
+@helper
+def _space(data: U8, i: int) -> int:
+    """The first position at or after ``i`` that is not JSON whitespace."""
+    n = len(data)
+    while i < n and (data[i] == 32 or data[i] == 10 or data[i] == 13 or data[i] == 9):
+        i += 1
+    return i
+
+
+@helper
+def _string_end(data: U8, i: int) -> int:
+    """For a string opening at ``i``: the position of its closing quote, or -1 if it is not
+    a plain one (a byte outside printable ASCII, an escape, no end)."""
+    n = len(data)
+    if i >= n or data[i] != _QUOTE:
+        return -1
+    j = i + 1
+    while j < n:
+        c = data[j]
+        if c == _QUOTE:
+            return j
+        if c < 32 or c > 126 or c == _BACKSLASH:
+            return -1
+        j += 1
+    return -1
+
+
+@helper
+def _equal(a: U8, i: int, b: U8, j: int, length: int) -> bool:
+    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes."""
+    k = 0
+    while k < length and a[i + k] == b[j + k]:
+        k += 1
+    return k == length
+
+
+@helper
+def _is(data: U8, i: int, token: U8) -> bool:
+    """Whether ``token`` is at ``i``."""
+    return i + len(token) <= len(data) and _equal(data, i, token, 0, len(token))
+
+
+@helper
+def _after(data: U8, i: int, byte: int) -> int:
+    """Past ``byte`` at ``i`` and the whitespace after it; -1 if ``byte`` is not there."""
+    if i < 0 or i >= len(data) or data[i] != byte:
+        return -1
+    return _space(data, i + 1)
+
+
+@helper
+def _fnv(data: U8, start: int, end: int, h: np.uint64) -> np.uint64:
+    for k in range(start, end):
+        h = (h ^ np.uint64(data[k])) * _FNV_PRIME
+    return h
+
+
+@helper
+def _name_hash(data: U8, span: NDArray[np.int64]) -> np.uint64:
+    """FNV-1a of ``field=value`` (never 0: 0 marks a found name)."""
+    h = _fnv(data, span[0], span[1], _FNV_OFFSET)
+    h = (h ^ np.uint64(_EQUALS)) * _FNV_PRIME
+    h = _fnv(data, span[2], span[3], h)
+    return h if h != 0 else np.uint64(1)
+
+
+@helper
+def _repeats_a_field(data: U8, spans: NDArray[np.int64], first: int, last: int) -> bool:
+    """Whether an example's features ``first:last`` name a field twice (JSON keeps the last
+    value; the general path answers that)."""
+    size = 16
+    while size < 2 * (last - first):
+        size *= 2
+    slots = np.full(size, -1, np.int64)
+    for k in range(first, last):
+        slot = np.int64(_fnv(data, spans[k, 0], spans[k, 1], _FNV_OFFSET) & np.uint64(size - 1))
+        while slots[slot] >= 0:
+            other = slots[slot]
+            length = spans[k, 1] - spans[k, 0]
+            if spans[other, 1] - spans[other, 0] == length and _equal(
+                data, spans[k, 0], data, spans[other, 0], length
+            ):
+                return True
+            slot = (slot + 1) & (size - 1)
+        slots[slot] = k
+    return False
+
+
+@helper
+def _text(data: U8, i: int, shortest: int, longest: int) -> int:
+    """The end quote of a plain string at ``i`` of ``shortest`` to ``longest`` bytes, else -1."""
+    end = _string_end(data, i)
+    return end if end >= 0 and shortest <= end - i - 1 <= longest else -1
+
+
+@helper
+def _features(
+    data: U8, i: int, spans: NDArray[np.int64], k: int, max_name: int, max_value: int
+) -> tuple[int, int]:
+    """The object of ``field: "value"`` pairs at ``i`` into ``spans[k:]``: the position after
+    it and the next free ``k``; -1 first if it is not a plain non-empty one."""
+    first = k
+    i = _after(data, i, 123)  # {
+    while i >= 0:
+        end = _text(data, i, 1, max_name)
+        if end < 0:
+            return -1, k
+        for c in range(i + 1, end):
+            if data[c] == _EQUALS:
+                return -1, k
+        spans[k, 0], spans[k, 1] = i + 1, end
+        i = _after(data, _space(data, end + 1), 58)  # :
+        end = _text(data, i, 0, max_value) if i >= 0 else -1
+        if end < 0:
+            return -1, k
+        spans[k, 2], spans[k, 3] = i + 1, end
+        k += 1
+        i = _space(data, end + 1)
+        if i < len(data) and data[i] == 125:  # }
+            return (-1 if _repeats_a_field(data, spans, first, k) else i + 1), k
+        i = _after(data, i, 44)  # ,
+    return -1, k
+
+
+@helper
+def _label(data: U8, i: int) -> tuple[int, float]:
+    """The integer 0 or 1 at ``i``, alone (not 10, 1.0 or 1e0): the position after it and the
+    label; -1 first if it is not there."""
+    n = len(data)
+    if i < 0 or i >= n or (data[i] != 48 and data[i] != 49):
+        return -1, 0.0
+    if i + 1 < n and data[i + 1] != 44 and data[i + 1] != 125 and _space(data, i + 1) == i + 1:
+        return -1, 0.0
+    return i + 1, float(data[i] - 48)
+
+
+@helper
+def _example(
+    data: U8, i: int, want_label: bool, spans: NDArray[np.int64], k: int, keys: Keys
+) -> tuple[int, int, float]:
+    """The example object at ``i``: the position after it, the next free ``k`` and its
+    label; -1 first if it is not a plain one."""
+    features_key, label_key, max_name, max_value = keys
+    has_features, has_label, label = False, False, 0.0
+    i = _after(data, i, 123)  # {
+    while i >= 0:
+        if _is(data, i, features_key) and not has_features:
+            has_features = True
+            i = _after(data, _space(data, i + len(features_key)), 58)
+            i, k = _features(data, i, spans, k, max_name, max_value) if i >= 0 else (-1, k)
+        elif want_label and not has_label and _is(data, i, label_key):
+            has_label = True
+            i, label = _label(data, _after(data, _space(data, i + len(label_key)), 58))
+        else:
+            return -1, k, label
+        i = _space(data, i) if i >= 0 else -1
+        if i >= 0 and i < len(data) and data[i] == 125:  # }
+            done = has_features and (has_label or not want_label)
+            return (i + 1 if done else -1), k, label
+        i = _after(data, i, 44)
+    return -1, k, label
+
+
+@compiled
+def _scan(
+    data: U8, want_label: bool, examples_key: U8, keys: Keys
+) -> tuple[bool, int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """The plain batch shape (see the module), or ``False`` first."""
+    n = len(data)
+    # Every feature takes at least 6 bytes ("a":"") and every example 21 ({"features":{..}}).
+    indptr = np.zeros(n // 21 + 2, np.int64)
+    spans = np.empty((n // 6 + 1, 4), np.int64)
+    labels = np.empty(n // 21 + 1, np.float64)
+    i = _after(data, _space(data, 0), 123)  # {
+    if i < 0 or not _is(data, i, examples_key):
+        return False, 0, 0, indptr, spans, labels
+    i = _after(data, _after(data, _space(data, i + len(examples_key)), 58), 91)  # : [
+    examples, k = 0, 0
+    while i >= 0:
+        i, k, labels[examples] = _example(data, i, want_label, spans, k, keys)
+        examples += 1
+        indptr[examples] = k
+        i = _space(data, i) if i >= 0 else -1
+        if i >= 0 and i < n and data[i] == 93:  # ]
+            i = _after(data, _space(data, i + 1), 125)  # }
+            return i == n, examples, k, indptr, spans, labels
+        i = _after(data, i, 44)  # ,
+    return False, 0, 0, indptr, spans, labels
+
+
+@compiled
+def _look_up(
+    data: U8,
+    spans: NDArray[np.int64],
+    slots: NDArray[np.int64],
+    hashes: NDArray[np.uint64],
+    starts: NDArray[np.int64],
+    arena: U8,
+    ids: NDArray[np.int64],
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """Each feature's id from the table, and 0; or, for a name not in it, its hash."""
+    count = len(spans)
+    found = np.zeros(count, np.int64)
+    missing = np.zeros(count, np.uint64)
+    mask = len(slots) - 1
+    for k in range(count):
+        h = _name_hash(data, spans[k])
+        slot = np.int64(h & np.uint64(mask))
+        missing[k] = h
+        while slots[slot] >= 0:
+            e = slots[slot]
+            if hashes[e] == h and _same_name(data, spans[k], arena, starts[e], starts[e + 1]):
+                found[k] = ids[e]
+                missing[k] = 0
+                break
+            slot = (slot + 1) & mask
+    return found, missing
+
+
+@helper
+def _same_name(data: U8, span: NDArray[np.int64], arena: U8, start: int, end: int) -> bool:
+    field = span[1] - span[0]
+    if end - start != field + 1 + span[3] - span[2]:
+        return False
+    return (
+        _equal(arena, start, data, span[0], field)
+        and arena[start + field] == _EQUALS
+        and _equal(arena, start + field + 1, data, span[2], span[3] - span[2])
+    )
+
+
+@compiled
+def _place(slots: NDArray[np.int64], hashes: NDArray[np.uint64], first: int) -> None:
+    """Put entries ``first:`` (all, after a resize) into their slots."""
+    mask = len(slots) - 1
+    for e in range(first, len(hashes)):
+        slot = np.int64(hashes[e] & np.uint64(mask))
+        while slots[slot] >= 0:
+            slot = (slot + 1) & mask
+        slots[slot] = e

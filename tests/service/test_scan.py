@@ -1,0 +1,190 @@
+"""The compiled reading of plain ``/learn`` bodies accepts only bodies the general path
+(orjson, then pydantic) accepts, and makes exactly the batch the hasher makes of them."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from online_ctr.features import Batch, FeatureHasher
+from online_ctr.readers import read_examples
+from service.api.scan import NameIds, scan
+from service.api.schemas import LearnBatch, LearnRequest
+
+LEARN = TypeAdapter(LearnRequest)
+
+
+def general(body: bytes, hasher: FeatureHasher) -> Batch | None:
+    """What the general path makes of a body: None where it refuses it or it is no batch."""
+    try:
+        parsed = LEARN.validate_python(orjson.loads(body))
+    except (orjson.JSONDecodeError, ValidationError):
+        return None
+    if not isinstance(parsed, LearnBatch):
+        return None
+    return hasher.batch(parsed.rows(), parsed.labels())
+
+
+def scanned(body: bytes, names: NameIds) -> Batch | None:
+    found = scan(body, want_label=True)
+    return None if found is None else names.batch(body, found)
+
+
+def assert_same(got: Batch | None, want: Batch | None) -> None:
+    assert got is not None and want is not None
+    for part in ("indptr", "ids", "values", "labels"):
+        assert np.array_equal(getattr(got, part), getattr(want, part)), part
+
+
+def criteo_body(data_dir: Path, count: int, indent: int | None = None) -> bytes:
+    rows = list(read_examples(data_dir / "criteo/criteo_kaggle_train_head10k.tsv", "criteo"))
+    examples = [{"features": dict(x), "label": y} for x, y in rows[:count]]
+    return json.dumps({"examples": examples}, indent=indent).encode()
+
+
+@pytest.mark.parametrize("hash_bits", [None, 10])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_criteo_bodies_make_the_hashers_batch(
+    data_dir: Path, hash_bits: int | None, indent: int | None
+) -> None:
+    body = criteo_body(data_dir, 1000, indent)
+    names = NameIds(FeatureHasher(hash_bits))
+    want = general(body, FeatureHasher(hash_bits))
+    assert want is not None
+    assert_same(scanned(body, names), want)
+    assert_same(scanned(body, names), want)  # the second time from the table alone
+
+
+def test_names_table_grows_and_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(NameIds, "LIMIT", 300)
+    names, hasher = NameIds(FeatureHasher()), FeatureHasher()
+    for start in range(0, 2000, 100):  # new names in every body, past the bound
+        examples = [
+            {"features": {"f": f"v{i}", "g": f"w{i % 7}"}, "label": i % 2}
+            for i in range(start, start + 100)
+        ]
+        body = json.dumps({"examples": examples}).encode()
+        assert_same(scanned(body, names), general(body, hasher))
+        assert len(names.ids) <= 300
+
+
+def one(field: str, value: str) -> bytes:
+    return json.dumps({"examples": [{"features": {field: value}, "label": 1}]}).encode()
+
+
+PLAIN = b'{"examples":[{"features":{"a":"x","b":""},"label":1},{"label":0,"features":{"c":"y"}}]}'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"examples":[{"features":{"a":1},"label":1}]}',  # a number
+        b'{"examples":[{"features":{"a":["x"]},"label":1}]}',  # a list
+        b'{"examples":[{"features":{"a":"x\\/y"},"label":1}]}',  # an escape
+        '{"examples":[{"features":{"a":"café"},"label":1}]}'.encode(),  # not ASCII
+        b'{"examples":[{"features":{"a":"x","a":"y"},"label":1}]}',  # a repeated field
+        b'{"examples":[{"features":{"a=b":"x"},"label":1}]}',  # = in a field
+        b'{"examples":[{"features":{"":"x"},"label":1}]}',  # an empty field
+        b'{"examples":[{"features":{},"label":1}]}',  # no feature
+        b'{"examples":[{"features":{"a":"x"},"label":1.0}]}',  # a whole float
+        b'{"examples":[{"features":{"a":"x"},"label":true}]}',
+        b'{"examples":[{"features":{"a":"x"},"label":10}]}',
+        b'{"examples":[{"features":{"a":"x"},"label":1,"label":1}]}',
+        b'{"examples":[{"features":{"a":"x"}}]}',  # no label
+        b'{"examples":[{"features":{"a":"x"},"label":1,"weight":2}]}',  # another key
+        b'{"examples":[]}',
+        b'{"examples":[{"prediction_id":"p","label":1}]}',  # a join
+        b'{"features":{"a":"x"},"label":1}',  # one example
+        b'{"examples":[{"features":{"a":"x"},"label":1}]}x',  # trailing bytes
+        b'{"examples":[{"features":{"a":"x"},"label":1}],"more":1}',
+        b'{"examples":[{"features":{"a":"x"},"label":1},]}',  # a trailing comma
+        b'\xef\xbb\xbf{"examples":[{"features":{"a":"x"},"label":1}]}',  # a BOM
+        one("n" * 257, "x"),  # a field name too long
+        one("a", "v" * 1025),  # a value too long
+    ],
+)
+def test_other_bodies_go_to_the_general_path(body: bytes) -> None:
+    assert scan(body, want_label=True) is None
+
+
+def test_the_longest_names_and_values_are_read() -> None:
+    body = one("n" * 256, "v" * 1024)
+    assert_same(scanned(body, NameIds(FeatureHasher())), general(body, FeatureHasher()))
+
+
+def test_without_labels_only_features_are_read() -> None:
+    body = b'{"examples": [{"features": {"a": "x"}}, {"features": {"b": "y"}}]}'
+    found = scan(body, want_label=False)
+    assert found is not None and found.indptr.tolist() == [0, 1, 2]
+    assert scan(PLAIN, want_label=False) is None  # a label is another key there
+
+
+#: Bytes that change what JSON means, and some that do not.
+MUTATIONS = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b":",
+    b",",
+    b'"',
+    b"\\",
+    b" ",
+    b"\n",
+    b"0",
+    b"1",
+    b"=",
+    b"a",
+    b".",
+    b"e",
+    b"-",
+    b"\t",
+    b"\x00",
+    b"\xc3\xa9",
+    b"true",
+    b"null",
+    b"2",
+]
+
+
+def mutants(seed: int, count: int) -> list[bytes]:
+    rng = random.Random(seed)
+    bases = [
+        PLAIN,
+        json.dumps(
+            {"examples": [{"features": {"f": "v", "g": "w"}, "label": 0}]}, indent=1
+        ).encode(),
+    ]
+    out = []
+    for _ in range(count):
+        body = bytearray(rng.choice(bases))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(body) + 1)
+            kind = rng.random()
+            if kind < 0.4:
+                body[at:at] = rng.choice(MUTATIONS)
+            elif kind < 0.7 and at < len(body):
+                del body[at]
+            elif at < len(body):
+                body[at : at + 1] = rng.choice(MUTATIONS)
+        out.append(bytes(body))
+    return out
+
+
+def test_mutated_bodies_are_read_only_where_the_general_path_agrees() -> None:
+    names, hasher = NameIds(FeatureHasher()), FeatureHasher()
+    read = 0
+    for body in mutants(seed=7, count=20_000):
+        got = scanned(body, names)
+        if got is not None:
+            read += 1
+            want = general(body, hasher)
+            assert want is not None, body
+            assert_same(got, want)
+    assert read > 1000  # the mutants the scan reads are not just the unchanged ones
