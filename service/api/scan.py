@@ -2,18 +2,20 @@
 
 A 1,000-example ``/learn`` spent most of its CPU on objects made and dropped per feature
 (py-spy): orjson's strings and dicts, pydantic's validation of each, and the tuple and dict
-look-up that finds each name's id. Most bodies have one plain shape, a batch of examples whose
-feature values are strings of printable ASCII without escapes::
+look-up that finds each name's id. Most bodies have one of two plain shapes, a batch of
+examples or one example, whose feature values are strings of printable ASCII without escapes::
 
     {"examples": [{"features": {"site": "news", "os": "ios"}, "label": 1}, ...]}
+    {"features": {"site": "news", "os": "ios"}, "label": 1}
 
-:func:`scan` reads exactly that shape from the body's bytes (any JSON whitespace, the two keys
-of an example in either order) and says where each field and value are; anything else (a
-number or list value, an escape, a byte outside printable ASCII, another key, a duplicate
-field, an empty object, a label that is not the integer 0 or 1, JSON that does not parse) is
-left to the general path, which parses and validates with orjson and pydantic and gives the
-errors their messages. What this accepts, the general path accepts too, and makes the same
-batch of: a test holds the two equal, on real rows and on bodies mutated at random.
+(``/predict``'s without labels). :func:`scan` reads exactly those shapes from the body's bytes
+(any JSON whitespace, the two keys of an example in either order) and says where each field
+and value are; anything else (a number or list value, an escape, a byte outside printable
+ASCII, another key, a duplicate field, an empty object, a label that is not the integer 0 or
+1, JSON that does not parse) is left to the general path, which parses and validates with
+orjson and pydantic and gives the errors their messages. What this accepts, the general path
+accepts too, and makes the same batch of: a test holds the two equal, on real rows and on
+bodies mutated at random.
 
 :class:`NameIds` then finds each ``field=value`` name's id in a compiled hash table keyed by the
 name's bytes (compared in full, so exact), and asks the hasher only for names it has not seen.
@@ -61,6 +63,8 @@ class Scanned:
     indptr: NDArray[np.int64]
     spans: NDArray[np.int64]
     labels: NDArray[np.float64]
+    #: The body was one example's object (``{"features": ...}``), not a batch.
+    single: bool = False
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -89,14 +93,15 @@ async def scanned_body(request: Request, want_label: bool) -> tuple[bytes, Scann
 
 
 def scan(body: bytes, want_label: bool) -> Scanned | None:
-    """The body's features and labels if it has the plain batch shape, else None."""
+    """The body's features and labels if it has a plain shape, else None."""
     data = np.frombuffer(body, np.uint8)
-    ok, examples, features, indptr, spans, labels = _scan(data, want_label, _EXAMPLES, _KEYS)
+    ok, single, examples, features, indptr, spans, labels = _scan(
+        data, want_label, _EXAMPLES, _KEYS
+    )
     if not ok:
         return None
-    return Scanned(
-        indptr[: examples + 1], spans[:features], labels[:examples] if want_label else labels[:0]
-    )
+    labels = labels[:examples] if want_label else labels[:0]
+    return Scanned(indptr[: examples + 1], spans[:features], labels, single)
 
 
 def warm_up() -> None:
@@ -346,16 +351,22 @@ def _example(
 @compiled
 def _scan(
     data: U8, want_label: bool, examples_key: U8, keys: Keys
-) -> tuple[bool, int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
-    """The plain batch shape (see the module), or ``False`` first."""
+) -> tuple[bool, bool, int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """A plain body (see the module): whether it is one, whether it is a single example, the
+    examples, the features, and the arrays of :class:`Scanned` (to cut to those lengths)."""
     n = len(data)
     # Every feature takes at least 6 bytes ("a":"") and every example 21 ({"features":{..}}).
     indptr = np.zeros(n // 21 + 2, np.int64)
     spans = np.empty((n // 6 + 1, 4), np.int64)
     labels = np.empty(n // 21 + 1, np.float64)
-    i = _after(data, _space(data, 0), 123)  # {
-    if i < 0 or not _is(data, i, examples_key):
-        return False, 0, 0, indptr, spans, labels
+    start = _space(data, 0)
+    i = _after(data, start, 123)  # {
+    if i < 0:
+        return False, False, 0, 0, indptr, spans, labels
+    if not _is(data, i, examples_key):  # a single example: the body is its object
+        end, k, labels[0] = _example(data, start, want_label, spans, 0, keys)
+        indptr[1] = k
+        return end >= 0 and _space(data, end) == n, True, 1, k, indptr, spans, labels
     i = _after(data, _after(data, _space(data, i + len(examples_key)), 58), 91)  # : [
     examples, k = 0, 0
     while i >= 0:
@@ -365,9 +376,9 @@ def _scan(
         i = _space(data, i) if i >= 0 else -1
         if i >= 0 and i < n and data[i] == 93:  # ]
             i = _after(data, _space(data, i + 1), 125)  # }
-            return i == n, examples, k, indptr, spans, labels
+            return i == n, False, examples, k, indptr, spans, labels
         i = _after(data, i, 44)  # ,
-    return False, 0, 0, indptr, spans, labels
+    return False, False, 0, 0, indptr, spans, labels
 
 
 @compiled

@@ -106,15 +106,19 @@ def test_learning_never_happens_on_the_request_path(client: TestClient) -> None:
     assert (info["global_step"], info["stream_lag"], info["features_tracked"]) == (0, 1, 0)
 
 
-def test_scanned_and_validated_bodies_make_the_same_entry(client: TestClient, entries: Any) -> None:
-    """A plain batch body is read by service.api.scan; the same JSON with an escape in it
-    goes through validation: the stream entries are the same."""
-    plain = json.dumps({"examples": [{"features": x, "label": y} for x, y in ROWS]}).encode()
+@pytest.mark.parametrize("single", [False, True])
+def test_scanned_and_validated_bodies_make_the_same_entry(
+    client: TestClient, entries: Any, single: bool
+) -> None:
+    """A plain body is read by service.api.scan; the same JSON with an escape in it goes
+    through validation: the stream entries are the same."""
+    examples = [{"features": x, "label": y} for x, y in ROWS]
+    plain = json.dumps(examples[0] if single else {"examples": examples}).encode()
     escaped = plain.replace(b'"label"', b'"\\u006cabel"')
     assert scan(plain, want_label=True) is not None and scan(escaped, True) is None
     for body in (plain, escaped):
         reply = client.post("/learn", content=body, headers={"content-type": "application/json"})
-        assert (reply.status_code, reply.json()) == (202, {"accepted": len(ROWS)})
+        assert (reply.status_code, reply.json()) == (202, {"accepted": 1 if single else len(ROWS)})
     first, second = entries()
     assert_same_batch(first, second)
 

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from online_ctr.features import Batch, FeatureHasher
 from online_ctr.readers import read_examples
 from service.api.scan import NameIds, scan
-from service.api.schemas import LearnBatch, LearnRequest
+from service.api.schemas import LearnBatch, LearnExample, LearnRequest
 
 LEARN = TypeAdapter(LearnRequest)
 
@@ -26,7 +26,7 @@ def general(body: bytes, hasher: FeatureHasher) -> Batch | None:
         parsed = LEARN.validate_python(orjson.loads(body))
     except (orjson.JSONDecodeError, ValidationError):
         return None
-    if not isinstance(parsed, LearnBatch):
+    if not isinstance(parsed, LearnBatch | LearnExample):
         return None
     return hasher.batch(parsed.rows(), parsed.labels())
 
@@ -100,7 +100,9 @@ PLAIN = b'{"examples":[{"features":{"a":"x","b":""},"label":1},{"label":0,"featu
         b'{"examples":[{"features":{"a":"x"},"label":1,"weight":2}]}',  # another key
         b'{"examples":[]}',
         b'{"examples":[{"prediction_id":"p","label":1}]}',  # a join
-        b'{"features":{"a":"x"},"label":1}',  # one example
+        b'{"features":{"a":"x"},"label":1} 1',  # one example, then more
+        b'{"features":{"a":"x"},"label":1,"split_key":"u"}',
+        b'{"features":{"a":"x"}}',  # one example without its label
         b'{"examples":[{"features":{"a":"x"},"label":1}]}x',  # trailing bytes
         b'{"examples":[{"features":{"a":"x"},"label":1}],"more":1}',
         b'{"examples":[{"features":{"a":"x"},"label":1},]}',  # a trailing comma
@@ -116,6 +118,14 @@ def test_other_bodies_go_to_the_general_path(body: bytes) -> None:
 def test_the_longest_names_and_values_are_read() -> None:
     body = one("n" * 256, "v" * 1024)
     assert_same(scanned(body, NameIds(FeatureHasher())), general(body, FeatureHasher()))
+
+
+def test_one_example_is_read_as_the_general_path_reads_it() -> None:
+    body = b' {"label": 0, "features": {"a": "x", "b": "y"}}\n'
+    found = scan(body, want_label=True)
+    assert found is not None and found.single and found.indptr.tolist() == [0, 2]
+    assert_same(NameIds(FeatureHasher()).batch(body, found), general(body, FeatureHasher()))
+    assert not scan(PLAIN, want_label=True).single  # type: ignore[union-attr]
 
 
 def test_without_labels_only_features_are_read() -> None:
@@ -157,6 +167,7 @@ def mutants(seed: int, count: int) -> list[bytes]:
     rng = random.Random(seed)
     bases = [
         PLAIN,
+        b'{"features":{"a":"x","b":"y"},"label":0}',
         json.dumps(
             {"examples": [{"features": {"f": "v", "g": "w"}, "label": 0}]}, indent=1
         ).encode(),
