@@ -179,11 +179,6 @@ class FeatureHasher:
         """The bias feature's id as batches hold it (int64 holding the uint64's bits)."""
         return self._bias
 
-    def name_id(self, field: str, value: str) -> int:
-        """The id of the feature ``field=value`` as batches hold it, remembered like the
-        names of every batch."""
-        return self._cached_id(field, value)
-
     def many_ids(self, names: Sequence[str]) -> NDArray[np.int64]:
         """The ids of many names at once, as int64 holding the bits of the uint64 ids, and
         not remembered: for callers that remember ids themselves. The digests are joined and
@@ -193,8 +188,12 @@ class FeatureHasher:
         >>> hasher.many_ids(["site=news", ""]).tolist() == [hasher.id("site=news"), hasher.id("")]
         True
         """
+        return self.ids_of_bytes([name.encode() for name in names])
+
+    def ids_of_bytes(self, names: Sequence[bytes]) -> NDArray[np.int64]:
+        """:meth:`many_ids` of names given as their UTF-8 bytes."""
         blake2b = hashlib.blake2b
-        digests = b"".join([blake2b(name.encode(), digest_size=8).digest() for name in names])
+        digests = b"".join([blake2b(name, digest_size=8).digest() for name in names])
         ids = np.frombuffer(digests, dtype="<u8").astype(np.uint64)
         if self.hash_bits is not None and self.hash_bits < 64:
             ids &= np.uint64((1 << self.hash_bits) - 1)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from fastapi import Request
@@ -114,21 +115,22 @@ def warm_up() -> None:
 
 class NameIds:
     """Feature ids by the bytes of their names, for one hasher: the ids it gives, remembered
-    in an open-addressing table that compiled code probes (up to a bound, as the hasher's own
-    cache)."""
+    in an open-addressing table that compiled code probes, whose arrays grow by doubling (a
+    name costs the same whatever the table holds), up to a bound, as the hasher's own cache."""
 
     LIMIT = 1 << 20
 
     def __init__(self, hasher: FeatureHasher) -> None:
         self.hasher = hasher
-        self._reset(1 << 16)
+        self._reset()
 
-    def _reset(self, slots: int) -> None:
-        self.slots = np.full(slots, -1, np.int64)
-        self.hashes = np.empty(0, np.uint64)
-        self.starts = np.zeros(1, np.int64)  # name i is arena[starts[i]:starts[i + 1]]
-        self.arena = np.empty(0, np.uint8)
-        self.ids = np.empty(0, np.int64)
+    def _reset(self) -> None:
+        self.count = 0
+        self.slots = np.full(1 << 12, -1, np.int64)  # at most half full
+        self.hashes = np.empty(1 << 11, np.uint64)
+        self.ids = np.empty(1 << 11, np.int64)
+        self.starts = np.zeros((1 << 11) + 1, np.int64)  # name i: arena[starts[i]:starts[i + 1]]
+        self.arena = np.empty(1 << 16, np.uint8)
 
     def batch(self, body: bytes, scanned: Scanned) -> Batch:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
@@ -141,8 +143,7 @@ class NameIds:
         if len(missing):
             self._learn(body, scanned, missing, hashes[missing], ids)
         sizes = np.diff(scanned.indptr)
-        starts = scanned.indptr[:-1]
-        with_bias = np.insert(ids, starts, self.hasher.bias_id)
+        with_bias = np.insert(ids, scanned.indptr[:-1], self.hasher.bias_id)
         indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
         batch = Batch(indptr, with_bias.view(np.uint64), np.ones(len(with_bias)), scanned.labels)
         return merge_repeats(batch) if self.hasher.hash_bits is not None else batch
@@ -155,34 +156,58 @@ class NameIds:
         hashes: NDArray[np.uint64],
         ids: NDArray[np.int64],
     ) -> None:
-        """Ask the hasher for the ids of the names not in the table, and add them."""
-        names = [scanned.name(body, int(k)) for k in missing]
-        for k, name in zip(missing.tolist(), names, strict=True):
-            field, value = name.decode("ascii").split("=", 1)
-            ids[k] = self.hasher.name_id(field, value)
-        if len(self.ids) + len(names) > self.LIMIT:
-            self._reset(len(self.slots))
+        """Hash the names not in the table, all at once, and add them (once each)."""
+        names = [scanned.name(body, k) for k in missing.tolist()]
+        ids[missing] = self.hasher.ids_of_bytes(names)
         fresh = dict(
             zip(names, zip(hashes.tolist(), ids[missing].tolist(), strict=True), strict=True)
         )
+        if self.count + len(fresh) > self.LIMIT:
+            self._reset()
+        new = list(fresh.values())
         self._add(
             list(fresh),
-            np.array([h for h, _ in fresh.values()], np.uint64),
-            np.array([i for _, i in fresh.values()], np.int64),
+            np.fromiter((h for h, _ in new), np.uint64, len(new)),
+            np.fromiter((i for _, i in new), np.int64, len(new)),
         )
 
     def _add(self, names: list[bytes], hashes: NDArray[np.uint64], ids: NDArray[np.int64]) -> None:
-        count = len(self.ids) + len(names)
-        if count * 2 > len(self.slots):
-            self.slots = np.full(1 << (count * 2).bit_length(), -1, np.int64)
-            _place(self.slots, self.hashes, 0)
-        first = len(self.ids)
+        first, count = self.count, self.count + len(names)
         lengths = np.fromiter(map(len, names), np.int64, len(names))
-        self.starts = np.concatenate((self.starts, self.starts[-1] + np.cumsum(lengths)))
-        self.arena = np.concatenate((self.arena, np.frombuffer(b"".join(names), np.uint8)))
-        self.hashes = np.concatenate((self.hashes, hashes))
-        self.ids = np.concatenate((self.ids, ids))
-        _place(self.slots, self.hashes, first)
+        used = int(self.starts[first])
+        self._make_room(count, used + int(lengths.sum()))
+        self.hashes[first:count], self.ids[first:count] = hashes, ids
+        self.starts[first + 1 : count + 1] = used + np.cumsum(lengths)
+        self.arena[used : self.starts[count]] = np.frombuffer(b"".join(names), np.uint8)
+        self.count = count
+        if 2 * count > len(self.slots):
+            self.slots = np.full(_doubled(len(self.slots), 2 * count), -1, np.int64)
+            first = 0  # every name placed again
+        _place(self.slots, self.hashes, first, count)
+
+    def _make_room(self, count: int, arena_bytes: int) -> None:
+        if count > len(self.ids):
+            size = _doubled(len(self.ids), count)
+            self.hashes, self.ids = _grown(self.hashes, size), _grown(self.ids, size)
+            self.starts = _grown(self.starts, size + 1)
+        if arena_bytes > len(self.arena):
+            self.arena = _grown(self.arena, _doubled(len(self.arena), arena_bytes))
+
+
+def _doubled(size: int, least: int) -> int:
+    while size < least:
+        size *= 2
+    return size
+
+
+Grown = TypeVar("Grown", bound=np.generic)
+
+
+def _grown(array: NDArray[Grown], size: int) -> NDArray[Grown]:
+    """``array`` in a larger one (its tail uninitialised)."""
+    grown = np.empty(size, array.dtype)
+    grown[: len(array)] = array
+    return grown
 
 
 @helper
@@ -423,10 +448,10 @@ def _same_name(data: U8, span: NDArray[np.int64], arena: U8, start: int, end: in
 
 
 @compiled
-def _place(slots: NDArray[np.int64], hashes: NDArray[np.uint64], first: int) -> None:
-    """Put entries ``first:`` (all, after a resize) into their slots."""
+def _place(slots: NDArray[np.int64], hashes: NDArray[np.uint64], first: int, last: int) -> None:
+    """Put entries ``first:last`` into their slots."""
     mask = len(slots) - 1
-    for e in range(first, len(hashes)):
+    for e in range(first, last):
         slot = np.int64(hashes[e] & np.uint64(mask))
         while slots[slot] >= 0:
             slot = (slot + 1) & mask

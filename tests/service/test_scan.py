@@ -71,7 +71,24 @@ def test_names_table_grows_and_is_bounded(monkeypatch: pytest.MonkeyPatch) -> No
         ]
         body = json.dumps({"examples": examples}).encode()
         assert_same(scanned(body, names), general(body, hasher))
-        assert len(names.ids) <= 300
+        assert names.count <= 300
+
+
+def test_names_table_keeps_every_name_as_it_grows(data_dir: Path) -> None:
+    names = NameIds(FeatureHasher(12))  # reduced ids: many names share one
+    bodies = [criteo_body(data_dir, 1000)] + [
+        json.dumps(
+            {"examples": [{"features": {"f": f"v{i}"}, "label": 0} for i in range(n)]}
+        ).encode()
+        for n in (1, 5000, 300)
+    ]
+    for body in bodies:
+        scanned(body, names)
+    count = names.count
+    assert count > 10_000 and len(names.slots) >= 2 * count  # grown from 2,048 entries
+    for body in bodies:  # every name is found in the table now: none is added again
+        assert_same(scanned(body, names), general(body, FeatureHasher(12)))
+    assert names.count == count
 
 
 def one(field: str, value: str) -> bytes:
