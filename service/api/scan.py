@@ -50,6 +50,9 @@ _QUOTE, _BACKSLASH, _EQUALS = 34, 92, 61
 _EXAMPLES = np.frombuffer(b'"examples"', np.uint8)
 _FEATURES = np.frombuffer(b'"features"', np.uint8)
 _LABEL = np.frombuffer(b'"label"', np.uint8)
+#: A slot of the names table: the name's hash (its bits), 1 + its entry (0: empty), its id;
+#: a probe reads one slot's 24 bytes, and the name's bytes only where the hash matches.
+_HASH, _ENTRY, _ID = range(3)
 Keys = tuple[U8, U8, int, int]
 #: What an example may hold: its two keys, and the longest field name and value.
 _KEYS: Keys = (_FEATURES, _LABEL, MAX_NAME_CHARS, MAX_VALUE_CHARS)
@@ -126,7 +129,7 @@ class NameIds:
 
     def _reset(self) -> None:
         self.count = 0
-        self.slots = np.full(1 << 12, -1, np.int64)  # at most half full
+        self.slots = np.zeros((1 << 12, 3), np.int64)  # at most half full; see _HASH
         self.hashes = np.empty(1 << 11, np.uint64)
         self.ids = np.empty(1 << 11, np.int64)
         self.starts = np.zeros((1 << 11) + 1, np.int64)  # name i: arena[starts[i]:starts[i + 1]]
@@ -136,9 +139,7 @@ class NameIds:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
         bias first in each example, then its features in order."""
         data = np.frombuffer(body, np.uint8)
-        ids, hashes = _look_up(
-            data, scanned.spans, self.slots, self.hashes, self.starts, self.arena, self.ids
-        )
+        ids, hashes = _look_up(data, scanned.spans, self.slots, self.starts, self.arena)
         missing = np.flatnonzero(hashes != 0)
         if len(missing):
             self._learn(body, scanned, missing, hashes[missing], ids)
@@ -181,9 +182,9 @@ class NameIds:
         self.arena[used : self.starts[count]] = np.frombuffer(b"".join(names), np.uint8)
         self.count = count
         if 2 * count > len(self.slots):
-            self.slots = np.full(_doubled(len(self.slots), 2 * count), -1, np.int64)
+            self.slots = np.zeros((_doubled(len(self.slots), 2 * count), 3), np.int64)
             first = 0  # every name placed again
-        _place(self.slots, self.hashes, first, count)
+        _place(self.slots, self.hashes, self.ids, first, count)
 
     def _make_room(self, count: int, arena_bytes: int) -> None:
         if count > len(self.ids):
@@ -411,10 +412,8 @@ def _look_up(
     data: U8,
     spans: NDArray[np.int64],
     slots: NDArray[np.int64],
-    hashes: NDArray[np.uint64],
     starts: NDArray[np.int64],
     arena: U8,
-    ids: NDArray[np.int64],
 ) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     """Each feature's id from the table, and 0; or, for a name not in it, its hash."""
     count = len(spans)
@@ -425,10 +424,12 @@ def _look_up(
         h = _name_hash(data, spans[k])
         slot = np.int64(h & np.uint64(mask))
         missing[k] = h
-        while slots[slot] >= 0:
-            e = slots[slot]
-            if hashes[e] == h and _same_name(data, spans[k], arena, starts[e], starts[e + 1]):
-                found[k] = ids[e]
+        while slots[slot, _ENTRY] != 0:
+            e = slots[slot, _ENTRY] - 1
+            if np.uint64(slots[slot, _HASH]) == h and _same_name(
+                data, spans[k], arena, starts[e], starts[e + 1]
+            ):
+                found[k] = slots[slot, _ID]
                 missing[k] = 0
                 break
             slot = (slot + 1) & mask
@@ -448,11 +449,21 @@ def _same_name(data: U8, span: NDArray[np.int64], arena: U8, start: int, end: in
 
 
 @compiled
-def _place(slots: NDArray[np.int64], hashes: NDArray[np.uint64], first: int, last: int) -> None:
+def _place(
+    slots: NDArray[np.int64],
+    hashes: NDArray[np.uint64],
+    ids: NDArray[np.int64],
+    first: int,
+    last: int,
+) -> None:
     """Put entries ``first:last`` into their slots."""
     mask = len(slots) - 1
     for e in range(first, last):
         slot = np.int64(hashes[e] & np.uint64(mask))
-        while slots[slot] >= 0:
+        while slots[slot, _ENTRY] != 0:
             slot = (slot + 1) & mask
-        slots[slot] = e
+        slots[slot, _HASH], slots[slot, _ENTRY], slots[slot, _ID] = (
+            np.int64(hashes[e]),
+            e + 1,
+            ids[e],
+        )
