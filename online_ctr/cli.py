@@ -23,7 +23,6 @@ COMMANDS = {
     "service.status": ("status",),
     "workers.commands": ("worker",),
 }
-COMMAND_MODULES = tuple(COMMANDS)
 
 
 def package_version() -> str:

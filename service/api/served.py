@@ -184,7 +184,7 @@ class ServedModel:
             if shared:
                 parts.append(self.hasher.batch(shared))
                 shared = []
-            # Hashed already (service.api.scan) as a hasher call of its own would hash it.
+            # A body read by service.api.scan comes hashed, as a call of its own would hash it.
             hashed = request.hashed
             parts.append(self.hasher.batch(request.examples) if hashed is None else hashed)
         if shared:

@@ -35,7 +35,7 @@ async def predict_scanned(request: Request) -> Response | None:
     if not isinstance(model, ServedModel) or not scanned.within(model.limits):
         return None
     scores = await model.predict_hashed(model.names.batch(body, scanned))
-    return _answer(model, scores, scanned.single, started)
+    return _answer(model, scores, False, started)
 
 
 router = APIRouter(tags=["predictions"], route_class=scanned_route(predict_scanned))
