@@ -1,9 +1,11 @@
-"""The common ``/learn`` body read in one compiled pass: no Python object per feature.
+"""The common ``/learn`` and ``/predict`` bodies read in one compiled pass: no Python object
+per feature.
 
 A 1,000-example ``/learn`` spent most of its CPU on objects made and dropped per feature
-(py-spy): orjson's strings and dicts, pydantic's validation of each, and the tuple and dict
-look-up that finds each name's id. Most bodies have one of two plain shapes, a batch of
-examples or one example, whose feature values are strings of printable ASCII without escapes::
+(py-spy), and so did a batch ``/predict``: orjson's strings and dicts, pydantic's validation
+of each, and the tuple and dict look-up that finds each name's id. Most bodies have one of
+two plain shapes, a batch of examples or one example, whose feature values are strings of
+printable ASCII without escapes::
 
     {"examples": [{"features": {"site": "news", "os": "ios"}, "label": 1}, ...]}
     {"features": {"site": "news", "os": "ios"}, "label": 1}
@@ -18,7 +20,8 @@ accepts too, and makes the same batch of: a test holds the two equal, on real ro
 bodies mutated at random.
 
 :class:`NameIds` then finds each ``field=value`` name's id in a compiled hash table keyed by the
-name's bytes (compared in full, so exact), and asks the hasher only for names it has not seen.
+name's bytes (compared in full, so exact); only names it has not seen are hashed (BLAKE2b, as
+:mod:`online_ctr.features` defines ids), all at once.
 
 >>> body = b'{"examples": [{"label": 1, "features": {"site": "news", "os": "ios"}}]}'
 >>> scanned = scan(body, want_label=True)
