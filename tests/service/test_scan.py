@@ -140,9 +140,10 @@ def test_the_longest_names_and_values_are_read() -> None:
 def test_one_example_is_read_as_the_general_path_reads_it() -> None:
     body = b' {"label": 0, "features": {"a": "x", "b": "y"}}\n'
     found = scan(body, want_label=True)
-    assert found is not None and found.single and found.indptr.tolist() == [0, 2]
+    assert found is not None and found.indptr.tolist() == [0, 2]
+    assert scan(body, want_label=True, single=False) is None  # as /predict asks
     assert_same(NameIds(FeatureHasher()).batch(body, found), general(body, FeatureHasher()))
-    assert not scan(PLAIN, want_label=True).single  # type: ignore[union-attr]
+    assert scan(PLAIN, want_label=True, single=False) is not None
 
 
 def test_without_labels_only_features_are_read() -> None:
