@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from online_ctr import grouping, kernels
+from online_ctr import grouping, kernels, table
 from online_ctr.compact import check_encoding
 from online_ctr.features import Batch
 from online_ctr.learner import LOGIT_CLIP, Features, log_loss
@@ -130,6 +130,7 @@ def warm_up(rule: Rule, params: Any) -> None:
     """Compile (or load from numba's cache) the kernel now, on one throwaway example, so the
     first real batch does not pay for it (a worker calls this before it takes the lease)."""
     grouping.warm_up()
+    table.warm_up()  # the worker's cache and the in-process model look features up in it
     batch = Batch(np.array([0, 1]), np.zeros(1, np.uint64), np.ones(1), np.zeros(1))
     learn_sequential(
         rule, params, rule.zeros(1), 0, batch, Features(batch.ids, np.zeros(1, np.intp))

@@ -1,7 +1,7 @@
 """Rows of per-feature state by 64-bit feature id, looked up a whole batch at a time.
 
 An open-addressing hash table (linear probing) held in numpy arrays: looking up or inserting
-the k distinct features of a batch is a handful of vectorized probes, not k dict operations.
+the k distinct features of a batch is one compiled pass over them, not k dict operations.
 Feature ids are already uniform hashes, so their low bits pick the slot.
 
 >>> table = StateTable(width=2)
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
+
+from online_ctr.kernels import compiled
 
 Rows = NDArray[np.intp]
 
@@ -53,19 +55,7 @@ class StateTable:
 
     def _probe(self, ids: NDArray[np.uint64]) -> Rows:
         """Each id's row, or -1 if absent."""
-        mask = len(self._slot_rows) - 1
-        slots = (ids & np.uint64(mask)).astype(np.intp)
-        rows = np.full(len(ids), -1, dtype=np.intp)
-        pending = np.arange(len(ids))
-        while len(pending):
-            at = slots[pending]
-            occupant = self._slot_rows[at]
-            hit = (occupant >= 0) & (self._slot_ids[at] == ids[pending])
-            rows[pending[hit]] = occupant[hit]
-            keep_probing = (occupant >= 0) & ~hit
-            pending = pending[keep_probing]
-            slots[pending] = (slots[pending] + 1) & mask
-        return rows
+        return _find_rows(self._slot_rows, self._slot_ids, np.ascontiguousarray(ids, np.uint64))
 
     def _insert(self, ids: NDArray[np.uint64]) -> Rows:
         """Give distinct absent ids new rows; returns them."""
@@ -76,34 +66,15 @@ class StateTable:
         self.ids[new_rows] = ids
         self.data[new_rows] = 0.0
         self._size += len(ids)
-        self._place(ids, new_rows)
+        _put_rows(self._slot_rows, self._slot_ids, np.ascontiguousarray(ids, np.uint64), new_rows)
         return new_rows
-
-    def _place(self, ids: NDArray[np.uint64], rows: Rows) -> None:
-        """Write (id, row) pairs into empty slots; ids that want the same slot take turns."""
-        mask = len(self._slot_rows) - 1
-        slots = (ids & np.uint64(mask)).astype(np.intp)
-        pending = np.arange(len(ids))
-        while len(pending):
-            at = slots[pending]
-            free = self._slot_rows[at] < 0
-            # Of several ids probing the same free slot, the first one gets it.
-            _, first = np.unique(at, return_index=True)
-            winner = np.zeros(len(pending), dtype=bool)
-            winner[first] = True
-            take = free & winner
-            self._slot_rows[at[take]] = rows[pending[take]]
-            self._slot_ids[at[take]] = ids[pending[take]]
-            pending = pending[~take]
-            blocked = ~free[~take]
-            slots[pending[blocked]] = (slots[pending[blocked]] + 1) & mask
 
     def _grow(self, needed: int) -> None:
         """Rehash into a slot array at least four times ``needed``."""
         slots = 1 << (4 * needed - 1).bit_length()
         self._slot_rows = np.full(slots, -1, dtype=np.intp)
         self._slot_ids = np.zeros(slots, dtype=np.uint64)
-        self._place(self.ids[: self._size], np.arange(self._size, dtype=np.intp))
+        _put_rows(self._slot_rows, self._slot_ids, self.ids[: self._size], np.arange(self._size))
 
     def _reserve(self, size: int) -> None:
         if size > len(self.ids):
@@ -112,3 +83,41 @@ class StateTable:
             grown = np.zeros((capacity, self.width))
             grown[: self._size] = self.data[: self._size]
             self.data = grown
+
+
+# One compiled pass per call: a vectorized probe went round by round over the ids still
+# probing, with a sort per round to settle which of several ids takes a free slot, and cost
+# about a microsecond per new feature (a worker's whole share of a new feature is a few).
+
+
+@compiled
+def _find_rows(slot_rows: Rows, slot_ids: NDArray[np.uint64], ids: NDArray[np.uint64]) -> Rows:
+    mask = slot_rows.shape[0] - 1
+    rows = np.empty(ids.shape[0], np.intp)
+    for j in range(ids.shape[0]):
+        x = ids[j]
+        s = np.intp(x & np.uint64(mask))
+        while slot_rows[s] >= 0 and slot_ids[s] != x:
+            s = (s + 1) & mask
+        rows[j] = slot_rows[s]  # -1 at the empty slot that ends an absent id's probe
+    return rows
+
+
+@compiled
+def _put_rows(
+    slot_rows: Rows, slot_ids: NDArray[np.uint64], ids: NDArray[np.uint64], rows: Rows
+) -> None:
+    """Put (id, row) pairs, ids absent and distinct, into the first free slot of each probe."""
+    mask = slot_rows.shape[0] - 1
+    for j in range(ids.shape[0]):
+        s = np.intp(ids[j] & np.uint64(mask))
+        while slot_rows[s] >= 0:
+            s = (s + 1) & mask
+        slot_rows[s] = rows[j]
+        slot_ids[s] = ids[j]
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the table's passes now, not in a first batch."""
+    table = StateTable(1)
+    table.rows(np.zeros(1, np.uint64), create=True)

@@ -69,7 +69,8 @@ class StateCache:
         last_use = self.table.data[:size, self.width + 1]
         kept = np.argpartition(-last_use, keep)[:keep] if keep else np.array([], np.intp)
         ids, data = self.table.ids[kept].copy(), self.table.data[kept].copy()
-        self.table.clear(max(keep, 1024))
+        # Room for max_features at once: the table does not grow (rehash) on the way back.
+        self.table.clear(max(self.max_features, 1024))
         self.table.data[self.table.rows(ids, create=True)] = data
 
     def forget(self) -> None:

@@ -133,3 +133,23 @@ async def test_calibration_worker_equals_replay(
     stored = await client.hget(store.keys.meta, HISTOGRAM_FIELD)
     assert stored == encode_histogram(model.calibration.histogram)
     await client.aclose()
+
+
+async def test_a_worker_whose_cache_is_trimmed_all_the_time_still_equals_replay(
+    make_store: MakeStore,
+) -> None:
+    # 3,000 Criteo rows touch ~17,000 features: a cache bound of 2,000 is trimmed at almost
+    # every commit, and the dropped features are read back from Redis exactly as stored.
+    examples = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
+    store = await make_store("ftrl")
+    await send(store, examples, per_entry=10)
+    worker = make_worker(store, batch_size=100, cache_features=2_000)
+    await worker.run_until_idle()
+    assert len(worker.cache) <= 2_000 + 100 * 40  # the bound, plus one group's features
+
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    replay(examples, model, FeatureHasher(), batch_size=1)
+    stored, expected = await scan_state(store), model.snapshot()
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])

@@ -1,0 +1,49 @@
+"""The state table finds and inserts exactly what a dict would, through every growth."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from online_ctr.table import StateTable
+from workers.cache import StateCache
+
+
+def test_table_agrees_with_a_dict_through_growth_and_colliding_low_bits() -> None:
+    rng = np.random.default_rng(7)
+    table, expected = StateTable(width=1, capacity=16), dict[int, int]()
+    for round_ in range(40):
+        # Ids sharing their low 12 bits collide in the slots: long probes, wrap-around.
+        fresh = rng.integers(0, 2**52, 300, dtype=np.uint64) << np.uint64(12)
+        fresh |= rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True) % 2
+        known = np.fromiter(expected, np.uint64) if expected else fresh[:0]
+        asked = np.unique(np.concatenate([fresh, rng.choice(known, min(len(known), 200))]))
+        rows = table.rows(asked, create=True)
+        for feature, row in zip(asked.tolist(), rows.tolist(), strict=True):
+            assert expected.setdefault(feature, row) == row
+        table.data[rows, 0] = round_
+        absent = rng.integers(0, 2**64 - 1, 50, dtype=np.uint64, endpoint=True)
+        absent = absent[~np.isin(absent, asked) & ~np.isin(absent, known)]
+        assert (table.rows(absent, create=False) == -1).all()
+    everything = np.fromiter(expected, np.uint64)
+    assert len(table) == len(expected) == len(set(expected.values()))
+    assert table.rows(everything, create=False).tolist() == list(expected.values())
+    assert (table.ids[table.rows(everything, create=False)] == everything).all()
+
+
+def test_a_trimmed_cache_keeps_the_most_recently_used_half_with_their_state() -> None:
+    cache = StateCache(width=2, max_features=1000)
+    for use in range(12):  # 1,200 features, 100 per use; trimmed before it passes the bound
+        ids = np.arange(use * 100, (use + 1) * 100, dtype=np.uint64) * np.uint64(2**40 + 1)
+        rows = cache.insert(ids, np.zeros((100, 2)), np.zeros(100, bool))
+        cache.update(rows, np.column_stack([ids.astype(float), np.full(100, use)]))
+    cache.trim()
+    assert len(cache) == 500
+    newest = np.arange(700, 1200, dtype=np.uint64) * np.uint64(2**40 + 1)
+    rows = cache.find(newest)
+    assert (rows >= 0).all() and cache.stored(rows).all()
+    np.testing.assert_array_equal(cache.state(rows)[:, 0], newest.astype(float))
+    assert (cache.find(np.arange(700, dtype=np.uint64) * np.uint64(2**40 + 1)) == -1).all()
+    # The room left for max_features: the way back up to the bound never rehashes.
+    slots = len(cache.table._slot_rows)
+    cache.insert(np.arange(1, 501, dtype=np.uint64), np.zeros((500, 2)), np.zeros(500, bool))
+    assert len(cache) == 1000 and len(cache.table._slot_rows) == slots
