@@ -93,6 +93,28 @@ def used_memory(stack: Stack) -> int:
         return int(client.info("memory")["used_memory"])
 
 
+def wait_until_applied(stack: Stack) -> None:
+    """Wait until every shard has applied the model's last commit.
+
+    ``global_step`` moves when a commit is recorded in the redo log; its values reach the
+    shards right after, while the worker waits for more. A timing started at the step would
+    pay for the previous phase's last apply (a bulk fill's is 50,000 HSETs)."""
+    keys = ModelKeys("default")  # the model the benchmark fills
+
+    def applied() -> bool:
+        stack.check_alive()
+        with stack.client() as redis:
+            last = redis.xrevrange(keys.redo, count=1)
+            if not last:
+                return True
+            entry_id, fields = last[0]
+            seq = int(entry_id.split(b"-")[0])
+            shards = [keys.shard(int(name[1:])).applied for name in fields]
+            return all(int(done or 0) >= seq for done in redis.mget(shards))
+
+    wait_until(applied, 60, "the last commit applied to every shard")
+
+
 def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int) -> float:
     """Stop the worker, post ``count`` bodies, start a worker: its learning rate, examples
     per second from the moment it holds the model's lease (it has started, imported and
@@ -132,7 +154,9 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     stack, client, bodies = rig.stack, rig.client, rig.bodies
     factory = UniqueFeatures(config.per_example, seed=target)
     bulk = client.fill(target - config.fill_window, factory, stack.check_alive)
+    wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
     fill = client.fill(target, factory, stack.check_alive, WINDOW_BODY_EXAMPLES)
+    wait_until_applied(stack)
     tracked = client.progress().tracked
     grown = used_memory(stack) - scale.baseline_bytes
     count = math.ceil(config.examples / BODY_EXAMPLES)

@@ -144,14 +144,16 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             f"- **bulk fill, fill features/s**: `/learn` bodies whose examples each carry "
             f"{config.per_example} features never seen before. The bulk of the fill (bodies of "
             f"{BODY_EXAMPLES:,} examples) stops {config.fill_window:,} features short of the "
-            "size; once the worker has learned it, those last features are posted in bodies "
+            "size; once the worker has learned it and applied its last commit to the shards "
+            "(its redo entry's shards all say so), those last features are posted in bodies "
             f"of {WINDOW_BODY_EXAMPLES} examples and timed on their own (`fill features/s`, "
             "the figure judged: the same work at every size, from an idle worker). Each: "
             "features added over the seconds from the first post until the worker had "
             "learned them all, this process building the bodies meanwhile on the same cores "
             f"and pausing while more than {MAX_LAG_ENTRIES} bodies await the worker (which "
             f"keeps the stream short).{short_windows(scale, config)}",
-            f"- **learned ex/s**: {bodies:,} bodies of {BODY_EXAMPLES:,} Criteo rows posted "
+            f"- **learned ex/s**: after the fill's last apply too, {bodies:,} bodies of "
+            f"{BODY_EXAMPLES:,} Criteo rows posted "
             "one after another, from the first post until `global_step` shows them all "
             f"learned (polled every {POLL_S * 1e3:.0f} ms).",
             "- **drain ex/s**: the worker stopped (SIGTERM, it finishes its batch and exits), "
