@@ -3,43 +3,30 @@
 -- it, so replaying the redo log after a crash, or a stale learner's late call, is harmless.
 -- KEYS: the 'applied' key of each shard. ARGV: 1 seq, 2 field bytes, 3 value bytes, then per
 -- shard in KEYS order its bucket key prefix and its records (u32 bucket, field, value),
--- sorted by bucket. Returns how many shards applied it now.
+-- sorted by bucket. Returns how many shards applied it now. (bucket_key: buckets.lua.)
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local record = 4 + field_bytes + value_bytes
-local call, sub, unpack_bucket = redis.call, string.sub, struct.unpack
+local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
+local call, unpack_record = redis.call, struct.unpack
+-- One HSET per bucket: records are sorted by bucket, so a bucket's features are adjacent.
+-- Its field-value pairs go in 'args' (reused, its first 'n' entries count), at most 1000
+-- fields per HSET: unpack() has a stack limit.
+local args, n = {}, 0
 local applied = 0
 for shard = 1, #KEYS do
   if tonumber(call('GET', KEYS[shard]) or '0') < seq then
     local prefix, records = ARGV[2 + 2 * shard], ARGV[3 + 2 * shard]
-    local count = #records / record
-    local i = 1
-    while i <= count do
-      local at = (i - 1) * record
-      local bucket = unpack_bucket('<I4', records, at + 1)
-      local key = prefix .. bucket
-      -- Most buckets get one feature per commit: one HSET each. Records are sorted by
-      -- bucket, so a bucket's further features follow and share its HSET.
-      local last = i
-      while last < count and unpack_bucket('<I4', records, last * record + 1) == bucket do
-        last = last + 1
+    local current
+    for i = 1, #records / record do
+      local bucket, field, value = unpack_record(format, records, (i - 1) * record + 1)
+      if bucket ~= current or n == 2000 then
+        if n > 0 then call('HSET', bucket_key(prefix, current), unpack(args, 1, n)) end
+        current, n = bucket, 0
       end
-      if last == i then
-        call('HSET', key, sub(records, at + 5, at + 4 + field_bytes),
-          sub(records, at + 5 + field_bytes, at + record))
-      else
-        -- In chunks of 1000 fields: unpack() has a stack limit.
-        for first = i, last, 1000 do
-          local args = {}
-          for j = first, math.min(first + 999, last) do
-            local from = (j - 1) * record
-            args[#args + 1] = sub(records, from + 5, from + 4 + field_bytes)
-            args[#args + 1] = sub(records, from + 5 + field_bytes, from + record)
-          end
-          call('HSET', key, unpack(args))
-        end
-      end
-      i = last + 1
+      args[n + 1], args[n + 2], n = field, value, n + 2
     end
+    if n > 0 then call('HSET', bucket_key(prefix, current), unpack(args, 1, n)) end
+    n = 0
     call('SET', KEYS[shard], ARGV[1])
     applied = applied + 1
   end

@@ -12,8 +12,14 @@ def _source(name: str) -> str:
     return resources.files("octr.store").joinpath(name).read_text()
 
 
-#: Scripts that trim the redo log get the pin-aware ``trim_redo`` of ``pins.lua`` first.
-_PRELUDE = {"finalize": "pins.lua", "trim": "pins.lua"}
+#: Scripts that trim the redo log get the pin-aware ``trim_redo`` of ``pins.lua`` first; those
+#: that read or write buckets, ``bucket_key`` of ``buckets.lua``.
+_PRELUDE = {
+    "finalize": "pins.lua",
+    "trim": "pins.lua",
+    "read": "buckets.lua",
+    "apply": "buckets.lua",
+}
 
 
 def _script(name: str) -> str:

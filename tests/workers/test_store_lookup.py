@@ -96,3 +96,23 @@ async def test_a_compact_model_serves_the_weights_of_what_it_stored(make_store: 
     expected = store.spec.rule.weights(rows, 1_500, store.spec.params)
     np.testing.assert_array_equal(await store.weights(ids), expected)
     assert np.count_nonzero(expected) > 100
+
+
+async def test_bucket_keys_are_named_in_plain_decimal_at_every_digit_boundary(
+    make_store: MakeStore,
+) -> None:
+    # The scripts assemble a bucket's decimal from its last three digits and the rest: every
+    # boundary of that split must give the name Python gives.
+    store = await make_store("ftrl", buckets=1 << 24, shards=4)
+    buckets = [0, 7, 10, 99, 100, 999, 1000, 1001, 1010, 1100, 9999, 10000, 100_000, 123_456]
+    buckets += [999_999, 1_000_000, 1_000_001, 16_777_215]
+    high = np.uint64(12345) << np.uint64(24)
+    ids = np.array(buckets, np.uint64) | high
+    state = np.arange(2.0 * len(ids)).reshape(-1, 2)
+    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    keys = store.keys
+    names = {f"{keys.shard(b % 4).bucket_prefix}{b}".encode() for b in buckets}
+    assert set(await store.redis.keys(keys.bucket_pattern)) == names
+    read = await store.shards.read(ids)
+    np.testing.assert_array_equal(read.state, state)
+    assert read.stored.all()
