@@ -71,12 +71,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, help="each /predict timing (10; quick 1)")
     parser.add_argument("--features-per-example", type=int, default=50, help="in the fill")
     parser.add_argument("--fill-window", type=int, help="timed fill features (50,000; quick 2,000)")
+    parser.add_argument("--rounds", type=int, help="runs per median (3; quick 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-scale.md")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args(argv)
-    quick = (QUICK_SIZES, 10_000, 500, 1.0, 2_000)
-    defaults = quick if args.quick else (SIZES, 50_000, 10_000, 10.0, 50_000)
-    names = ("sizes", "examples", "criteo_rows", "duration_s", "fill_window")
+    quick = (QUICK_SIZES, 10_000, 500, 1.0, 2_000, 1)
+    defaults = quick if args.quick else (SIZES, 50_000, 10_000, 10.0, 50_000, 3)
+    names = ("sizes", "examples", "criteo_rows", "duration_s", "fill_window", "rounds")
     for name, default in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -157,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.features_per_example,
         args.fill_window,
         args.data_dir,
+        args.rounds,
     )
     about = about_run(argv)
     started = time.perf_counter()

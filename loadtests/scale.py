@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class ScaleConfig:
     per_example: int
     fill_window: int
     data_dir: Path
+    rounds: int = 3
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ class SizeResult:
     worker_rss_mib: float
     api_rss_mib: float
     load_1min: float
+    hget_us: float = math.nan
+    hset_us: float = math.nan
+    #: Per timed figure that is a median, the rounds it is the median of.
+    rounds: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +121,28 @@ def wait_until_applied(stack: Stack) -> None:
     wait_until(applied, 60, "the last commit applied to every shard")
 
 
+def command_usec(stack: Stack) -> dict[str, tuple[int, int]]:
+    """Redis's ``INFO commandstats``: per command, its calls and microseconds so far."""
+    with stack.client() as redis:
+        stats = redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in stats.items()}
+
+
+def per_call_us(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], name: str
+) -> float:
+    """Microseconds per call of command ``name`` between two :func:`command_usec` reads."""
+    calls = after.get(name, (0, 0))[0] - before.get(name, (0, 0))[0]
+    usec = after.get(name, (0, 0))[1] - before.get(name, (0, 0))[1]
+    return usec / calls if calls else math.nan
+
+
+def median_of(rounds: int, timing: Callable[[], float]) -> tuple[float, tuple[float, ...]]:
+    """The median of ``rounds`` runs of ``timing``, and the runs."""
+    runs = tuple(timing() for _ in range(rounds))
+    return statistics.median(runs), runs
+
+
 def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int) -> float:
     """Stop the worker, post ``count`` bodies, start a worker: its learning rate, examples
     per second from the moment it holds the model's lease (it has started, imported and
@@ -149,40 +177,68 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     """Fill the model to ``target`` tracked features, then measure every figure.
 
     The fill's last ``fill_window`` features are timed on their own, from an idle worker, so
-    that every size's fill rate covers the same amount of work.
+    that every size's fill rate covers the same amount of work; Redis's own microseconds per
+    HGET and HSET in that window are read from ``INFO commandstats``. The other timings are
+    each the median of ``config.rounds`` runs (the machine is shared: single runs swing).
     """
     stack, client, bodies = rig.stack, rig.client, rig.bodies
     factory = UniqueFeatures(config.per_example, seed=target)
     bulk = client.fill(target - config.fill_window, factory, stack.check_alive)
     wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
+    before = command_usec(stack)
     fill = client.fill(target, factory, stack.check_alive, WINDOW_BODY_EXAMPLES)
     wait_until_applied(stack)
+    after = command_usec(stack)
     tracked = client.progress().tracked
     grown = used_memory(stack) - scale.baseline_bytes
     count = math.ceil(config.examples / BODY_EXAMPLES)
-    learned_s = client.learn_all(bodies.learn, count, stack.check_alive)
+
+    def learned() -> float:
+        seconds = client.learn_all(bodies.learn, count, stack.check_alive)
+        wait_until_applied(stack)
+        return count * BODY_EXAMPLES / seconds
+
+    learned_rate, learned_runs = median_of(config.rounds, learned)
     # The worker that did the fill and the timed learning: its state copies are the largest.
     worker_rss = rss_bytes(stack.children[stack.workers()[0]].pid)
     api_rss = rss_bytes(stack.children["api"].pid)
-    drain_rate = drain(stack, client, bodies.learn, count)
+    drain_rate, drain_runs = median_of(
+        config.rounds, lambda: drain(stack, client, bodies.learn, count)
+    )
     timed(scale.tool, rig.predict_url, bodies.single, min(config.duration_s, 3.0))
-    single = timed(scale.tool, rig.predict_url, bodies.single, config.duration_s)
-    batch = timed(scale.tool, rig.predict_url, bodies.batch, config.duration_s)
+    singles = [
+        timed(scale.tool, rig.predict_url, bodies.single, config.duration_s)
+        for _ in range(config.rounds)
+    ]
+    batches = [
+        timed(scale.tool, rig.predict_url, bodies.batch, config.duration_s)
+        for _ in range(config.rounds)
+    ]
+    p99_runs = tuple(t.p99_ms for t in singles)
+    batch_runs = tuple(t.requests_per_s * BODY_EXAMPLES for t in batches)
     return SizeResult(
         target=target,
         tracked=tracked,
         bulk_fill_features_per_s=bulk.features_per_second,
         fill_window=fill.features,
         fill_features_per_s=fill.features_per_second,
-        learned_examples_per_s=count * BODY_EXAMPLES / learned_s,
+        learned_examples_per_s=learned_rate,
         drain_examples_per_s=drain_rate,
-        predict_p50_ms=single.p50_ms,
-        predict_p99_ms=single.p99_ms,
-        batch_examples_per_s=batch.requests_per_s * BODY_EXAMPLES,
+        predict_p50_ms=statistics.median(t.p50_ms for t in singles),
+        predict_p99_ms=statistics.median(p99_runs),
+        batch_examples_per_s=statistics.median(batch_runs),
         redis_bytes_per_feature=grown / tracked,
         worker_rss_mib=worker_rss / MIB,
         api_rss_mib=api_rss / MIB,
         load_1min=os.getloadavg()[0],
+        hget_us=per_call_us(before, after, "hget"),
+        hset_us=per_call_us(before, after, "hset"),
+        rounds={
+            "learned_examples_per_s": learned_runs,
+            "drain_examples_per_s": drain_runs,
+            "predict_p99_ms": p99_runs,
+            "batch_examples_per_s": batch_runs,
+        },
     )
 
 

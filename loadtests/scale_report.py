@@ -31,6 +31,8 @@ COLUMNS = {
     "worker RSS MiB": "worker_rss_mib",
     "API RSS MiB": "api_rss_mib",
     "load (1 min)": "load_1min",
+    "Redis us/HGET": "hget_us",
+    "Redis us/HSET": "hset_us",
 }
 HEADER = list(COLUMNS)
 #: Figures whose ratio has a target: at least 0.8 (throughputs) or at most 1.25 (latency).
@@ -48,6 +50,8 @@ SHOWN = {
     "redis_bytes_per_feature": "Redis bytes per tracked feature",
     "worker_rss_mib": "worker RSS, MiB",
     "api_rss_mib": "API RSS, MiB",
+    "hget_us": "Redis microseconds per HGET in the fill window",
+    "hset_us": "Redis microseconds per HSET in the fill window",
 }
 
 
@@ -116,6 +120,27 @@ def ratio_table(ratios: Sequence[Ratio]) -> str:
     return table([*header, "verdict"], rows, digits=2)
 
 
+def rounds_table(results: Sequence[SizeResult]) -> str:
+    """Per size, the runs behind each median."""
+    keys = [key for key in TARGETS if any(key in r.rounds for r in results)]
+    rows: list[list[Cell]] = [
+        [f"{r.target:,}", TARGETS[key][0], ", ".join(_run(x) for x in r.rounds[key])]
+        for key in keys
+        for r in results
+        if key in r.rounds
+    ]
+    return table(["target features", "figure", "runs (the table shows their median)"], rows)
+
+
+def _run(value: float) -> str:
+    """A run's figure as the tables show it: whole numbers from 100 up.
+
+    >>> _run(123456.7), _run(0.8349)
+    ('123,457', '0.83')
+    """
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+
 def short_windows(scale: Scale, config: ScaleConfig) -> str:
     """A sentence naming the sizes whose timed fill was smaller than the window, if any."""
     short = [r for r in scale.results if r.fill_window < config.fill_window]
@@ -155,16 +180,23 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             f"- **learned ex/s**: after the fill's last apply too, {bodies:,} bodies of "
             f"{BODY_EXAMPLES:,} Criteo rows posted "
             "one after another, from the first post until `global_step` shows them all "
-            f"learned (polled every {POLL_S * 1e3:.0f} ms).",
+            f"learned (polled every {POLL_S * 1e3:.0f} ms); the median of {config.rounds} "
+            "such runs, each after the last one's apply.",
             "- **drain ex/s**: the worker stopped (SIGTERM, it finishes its batch and exits), "
             f"the same {bodies * BODY_EXAMPLES:,} rows posted, then a new worker started: the rows "
             "over the time from when it holds the model's lease (so the process's start, "
             "imports and first connection, which a running worker does not pay, are left out; "
-            "its recovery and cold cache are in) until `global_step` shows them all learned.",
+            "its recovery and cold cache are in) until `global_step` shows them all learned; "
+            f"the median of {config.rounds} such runs.",
             f"- **/predict p50/p99**: single Criteo-row bodies, {predict}, "
-            f"{config.duration_s:g} s after a warm-up of {min(config.duration_s, 3.0):g} s.",
+            f"{config.duration_s:g} s after a warm-up of {min(config.duration_s, 3.0):g} s; "
+            f"the medians of {config.rounds} such runs' p50 and p99.",
             f"- **batch /predict ex/s**: bodies of {BODY_EXAMPLES:,} Criteo rows, one request "
-            f"at a time ({scale.tool}), {config.duration_s:g} s; requests/s x {BODY_EXAMPLES:,}.",
+            f"at a time ({scale.tool}), {config.duration_s:g} s; requests/s x {BODY_EXAMPLES:,}; "
+            f"the median of {config.rounds} runs.",
+            "- **Redis us/HGET, us/HSET**: Redis's own microseconds per call of each command "
+            "in the timed fill window (`INFO commandstats`), the calls the bucket scripts make: "
+            "a bucket is a listpack read field by field, so a call costs more as buckets fill.",
             "- **Redis bytes/feature**: growth of `INFO memory` `used_memory` from the empty "
             f"model ({scale.baseline_bytes / MIB:.1f} MiB, API and worker up) to right after "
             "the fill, over `features_tracked`: everything Redis holds counts.",
@@ -208,6 +240,8 @@ def render(
                 "Targets: every throughput at the largest size at least 0.8x its value at "
                 "the smallest; single `/predict` p99 at most 1.25x.",
                 ratio_table(ratios),
+                "## Runs behind the medians",
+                rounds_table(scale.results),
                 figure(image, "Cost against model size", report_dir),
                 *([kept] if kept else []),
             ]
