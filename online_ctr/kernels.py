@@ -74,9 +74,10 @@ def _compiled(function: Function) -> Function:
         return cast(Function, njit(error_model="numpy")(function))
 
 
-#: The same two, for compiled loops of other modules (their own source file keys their cache).
+#: The same three, for compiled loops of other modules (their own source file keys their cache).
 compiled = _compiled
 helper = _helper
+inlined = _inlined
 
 
 @_helper

@@ -43,20 +43,31 @@ from fastapi import Request
 from numpy.typing import NDArray
 
 from online_ctr.features import Batch, FeatureHasher, merge_repeats
-from online_ctr.kernels import compiled, helper
+from online_ctr.kernels import compiled, helper, inlined
 from service.api.limits import Limits
 from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 
 U8 = NDArray[np.uint8]
-_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+#: The names table's hash: 8 bytes at a time, a multiply and a shift each, then splitmix64's
+#: finalizer. It only places names in the table (a hit compares the bytes), so any well-mixed
+#: hash is exact; FNV-1a, a multiply per byte, took 5x as long (1.26 ms against 0.25 for the
+#: 33,401 names of a 1,000-row Criteo body).
+_MIX, _MIX2, _MIX3 = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xBF58476D1CE4E5B9),
+    np.uint64(0x94D049BB133111EB),
+)
+_S27, _S30, _S31, _S32, _S56 = (np.uint64(s) for s in (27, 30, 31, 32, 56))
 _QUOTE, _BACKSLASH, _EQUALS = 34, 92, 61
 #: JSON tokens, as byte arrays the compiled code compares against.
 _EXAMPLES = np.frombuffer(b'"examples"', np.uint8)
 _FEATURES = np.frombuffer(b'"features"', np.uint8)
 _LABEL = np.frombuffer(b'"label"', np.uint8)
-#: A slot of the names table: the name's hash (its bits), 1 + its entry (0: empty), its id;
-#: a probe reads one slot's 24 bytes, and the name's bytes only where the hash matches.
-_HASH, _ENTRY, _ID = range(3)
+#: A slot of the names table: the name's hash (its bits), where its bytes are in the arena
+#: (start << 16 | length; 0: empty), its id. A probe reads one slot's 24 bytes, then the
+#: name's bytes where the hash matches: two dependent reads, not three through ``starts``.
+_HASH, _NAME, _ID = range(3)
+_LENGTH_BITS = np.int64(16)  # a name is at most 256 + 1 + 1024 bytes
 Keys = tuple[U8, U8, int, int]
 #: What an example may hold: its two keys, and the longest field name and value.
 _KEYS: Keys = (_FEATURES, _LABEL, MAX_NAME_CHARS, MAX_VALUE_CHARS)
@@ -144,7 +155,7 @@ class NameIds:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
         bias first in each example, then its features in order."""
         data = np.frombuffer(body, np.uint8)
-        ids, hashes = _look_up(data, scanned.spans, self.slots, self.starts, self.arena)
+        ids, hashes = _look_up(data, scanned.spans, self.slots, self.arena)
         missing = np.flatnonzero(hashes != 0)
         if len(missing):
             self._learn(body, scanned, missing, hashes[missing], ids)
@@ -189,7 +200,7 @@ class NameIds:
         if 2 * count > len(self.slots):
             self.slots = np.zeros((_doubled(len(self.slots), 2 * count), 3), np.int64)
             first = 0  # every name placed again
-        _place(self.slots, self.hashes, self.ids, first, count)
+        _place(self.slots, self.hashes, self.ids, self.starts, first, count)
 
     def _make_room(self, count: int, arena_bytes: int) -> None:
         if count > len(self.ids):
@@ -243,13 +254,25 @@ def _string_end(data: U8, i: int) -> int:
     return -1
 
 
-@helper
+@inlined
+def _word(data: U8, i: int, n: int) -> np.uint64:
+    """The ``n`` (at most 8) bytes at ``i`` as one little-endian integer."""
+    w = np.uint64(0)
+    for j in range(n):
+        w |= np.uint64(data[i + j]) << np.uint64(8 * j)
+    return w
+
+
+@inlined
 def _equal(a: U8, i: int, b: U8, j: int, length: int) -> bool:
-    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes."""
+    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes (compared
+    8 at a time: a name is a dozen bytes, and a loop per byte mispredicts its exit)."""
     k = 0
-    while k < length and a[i + k] == b[j + k]:
-        k += 1
-    return k == length
+    while k + 8 <= length:
+        if _word(a, i + k, 8) != _word(b, j + k, 8):
+            return False
+        k += 8
+    return bool(_word(a, i + k, length - k) == _word(b, j + k, length - k))
 
 
 @helper
@@ -266,19 +289,25 @@ def _after(data: U8, i: int, byte: int) -> int:
     return _space(data, i + 1)
 
 
-@helper
-def _fnv(data: U8, start: int, end: int, h: np.uint64) -> np.uint64:
-    for k in range(start, end):
-        h = (h ^ np.uint64(data[k])) * _FNV_PRIME
-    return h
+@inlined
+def _mix(data: U8, start: int, end: int, h: np.uint64) -> np.uint64:
+    """``h`` with bytes ``start:end`` mixed in, 8 at a time, then the rest and its length."""
+    k = start
+    while k + 8 <= end:
+        h = (h ^ _word(data, k, 8)) * _MIX
+        h ^= h >> _S32
+        k += 8
+    h = (h ^ _word(data, k, end - k) ^ (np.uint64(end - k) << _S56)) * _MIX
+    return h ^ (h >> _S32)
 
 
-@helper
-def _name_hash(data: U8, span: NDArray[np.int64]) -> np.uint64:
-    """FNV-1a of ``field=value`` (never 0: 0 marks a found name)."""
-    h = _fnv(data, span[0], span[1], _FNV_OFFSET)
-    h = (h ^ np.uint64(_EQUALS)) * _FNV_PRIME
-    h = _fnv(data, span[2], span[3], h)
+@inlined
+def _name_hash(data: U8, field: int, field_end: int, value: int, value_end: int) -> np.uint64:
+    """The hash of ``field=value`` (never 0: 0 marks a found name)."""
+    h = _mix(data, value, value_end, _mix(data, field, field_end, _MIX2))
+    h = (h ^ (h >> _S30)) * _MIX2
+    h = (h ^ (h >> _S27)) * _MIX3
+    h ^= h >> _S31
     return h if h != 0 else np.uint64(1)
 
 
@@ -291,7 +320,7 @@ def _repeats_a_field(data: U8, spans: NDArray[np.int64], first: int, last: int) 
         size *= 2
     slots = np.full(size, -1, np.int64)
     for k in range(first, last):
-        slot = np.int64(_fnv(data, spans[k, 0], spans[k, 1], _FNV_OFFSET) & np.uint64(size - 1))
+        slot = np.int64(_mix(data, spans[k, 0], spans[k, 1], _MIX2) & np.uint64(size - 1))
         while slots[slot] >= 0:
             other = slots[slot]
             length = spans[k, 1] - spans[k, 0]
@@ -418,7 +447,6 @@ def _look_up(
     data: U8,
     spans: NDArray[np.int64],
     slots: NDArray[np.int64],
-    starts: NDArray[np.int64],
     arena: U8,
 ) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     """Each feature's id from the table, and 0; or, for a name not in it, its hash."""
@@ -427,13 +455,20 @@ def _look_up(
     missing = np.zeros(count, np.uint64)
     mask = len(slots) - 1
     for k in range(count):
-        h = _name_hash(data, spans[k])
+        field, field_end, value, value_end = spans[k, 0], spans[k, 1], spans[k, 2], spans[k, 3]
+        h = _name_hash(data, field, field_end, value, value_end)
         slot = np.int64(h & np.uint64(mask))
         missing[k] = h
-        while slots[slot, _ENTRY] != 0:
-            e = slots[slot, _ENTRY] - 1
-            if np.uint64(slots[slot, _HASH]) == h and _same_name(
-                data, spans[k], arena, starts[e], starts[e + 1]
+        while slots[slot, _NAME] != 0:
+            start = slots[slot, _NAME] >> _LENGTH_BITS
+            stored = slots[slot, _NAME] & ((np.int64(1) << _LENGTH_BITS) - 1)
+            length = field_end - field
+            if (
+                np.uint64(slots[slot, _HASH]) == h
+                and stored == length + 1 + value_end - value
+                and _equal(arena, start, data, field, length)
+                and arena[start + length] == _EQUALS
+                and _equal(arena, start + length + 1, data, value, value_end - value)
             ):
                 found[k] = slots[slot, _ID]
                 missing[k] = 0
@@ -442,23 +477,12 @@ def _look_up(
     return found, missing
 
 
-@helper
-def _same_name(data: U8, span: NDArray[np.int64], arena: U8, start: int, end: int) -> bool:
-    field = span[1] - span[0]
-    if end - start != field + 1 + span[3] - span[2]:
-        return False
-    return (
-        _equal(arena, start, data, span[0], field)
-        and arena[start + field] == _EQUALS
-        and _equal(arena, start + field + 1, data, span[2], span[3] - span[2])
-    )
-
-
 @compiled
 def _place(
     slots: NDArray[np.int64],
     hashes: NDArray[np.uint64],
     ids: NDArray[np.int64],
+    starts: NDArray[np.int64],
     first: int,
     last: int,
 ) -> None:
@@ -466,10 +490,7 @@ def _place(
     mask = len(slots) - 1
     for e in range(first, last):
         slot = np.int64(hashes[e] & np.uint64(mask))
-        while slots[slot, _ENTRY] != 0:
+        while slots[slot, _NAME] != 0:
             slot = (slot + 1) & mask
-        slots[slot, _HASH], slots[slot, _ENTRY], slots[slot, _ID] = (
-            np.int64(hashes[e]),
-            e + 1,
-            ids[e],
-        )
+        name = (starts[e] << _LENGTH_BITS) | (starts[e + 1] - starts[e])
+        slots[slot, _HASH], slots[slot, _NAME], slots[slot, _ID] = np.int64(hashes[e]), name, ids[e]
