@@ -67,7 +67,7 @@ _LABEL = np.frombuffer(b'"label"', np.uint8)
 #: (start << 16 | length; 0: empty), its id. A probe reads one slot's 24 bytes, then the
 #: name's bytes where the hash matches: two dependent reads, not three through ``starts``.
 _HASH, _NAME, _ID = range(3)
-_LENGTH_BITS = np.int64(16)  # a name is at most 256 + 1 + 1024 bytes
+_LENGTH_BITS = 16  # a name is at most 256 + 1 + 1024 bytes
 Keys = tuple[U8, U8, int, int]
 #: What an example may hold: its two keys, and the longest field name and value.
 _KEYS: Keys = (_FEATURES, _LABEL, MAX_NAME_CHARS, MAX_VALUE_CHARS)
@@ -265,8 +265,8 @@ def _word(data: U8, i: int, n: int) -> np.uint64:
 
 @inlined
 def _equal(a: U8, i: int, b: U8, j: int, length: int) -> bool:
-    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes (compared
-    8 at a time: a name is a dozen bytes, and a loop per byte mispredicts its exit)."""
+    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes (compared 8
+    at a time: a Criteo name is a dozen bytes)."""
     k = 0
     while k + 8 <= length:
         if _word(a, i + k, 8) != _word(b, j + k, 8):
@@ -460,21 +460,30 @@ def _look_up(
         slot = np.int64(h & np.uint64(mask))
         missing[k] = h
         while slots[slot, _NAME] != 0:
-            start = slots[slot, _NAME] >> _LENGTH_BITS
-            stored = slots[slot, _NAME] & ((np.int64(1) << _LENGTH_BITS) - 1)
-            length = field_end - field
-            if (
-                np.uint64(slots[slot, _HASH]) == h
-                and stored == length + 1 + value_end - value
-                and _equal(arena, start, data, field, length)
-                and arena[start + length] == _EQUALS
-                and _equal(arena, start + length + 1, data, value, value_end - value)
+            if np.uint64(slots[slot, _HASH]) == h and _same_name(
+                arena, slots[slot, _NAME], data, field, field_end, value, value_end
             ):
                 found[k] = slots[slot, _ID]
                 missing[k] = 0
                 break
             slot = (slot + 1) & mask
     return found, missing
+
+
+@inlined
+def _same_name(
+    arena: U8, name: int, data: U8, field: int, field_end: int, value: int, value_end: int
+) -> bool:
+    """Whether the arena's name at ``name`` (a slot's ``start << 16 | length``) is
+    ``field=value`` of the body."""
+    start, length = name >> _LENGTH_BITS, name & ((1 << _LENGTH_BITS) - 1)
+    size = field_end - field
+    return bool(
+        length == size + 1 + value_end - value
+        and _equal(arena, start, data, field, size)
+        and arena[start + size] == _EQUALS
+        and _equal(arena, start + size + 1, data, value, value_end - value)
+    )
 
 
 @compiled
