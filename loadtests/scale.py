@@ -29,7 +29,7 @@ from loadtests.scale_client import (
     learn_bodies,
     predict_bodies,
 )
-from loadtests.sequential import timed, timing_tool
+from loadtests.sequential import Timing, timed, timing_tool
 from loadtests.stats import rss_bytes
 from octr.store.keys import ModelKeys
 
@@ -205,17 +205,7 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     drain_rate, drain_runs = median_of(
         config.rounds, lambda: drain(stack, client, bodies.learn, count)
     )
-    timed(scale.tool, rig.predict_url, bodies.single, min(config.duration_s, 3.0))
-    singles = [
-        timed(scale.tool, rig.predict_url, bodies.single, config.duration_s)
-        for _ in range(config.rounds)
-    ]
-    batches = [
-        timed(scale.tool, rig.predict_url, bodies.batch, config.duration_s)
-        for _ in range(config.rounds)
-    ]
-    p99_runs = tuple(t.p99_ms for t in singles)
-    batch_runs = tuple(t.requests_per_s * BODY_EXAMPLES for t in batches)
+    single, batch = predict_timings(rig, config, scale.tool)
     return SizeResult(
         target=target,
         tracked=tracked,
@@ -224,9 +214,9 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         fill_features_per_s=fill.features_per_second,
         learned_examples_per_s=learned_rate,
         drain_examples_per_s=drain_rate,
-        predict_p50_ms=statistics.median(t.p50_ms for t in singles),
-        predict_p99_ms=statistics.median(p99_runs),
-        batch_examples_per_s=statistics.median(batch_runs),
+        predict_p50_ms=statistics.median(t.p50_ms for t in single),
+        predict_p99_ms=statistics.median(t.p99_ms for t in single),
+        batch_examples_per_s=statistics.median(batch),
         redis_bytes_per_feature=grown / tracked,
         worker_rss_mib=worker_rss / MIB,
         api_rss_mib=api_rss / MIB,
@@ -236,10 +226,25 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         rounds={
             "learned_examples_per_s": learned_runs,
             "drain_examples_per_s": drain_runs,
-            "predict_p99_ms": p99_runs,
-            "batch_examples_per_s": batch_runs,
+            "predict_p99_ms": tuple(t.p99_ms for t in single),
+            "batch_examples_per_s": batch,
         },
     )
+
+
+def predict_timings(
+    rig: Rig, config: ScaleConfig, tool: str
+) -> tuple[list[Timing], tuple[float, ...]]:
+    """``config.rounds`` timings of single ``/predict`` (after a warm-up), and as many of
+    batch ``/predict`` in examples per second."""
+    url, bodies = rig.predict_url, rig.bodies
+    timed(tool, url, bodies.single, min(config.duration_s, 3.0))
+    single = [timed(tool, url, bodies.single, config.duration_s) for _ in range(config.rounds)]
+    batch = tuple(
+        timed(tool, url, bodies.batch, config.duration_s).requests_per_s * BODY_EXAMPLES
+        for _ in range(config.rounds)
+    )
+    return single, batch
 
 
 def write_bodies(folder: Path, rows: list[Row]) -> Bodies:
