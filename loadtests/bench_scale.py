@@ -71,7 +71,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, help="each /predict timing (10; quick 1)")
     parser.add_argument("--features-per-example", type=int, default=50, help="in the fill")
     parser.add_argument("--fill-window", type=int, help="timed fill features (50,000; quick 2,000)")
-    parser.add_argument("--rounds", type=int, help="runs per median (3; quick 1)")
+    parser.add_argument("--rounds", type=size, help="runs per median (3; quick 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-scale.md")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args(argv)

@@ -69,7 +69,7 @@ def test_predict_bodies_single_and_batch(tmp_path: Path) -> None:
 
 
 def test_ratios_judge_throughput_and_latency_targets() -> None:
-    small = scale.SizeResult(1, 1, 1.0, 1, *[1.0] * 10)
+    small = scale.SizeResult(1, 1, 1.0, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
     large = dataclasses.replace(small, target=2, tracked=2, drain_examples_per_s=0.5)
     verdicts = {r.name: r.met for r in scale_report.ratios([small, large])}
     assert verdicts["worker-only drain, examples/s"] is False
@@ -125,3 +125,11 @@ def test_a_new_report_keeps_the_sections_other_commands_wrote() -> None:
     kept = scale_report.kept_sections(previous)
     assert kept == "## Compact state encoding\n\n| compact | table |\n\nCommand: `x`."
     assert scale_report.kept_sections("# Benchmark\n\n## Method\n\ntext\n") == ""
+
+
+def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    # A median of no runs would end the benchmark in a traceback after its fill.
+    with pytest.raises(SystemExit):
+        bench_scale.parse_args(["--rounds", "0"])
+    assert "argument --rounds" in capsys.readouterr().err
+    assert bench_scale.parse_args(["--rounds", "5"]).rounds == 5
