@@ -4,10 +4,11 @@ Each call of ``read.lua`` or ``apply.lua`` names the shards it touches in KEYS. 
 Cluster a call names one shard (one slot), and the calls for a batch go out in one pipeline
 that redis-py splits by node; on a single Redis one call covers every shard.
 
-redis-py's cluster pipelines refuse script objects and never load a missing script
-(docs/redis-cluster.md), so there the calls are raw EVALSHA; a shard that answers NOSCRIPT
-(a promoted replica, a flushed cache) gets its call again through the script object, which
-loads it. Reads are pure and applies idempotent, so a repeated call is harmless.
+The calls are raw EVALSHA in a pipeline: redis-py's cluster pipelines refuse script objects
+and never load a missing script (docs/redis-cluster.md), and its plain pipelines spend a round
+trip on SCRIPT EXISTS before each execute. A call that answers NOSCRIPT (a promoted replica, a
+flushed script cache, a fresh server) runs again through its script object, which loads it.
+Reads are pure and applies idempotent, so a repeated call is harmless.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from octr.store.scripts import Scripts
 #: Per shard: its number and its records.
 Runs = list[tuple[int, bytes]]
 
+_NO_ROWS = np.empty(0, np.intp)
 #: Records per script call on a single Redis, in bytes: ~100k of them is ~4 ms of Redis time.
 CALL_BYTES = 1 << 17
 
@@ -53,6 +55,10 @@ class StateShards:
         self.layout = layout
         self.scripts = scripts
         self.one_shard_per_call = isinstance(redis, RedisCluster)
+        # Key names per shard, made once: a pass names up to every shard, in every call.
+        shards = [keys.shard(index) for index in range(layout.shards)]
+        self._applied = [shard.applied for shard in shards]
+        self._prefixes = [shard.bucket_prefix for shard in shards]
 
     def _calls(self, runs: Runs) -> list[Runs]:
         """Shards grouped into script calls: one each on a cluster; else whole shards up to
@@ -74,29 +80,20 @@ class StateShards:
     def _keys_args(self, runs: Runs) -> tuple[list[str], list[Any]]:
         keys, args = [], []
         for shard, blob in runs:
-            shard_keys = self.keys.shard(shard)
-            keys.append(shard_keys.applied)
-            args += [shard_keys.bucket_prefix, blob]
+            keys.append(self._applied[shard])
+            args += [self._prefixes[shard], blob]
         return keys, args
 
     async def _run(
         self, script: Any, head: list[Any], calls: list[Runs], step: bool = False
     ) -> list[Any]:
-        """One script call per group of shards, in one pipeline; with ``step``, the model's
-        step and calibration fit first (one HMGET)."""
-        if self.one_shard_per_call:
-            return await self._run_on_cluster(script, head, calls, step)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if step:
-                pipe.hmget(self.keys.meta, "t", FIT_FIELD)
-            for runs in calls:
-                keys, args = self._keys_args(runs)
-                await script(keys=keys, args=head + args, client=pipe)
-            return list(await pipe.execute())
+        """One script call per group of shards, in one pipeline of raw EVALSHAs; with
+        ``step``, the model's step and calibration fit first (one HMGET).
 
-    async def _run_on_cluster(
-        self, script: Any, head: list[Any], calls: list[Runs], step: bool
-    ) -> list[Any]:
+        Raw, not through the script objects: redis-py's pipeline then asks SCRIPT EXISTS in
+        a round trip of its own before every execute, which doubled the round trips of a
+        single ``/predict``. A call that answers NOSCRIPT runs again through its script
+        object, which loads it."""
         called = [self._keys_args(runs) for runs in calls]
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -106,8 +103,10 @@ class StateShards:
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
                 replies = list(await pipe.execute(raise_on_error=False))
         except (ConnectionError, TimeoutError):
-            # A pipeline-only client never refreshes its slot map by itself after a failover.
-            await self.redis.aclose()
+            if self.one_shard_per_call:
+                # A pipeline-only client never refreshes its slot map by itself after a
+                # failover.
+                await self.redis.aclose()
             raise
         offset = int(step)
         for index, reply in enumerate(replies):
@@ -115,7 +114,8 @@ class StateShards:
                 keys, args = called[index - offset]
                 replies[index] = await script(keys=keys, args=head + args)
             elif isinstance(reply, Exception):
-                await self.redis.aclose()
+                if self.one_shard_per_call:
+                    await self.redis.aclose()
                 raise reply
         return replies
 
@@ -123,15 +123,17 @@ class StateShards:
         """The stored state of ``ids``."""
         layout = self.layout
         lookups = layout.lookups(ids)
-        state = np.zeros((len(ids), layout.width))
-        stored = np.zeros(len(ids), dtype=bool)
         calls = self._calls([(shard, blob) for shard, blob, _ in lookups])
         head = [layout.field_bytes, layout.value_bytes]
         (t, fit), *replies = await self._run(self.scripts.read, head, calls, step=True)
-        replies = [part for reply in replies for part in reply]
-        for (_, _, rows), values, flags in zip(lookups, replies[::2], replies[1::2], strict=True):
-            state[rows] = layout.values(values, len(rows))
-            stored[rows] = np.frombuffer(flags, np.uint8).astype(bool)
+        parts = [part for reply in replies for part in reply]
+        # The replies follow the records, shards in order: one decode for all of them, not
+        # a few numpy calls per shard.
+        order = np.concatenate([rows for _, _, rows in lookups]) if lookups else _NO_ROWS
+        state = np.zeros((len(ids), layout.width))
+        stored = np.zeros(len(ids), dtype=bool)
+        state[order] = layout.values(b"".join(parts[::2]), len(order))
+        stored[order] = np.frombuffer(b"".join(parts[1::2]), np.bool_)
         return Rows(state, stored, int(t or 0), fit)
 
     async def apply(self, seq: int, runs: Runs) -> None:

@@ -69,6 +69,36 @@ async def test_a_large_commit_goes_out_in_several_calls_and_every_shard_applies_
     assert read.stored.all()
 
 
+async def script_calls(store: object) -> dict[str, int]:
+    """Calls per script command so far (INFO commandstats), by command name."""
+    stats = await store.redis.info("commandstats")  # type: ignore[attr-defined]
+    return {name: int(entry["calls"]) for name, entry in stats.items()}
+
+
+async def test_reads_and_applies_take_one_round_trip_and_survive_a_flushed_script_cache(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=1 << 12, shards=16)
+    rng = np.random.default_rng(5)
+    ids = np.unique(rng.integers(0, 2**64 - 1, size=2_000, dtype=np.uint64, endpoint=True))
+    state = rng.normal(size=(len(ids), store.spec.width))
+    # A fresh script cache: each call answers NOSCRIPT once and runs again, loaded.
+    await store.redis.script_flush()
+    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    np.testing.assert_array_equal((await store.shards.read(ids)).state, state)
+    before = await script_calls(store)
+    await store.shards.apply(2, store.spec.layout.records(ids, state + 1))
+    read = await store.shards.read(ids)
+    np.testing.assert_array_equal(read.state, state + 1)
+    after = await script_calls(store)
+    # redis-py's pipelines of script objects ask SCRIPT EXISTS in a round trip of their own
+    # before each execute; raw EVALSHAs do not.
+    assert after.get("cmdstat_script|exists", 0) == before.get("cmdstat_script|exists", 0)
+    assert after["cmdstat_evalsha"] - before["cmdstat_evalsha"] == 2
+    await store.redis.script_flush()
+    np.testing.assert_array_equal((await store.shards.read(ids)).state, state + 1)
+
+
 async def test_the_encoding_is_part_of_the_model(make_store: MakeStore) -> None:
     store = await make_store("ftrl", encoding="compact")
     assert (await store.redis.hget(store.keys.meta, "encoding")) == b"compact"
