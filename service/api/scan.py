@@ -10,8 +10,7 @@ printable ASCII without escapes::
     {"examples": [{"features": {"site": "news", "os": "ios"}, "label": 1}, ...]}
     {"features": {"site": "news", "os": "ios"}, "label": 1}
 
-(``/predict``'s batch without labels: it leaves single examples to the general path, where
-they measured faster). :func:`scan` reads exactly those shapes from the body's bytes
+(``/predict``'s without labels). :func:`scan` reads exactly those shapes from the body's bytes
 (any JSON whitespace, the two keys of an example in either order) and says where each field
 and value are; anything else (a number or list value, an escape, a byte outside printable
 ASCII, another key, a duplicate field, an empty object, a label that is not the integer 0 or
@@ -82,13 +81,17 @@ class Scanned:
     indptr: NDArray[np.int64]
     spans: NDArray[np.int64]
     labels: NDArray[np.float64]
+    #: The most features of one example.
+    widest: int = 0
+    #: Whether the body was one example (``{"features": ...}``) rather than a batch.
+    single: bool = False
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
 
     def within(self, limits: Limits) -> bool:
         """Whether the examples are within a model's per-request limits."""
-        return limits.within(len(self), int(np.diff(self.indptr).max()))
+        return limits.within(len(self), self.widest)
 
     def name(self, body: bytes, k: int) -> bytes:
         """Feature ``k``'s name, ``field=value``."""
@@ -101,27 +104,24 @@ class Scanned:
 JSON_TYPE = re.compile(r"application/json(;\s*charset=utf-8)?", re.IGNORECASE)
 
 
-async def scanned_body(
-    request: Request, want_label: bool, single: bool = True
-) -> tuple[bytes, Scanned | None]:
+async def scanned_body(request: Request, want_label: bool) -> tuple[bytes, Scanned | None]:
     """The request's body, and what :func:`scan` reads of it (None for any other body)."""
     if not JSON_TYPE.fullmatch(request.headers.get("content-type", "")):
         return b"", None
     body = await request.body()
-    return body, scan(body, want_label, single)
+    return body, scan(body, want_label)
 
 
-def scan(body: bytes, want_label: bool, single: bool = True) -> Scanned | None:
-    """The body's features and labels if it has a plain shape, else None; with ``single``
-    False, only the batch shape (a single example's body is then refused at its first key)."""
+def scan(body: bytes, want_label: bool) -> Scanned | None:
+    """The body's features and labels if it has a plain shape, else None."""
     data = np.frombuffer(body, np.uint8)
-    ok, examples, features, indptr, spans, labels = _scan(
-        data, want_label, single, _EXAMPLES, _KEYS
+    ok, examples, features, widest, one, indptr, spans, labels = _scan(
+        data, want_label, _EXAMPLES, _KEYS
     )
     if not ok:
         return None
     labels = labels[:examples] if want_label else labels[:0]
-    return Scanned(indptr[: examples + 1], spans[:features], labels)
+    return Scanned(indptr[: examples + 1], spans[:features], labels, widest, one)
 
 
 def warm_up() -> None:
@@ -155,13 +155,13 @@ class NameIds:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
         bias first in each example, then its features in order."""
         data = np.frombuffer(body, np.uint8)
-        ids, hashes = _look_up(data, scanned.spans, self.slots, self.arena)
-        missing = np.flatnonzero(hashes != 0)
-        if len(missing):
+        ids, hashes, unseen = _look_up(data, scanned.spans, self.slots, self.arena)
+        if unseen:
+            missing = np.flatnonzero(hashes)
             self._learn(body, scanned, missing, hashes[missing], ids)
-        sizes = np.diff(scanned.indptr)
-        with_bias = np.insert(ids, scanned.indptr[:-1], self.hasher.bias_id)
-        indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
+        # One compiled pass, not numpy's insert, diff and cumsum: for the one example of a
+        # single /predict those calls' fixed costs were most of the look-up.
+        indptr, with_bias = _with_bias(ids, scanned.indptr, self.hasher.bias_id)
         batch = Batch(indptr, with_bias.view(np.uint64), np.ones(len(with_bias)), scanned.labels)
         return merge_repeats(batch) if self.hasher.hash_bits is not None else batch
 
@@ -410,11 +410,11 @@ def _example(
 
 @compiled
 def _scan(
-    data: U8, want_label: bool, single: bool, examples_key: U8, keys: Keys
-) -> tuple[bool, int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
-    """A plain body (see the module; a single example's only if ``single``): whether it is
-    one, the examples, the features, and the arrays of :class:`Scanned` (to cut to those
-    lengths)."""
+    data: U8, want_label: bool, examples_key: U8, keys: Keys
+) -> tuple[bool, int, int, int, bool, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """A plain body (see the module): whether it is one, the examples, the features, the
+    most features of one example, whether it is a single example, and the arrays of
+    :class:`Scanned` (to cut to those lengths)."""
     n = len(data)
     # Every feature takes at least 6 bytes ("a":"") and every example 21 ({"features":{..}}).
     indptr = np.zeros(n // 21 + 2, np.int64)
@@ -422,24 +422,25 @@ def _scan(
     labels = np.empty(n // 21 + 1, np.float64)
     start = _space(data, 0)
     i = _after(data, start, 123)  # {
-    if i < 0 or not (single or _is(data, i, examples_key)):
-        return False, 0, 0, indptr, spans, labels
+    if i < 0:
+        return False, 0, 0, 0, False, indptr, spans, labels
     if not _is(data, i, examples_key):  # a single example: the body is its object
         end, k, labels[0] = _example(data, start, want_label, spans, 0, keys)
         indptr[1] = k
-        return end >= 0 and _space(data, end) == n, 1, k, indptr, spans, labels
+        return end >= 0 and _space(data, end) == n, 1, k, k, True, indptr, spans, labels
     i = _after(data, _after(data, _space(data, i + len(examples_key)), 58), 91)  # : [
-    examples, k = 0, 0
+    examples, k, widest = 0, 0, 0
     while i >= 0:
         i, k, labels[examples] = _example(data, i, want_label, spans, k, keys)
+        widest = max(widest, k - indptr[examples])
         examples += 1
         indptr[examples] = k
         i = _space(data, i) if i >= 0 else -1
         if i >= 0 and i < n and data[i] == 93:  # ]
             i = _after(data, _space(data, i + 1), 125)  # }
-            return i == n, examples, k, indptr, spans, labels
+            return i == n, examples, k, widest, False, indptr, spans, labels
         i = _after(data, i, 44)  # ,
-    return False, 0, 0, indptr, spans, labels
+    return False, 0, 0, 0, False, indptr, spans, labels
 
 
 @compiled
@@ -448,11 +449,13 @@ def _look_up(
     spans: NDArray[np.int64],
     slots: NDArray[np.int64],
     arena: U8,
-) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
-    """Each feature's id from the table, and 0; or, for a name not in it, its hash."""
+) -> tuple[NDArray[np.int64], NDArray[np.uint64], int]:
+    """Each feature's id from the table, and 0; or, for a name not in it, its hash; and how
+    many names were not in it."""
     count = len(spans)
     found = np.zeros(count, np.int64)
     missing = np.zeros(count, np.uint64)
+    unseen = count
     mask = len(slots) - 1
     for k in range(count):
         field, field_end, value, value_end = spans[k, 0], spans[k, 1], spans[k, 2], spans[k, 3]
@@ -465,9 +468,29 @@ def _look_up(
             ):
                 found[k] = slots[slot, _ID]
                 missing[k] = 0
+                unseen -= 1
                 break
             slot = (slot + 1) & mask
-    return found, missing
+    return found, missing, unseen
+
+
+@compiled
+def _with_bias(
+    ids: NDArray[np.int64], indptr: NDArray[np.int64], bias: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The examples' ids with ``bias`` first in each, and their new ``indptr``."""
+    examples = len(indptr) - 1
+    out_indptr = np.zeros(examples + 1, np.int64)
+    out = np.empty(len(ids) + examples, np.int64)
+    k = 0
+    for j in range(examples):
+        out[k] = bias
+        k += 1
+        for i in range(indptr[j], indptr[j + 1]):
+            out[k] = ids[i]
+            k += 1
+        out_indptr[j + 1] = k
+    return out_indptr, out
 
 
 @inlined

@@ -141,9 +141,11 @@ def test_one_example_is_read_as_the_general_path_reads_it() -> None:
     body = b' {"label": 0, "features": {"a": "x", "b": "y"}}\n'
     found = scan(body, want_label=True)
     assert found is not None and found.indptr.tolist() == [0, 2]
-    assert scan(body, want_label=True, single=False) is None  # as /predict asks
+    assert found.single and found.widest == 2
     assert_same(NameIds(FeatureHasher()).batch(body, found), general(body, FeatureHasher()))
-    assert scan(PLAIN, want_label=True, single=False) is not None
+    batch = scan(PLAIN, want_label=True)
+    assert batch is not None and not batch.single
+    assert batch.widest == 2 and len(batch) == 2
 
 
 def test_without_labels_only_features_are_read() -> None:

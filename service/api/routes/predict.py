@@ -22,20 +22,18 @@ from service.api.served import Scores, ServedModel
 
 
 async def predict_scanned(request: Request) -> Response | None:
-    """What :func:`predict` answers, for a batch body :func:`~service.api.scan.scan` reads
-    (features only); None for any other body, a group, or a body over the model's limits."""
+    """What :func:`predict` answers, for a body :func:`~service.api.scan.scan` reads (one
+    example or a batch, features only); None for any other body, a group, or a body over
+    the model's limits."""
     started = time.perf_counter()
-    # A single example is left to the general path, refused at its first key: with wrk's 32
-    # connections it answered about 10% more requests a second that way (alternating runs),
-    # where /learn's single examples gained as much from the scan; a batch gains twice.
-    body, scanned = await scanned_body(request, want_label=False, single=False)
+    body, scanned = await scanned_body(request, want_label=False)
     if scanned is None:
         return None
     model = await requested(request)
     if not isinstance(model, ServedModel) or not scanned.within(model.limits):
         return None
     scores = await model.predict_hashed(model.names.batch(body, scanned))
-    return _answer(model, scores, False, started)
+    return _answer(model, scores, scanned.single, started)
 
 
 router = APIRouter(tags=["predictions"], route_class=scanned_route(predict_scanned))
