@@ -18,6 +18,9 @@ the touched fields (see :mod:`octr.store.layout` for the bytes).
 >>> keys = ModelKeys("default")
 >>> keys.meta, keys.shard(3).applied, keys.shard(3).bucket_prefix
 ('octr:{default}:meta', 'octr:{default/3}:applied', 'octr:{default/3}:b:')
+>>> head, tail = keys.bucket_prefix_parts
+>>> head + "3" + tail == keys.shard(3).bucket_prefix
+True
 >>> ModelKeys("challenger", group="ctr").meta
 'octr:{g:ctr}:model:challenger:meta'
 """
@@ -160,6 +163,12 @@ class ModelKeys:
         """The keys of state shard ``index``."""
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
         return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:")
+
+    @property
+    def bucket_prefix_parts(self) -> tuple[str, str]:
+        """What comes before and after a shard's number in its bucket key prefix (the read
+        script builds the prefix of any shard from them)."""
+        return f"{PREFIX}:{{{self.model}/", "}:b:"
 
     @property
     def bucket_pattern(self) -> str:

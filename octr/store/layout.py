@@ -14,8 +14,9 @@ listpack while it has at most ``hash-max-listpack-entries`` (128) fields and no 
 value of ``value_bytes + 2`` and its share of the bucket key's overhead. Listpack's integer
 encodings would save nothing here: a 24-bit integer takes 5 bytes, as a 3-byte string does.
 
-A *record* as the Lua scripts take it is ``u32 bucket | field`` (reads) or
-``u32 bucket | field | value`` (writes), grouped by shard and sorted by bucket within one.
+A *record* as the Lua scripts take it is ``u16 shard | u32 bucket | field`` (reads, in any
+order) or ``u32 bucket | field | value`` (writes, grouped by shard and sorted by bucket within
+one).
 
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
 >>> ids = np.array([0x1234, 0xFFFF_FFFF_FFFF_FFF1], np.uint64)
@@ -103,9 +104,17 @@ class Layout:
             first, last = bounds[shard], bounds[shard + 1]
             yield int(shard), table[first:last].tobytes(), order[first:last]
 
-    def lookups(self, ids: NDArray[np.uint64]) -> list[tuple[int, bytes, NDArray[np.intp]]]:
-        """Read records per shard, and which of ``ids`` each record is."""
-        return list(self._runs(ids, []))
+    def reads(self, ids: NDArray[np.uint64]) -> NDArray[np.uint8]:
+        """The read record of each id, one row per id, in the order of ``ids``."""
+        buckets = self.bucket_of(ids)
+        shards = (buckets & np.uint32(self.shards - 1)).astype("<u2")
+        return np.hstack(
+            [
+                shards.view(np.uint8).reshape(-1, 2),
+                buckets.astype("<u4").view(np.uint8).reshape(-1, 4),
+                self._fields(ids),
+            ]
+        )
 
     def records(self, ids: NDArray[np.uint64], state: Array) -> list[tuple[int, bytes]]:
         """Write records per shard for ``ids`` and their ``state`` rows."""

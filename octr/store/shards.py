@@ -1,8 +1,9 @@
 """Reading and writing features' state in the shards: cost per touched feature.
 
-Each call of ``read.lua`` or ``apply.lua`` names the shards it touches in KEYS. On Redis
-Cluster a call names one shard (one slot), and the calls for a batch go out in one pipeline
-that redis-py splits by node; on a single Redis one call covers every shard.
+On Redis Cluster each call of ``read.lua`` or ``apply.lua`` names the one shard (one slot) it
+touches in KEYS, and the calls for a batch go out in one pipeline that redis-py splits by
+node. On a single Redis one call covers every shard: ``apply.lua`` still names them (it marks
+each applied), ``read.lua`` takes its records flat, each with its shard's number.
 
 The calls are raw EVALSHA in a pipeline: redis-py's cluster pipelines refuse script objects
 and never load a missing script (docs/redis-cluster.md), and its plain pipelines spend a round
@@ -29,7 +30,8 @@ from octr.store.scripts import Scripts
 #: Per shard: its number and its records.
 Runs = list[tuple[int, bytes]]
 
-_NO_ROWS = np.empty(0, np.intp)
+#: A script call's KEYS and the arguments after its head.
+Call = tuple[list[str], list[Any]]
 #: Records per script call on a single Redis, in bytes: ~100k of them is ~4 ms of Redis time.
 CALL_BYTES = 1 << 17
 
@@ -77,7 +79,7 @@ class StateShards:
             size += len(run[1])
         return calls
 
-    def _keys_args(self, runs: Runs) -> tuple[list[str], list[Any]]:
+    def _keys_args(self, runs: Runs) -> Call:
         keys, args = [], []
         for shard, blob in runs:
             keys.append(self._applied[shard])
@@ -85,7 +87,7 @@ class StateShards:
         return keys, args
 
     async def _run(
-        self, script: Any, head: list[Any], calls: list[Runs], step: bool = False
+        self, script: Any, head: list[Any], called: list[Call], step: bool = False
     ) -> list[Any]:
         """One script call per group of shards, in one pipeline of raw EVALSHAs; with
         ``step``, the model's step and calibration fit first (one HMGET).
@@ -94,7 +96,6 @@ class StateShards:
         a round trip of its own before every execute, which doubled the round trips of a
         single ``/predict``. A call that answers NOSCRIPT runs again through its script
         object, which loads it."""
-        called = [self._keys_args(runs) for runs in calls]
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 if step:
@@ -122,21 +123,36 @@ class StateShards:
     async def read(self, ids: NDArray[np.uint64]) -> Rows:
         """The stored state of ``ids``."""
         layout = self.layout
-        lookups = layout.lookups(ids)
-        calls = self._calls([(shard, blob) for shard, blob, _ in lookups])
-        head = [layout.field_bytes, layout.value_bytes]
-        (t, fit), *replies = await self._run(self.scripts.read, head, calls, step=True)
-        parts = [part for reply in replies for part in reply]
-        # The replies follow the records, shards in order: one decode for all of them, not
-        # a few numpy calls per shard.
-        order = np.concatenate([rows for _, _, rows in lookups]) if lookups else _NO_ROWS
-        state = np.zeros((len(ids), layout.width))
-        stored = np.zeros(len(ids), dtype=bool)
-        state[order] = layout.values(b"".join(parts[::2]), len(order))
-        stored[order] = np.frombuffer(b"".join(parts[1::2]), np.bool_)
+        called, order = self._read_calls(ids)
+        head = [layout.field_bytes, layout.value_bytes, *self.keys.bucket_prefix_parts]
+        (t, fit), *replies = await self._run(self.scripts.read, head, called, step=True)
+        values = layout.values(b"".join(reply[0] for reply in replies), len(ids))
+        flags = np.frombuffer(b"".join(reply[1] for reply in replies), np.bool_)
+        if order is None:
+            state, stored = values.copy(), flags.copy()
+        else:
+            state, stored = np.empty_like(values), np.empty_like(flags)
+            state[order], stored[order] = values, flags
         return Rows(state, stored, int(t or 0), fit)
+
+    def _read_calls(self, ids: NDArray[np.uint64]) -> tuple[list[Call], NDArray[np.intp] | None]:
+        """The read script's calls for ``ids``, and the order their replies come in (None:
+        that of ``ids``). On a single Redis the records go as they are, cut every
+        :data:`CALL_BYTES`; on a cluster, one call per shard."""
+        records = self.layout.reads(ids)
+        if not self.one_shard_per_call:
+            step = max(1, CALL_BYTES // records.shape[1])
+            return [([], [records[i : i + step].tobytes()]) for i in range(0, len(ids), step)], None
+        shards = self.layout.shard_of(ids)
+        order = np.argsort(shards, kind="stable")
+        bounds = np.searchsorted(shards[order], np.arange(self.layout.shards + 1))
+        called: list[Call] = [
+            ([self._applied[shard]], [records[order[bounds[shard] : bounds[shard + 1]]].tobytes()])
+            for shard in np.flatnonzero(np.diff(bounds)).tolist()
+        ]
+        return called, order
 
     async def apply(self, seq: int, runs: Runs) -> None:
         """Apply commit ``seq``'s records to their shards (a no-op where already applied)."""
         head = [seq, self.layout.field_bytes, self.layout.value_bytes]
-        await self._run(self.scripts.apply, head, self._calls(runs))
+        await self._run(self.scripts.apply, head, [self._keys_args(c) for c in self._calls(runs)])

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
@@ -20,6 +21,8 @@ from redis.exceptions import (
     ResponseError,
 )
 
+from octr.store.state import ModelStore, spec_from
+from online_ctr.rules import get_rule
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
 from tests.local_cluster import LocalCluster
 
@@ -201,3 +204,26 @@ async def test_transaction_needs_its_keys_in_one_slot(cluster: RedisCluster) -> 
     script = cluster.register_script(INCR_META)
     with pytest.raises(RedisClusterException, match="all keys must map to the same key slot"):
         await script(keys=["octr:{m/7}:meta", "octr:{m/8}:meta"], args=[1])
+
+
+async def test_state_reads_one_call_per_shard_and_answer_in_the_order_asked(
+    cluster: RedisCluster,
+) -> None:
+    """The store's own reads and applies on the cluster: per shard, each on its master,
+    the state read back in the order of the ids asked for, unknown ids as zeros."""
+    store = ModelStore(cluster, spec_from("c", "ftrl", get_rule("ftrl").params(), None, 256, 64))
+    await store.ensure()
+    rng = np.random.default_rng(11)
+    ids = np.unique(rng.integers(0, 2**64 - 1, size=3_000, dtype=np.uint64, endpoint=True))
+    state = rng.normal(size=(len(ids), store.spec.width))
+    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    unknown = rng.integers(0, 2**64 - 1, size=200, dtype=np.uint64, endpoint=True)
+    asked = np.concatenate([ids, unknown])
+    rng.shuffle(asked)
+    called, order = store.shards._read_calls(asked)
+    assert len(called) == 64 and order is not None
+    read = await store.shards.read(asked)
+    known = {int(i): row for i, row in zip(ids, state, strict=True)}
+    expected = np.array([known.get(int(i), np.zeros(store.spec.width)) for i in asked])
+    np.testing.assert_array_equal(read.state, expected)
+    np.testing.assert_array_equal(read.stored, [int(i) in known for i in asked])
