@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
 
-from octr.store.state import ModelMismatchError
+from octr.store.state import ModelMismatchError, ModelStore
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
@@ -50,13 +51,19 @@ async def test_one_bucket_takes_a_commit_of_thousands_of_features(make_store: Ma
     np.testing.assert_array_equal(await store.weights(ids), expected)
 
 
+def random_state(store: ModelStore, count: int, seed: int) -> tuple[Any, Any]:
+    """Up to ``count`` distinct random feature ids over the whole 64-bit range, and a random
+    state row for each."""
+    rng = np.random.default_rng(seed)
+    ids = np.unique(rng.integers(0, 2**64 - 1, size=count, dtype=np.uint64, endpoint=True))
+    return ids, rng.normal(size=(len(ids), store.spec.width))
+
+
 async def test_a_large_commit_goes_out_in_several_calls_and_every_shard_applies_it_once(
     make_store: MakeStore,
 ) -> None:
     store = await make_store("ftrl", buckets=1 << 12, shards=16)
-    rng = np.random.default_rng(3)
-    ids = np.unique(rng.integers(0, 2**64 - 1, size=30_000, dtype=np.uint64, endpoint=True))
-    state = rng.normal(size=(len(ids), store.spec.width))
+    ids, state = random_state(store, 30_000, seed=3)
     runs = store.spec.layout.records(ids, state)
     calls = store.shards._calls(runs)
     assert len(calls) > 2, "the commit should need several calls"
@@ -69,9 +76,9 @@ async def test_a_large_commit_goes_out_in_several_calls_and_every_shard_applies_
     assert read.stored.all()
 
 
-async def script_calls(store: object) -> dict[str, int]:
+async def script_calls(store: ModelStore) -> dict[str, int]:
     """Calls per script command so far (INFO commandstats), by command name."""
-    stats = await store.redis.info("commandstats")  # type: ignore[attr-defined]
+    stats = await store.redis.info("commandstats")
     return {name: int(entry["calls"]) for name, entry in stats.items()}
 
 
@@ -79,9 +86,7 @@ async def test_reads_and_applies_take_one_round_trip_and_survive_a_flushed_scrip
     make_store: MakeStore,
 ) -> None:
     store = await make_store("ftrl", buckets=1 << 12, shards=16)
-    rng = np.random.default_rng(5)
-    ids = np.unique(rng.integers(0, 2**64 - 1, size=2_000, dtype=np.uint64, endpoint=True))
-    state = rng.normal(size=(len(ids), store.spec.width))
+    ids, state = random_state(store, 2_000, seed=5)
     # A fresh script cache: each call answers NOSCRIPT once and runs again, loaded.
     await store.redis.script_flush()
     await store.shards.apply(1, store.spec.layout.records(ids, state))
