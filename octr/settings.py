@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     worker_cache_features: int = Field(
         2_000_000, ge=1, description="Features whose state a worker keeps in memory, at most."
     )
+    predict_cache_features: int = Field(
+        1_000_000,
+        ge=0,
+        description="Features whose state the API keeps in memory per model for /predict, "
+        "kept exact by the redo log (about 60 bytes each; 0: off; single Redis only).",
+    )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     auc_window: int = Field(
         100_000,

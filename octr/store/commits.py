@@ -107,7 +107,9 @@ class CommitLog:
     async def trim(self, through: int) -> None:
         """Forget redo entries up to commit ``through`` (every shard has applied them), but
         none a snapshot export still needs (``pins.lua``)."""
-        await self.scripts.trim(keys=[self.keys.redo, self.keys.pins], args=[through])
+        await self.scripts.trim(
+            keys=[self.keys.redo, self.keys.pins, self.keys.meta], args=[through]
+        )
 
 
 def _runs(fields: dict[bytes, bytes]) -> Runs:

@@ -36,7 +36,7 @@ local seq = redis.call('HINCRBY', meta, 'seq', 1)
 local fields = {}
 for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
 if #fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(fields)) end
-if ARGV[12] ~= '0' then trim_redo(redo, KEYS[6], tonumber(ARGV[12])) end
+if ARGV[12] ~= '0' then trim_redo(redo, KEYS[6], meta, tonumber(ARGV[12])) end
 
 local leaving, entering, steps = ARGV[7], ARGV[8], ARGV[9]
 local members = {}

@@ -21,6 +21,8 @@ the touched fields (see :mod:`octr.store.layout` for the bytes).
 >>> head, tail = keys.bucket_prefix_parts
 >>> head + "3" + tail == keys.shard(3).bucket_prefix
 True
+>>> head + "3" + keys.applied_tail == keys.shard(3).applied
+True
 >>> ModelKeys("challenger", group="ctr").meta
 'octr:{g:ctr}:model:challenger:meta'
 """
@@ -169,6 +171,11 @@ class ModelKeys:
         """What comes before and after a shard's number in its bucket key prefix (the read
         script builds the prefix of any shard from them)."""
         return f"{PREFIX}:{{{self.model}/", "}:b:"
+
+    @property
+    def applied_tail(self) -> str:
+        """What comes after a shard's number in its ``applied`` key (head as above)."""
+        return "}:applied"
 
     @property
     def bucket_pattern(self) -> str:

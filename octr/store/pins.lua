@@ -3,7 +3,9 @@
 -- The pins hash holds, per export, '<first seq it needs> <deadline, ms of Redis time>'; an
 -- export renews its deadline while it works, and a pin past its deadline is dropped here
 -- (its export died, or will notice and fail: it can no longer roll forward).
-local function trim_redo(redo, pins, through)
+-- The meta's 'trimmed' says up to which commit the log has been trimmed (every shard has those
+-- commits): a serving copy behind it has missed changes (octr/store/serve.lua).
+local function trim_redo(redo, pins, meta, through)
   local held = redis.call('HGETALL', pins)
   if #held > 0 then
     local now = redis.call('TIME')
@@ -17,5 +19,10 @@ local function trim_redo(redo, pins, through)
       end
     end
   end
-  if through > 0 then redis.call('XTRIM', redo, 'MINID', through + 1) end
+  if through > 0 then
+    redis.call('XTRIM', redo, 'MINID', through + 1)
+    if through > tonumber(redis.call('HGET', meta, 'trimmed') or '0') then
+      redis.call('HSET', meta, 'trimmed', through)
+    end
+  end
 end

@@ -13,18 +13,19 @@ def _source(name: str) -> str:
 
 
 #: Scripts that trim the redo log get the pin-aware ``trim_redo`` of ``pins.lua`` first; those
-#: that read or write buckets, ``bucket_key`` of ``buckets.lua``.
+#: that read or write buckets, ``bucket_key`` of ``buckets.lua``, and those that read them,
+#: ``read_records`` of ``reads.lua``.
 _PRELUDE = {
-    "finalize": "pins.lua",
-    "trim": "pins.lua",
-    "read": "buckets.lua",
-    "apply": "buckets.lua",
+    "finalize": ("pins.lua",),
+    "trim": ("pins.lua",),
+    "read": ("buckets.lua", "reads.lua"),
+    "serve": ("buckets.lua", "reads.lua"),
+    "apply": ("buckets.lua",),
 }
 
 
 def _script(name: str) -> str:
-    prelude = _PRELUDE.get(name)
-    return (_source(prelude) + "\n" if prelude else "") + _source(f"{name}.lua")
+    return "".join(_source(part) + "\n" for part in (*_PRELUDE.get(name, ()), f"{name}.lua"))
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Scripts:
     """Every script, registered on one client."""
 
     read: Any
+    serve: Any
     apply: Any
     finalize: Any
     lease: Any

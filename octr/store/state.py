@@ -2,7 +2,8 @@
 share (:class:`ModelStore`).
 
 The layout of the keys is in :mod:`octr.store.keys`, of the bytes in :mod:`octr.store.layout`;
-reading and writing state per touched feature is :mod:`octr.store.shards`, committing learned
+reading and writing state per touched feature is :mod:`octr.store.shards` (and serving from a
+copy of hot features, :mod:`octr.store.replica`), committing learned
 groups exactly once is :mod:`octr.store.commits`, the single learner's lease
 :mod:`octr.store.lease`.
 """
@@ -22,8 +23,9 @@ from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
+from octr.store.replica import Fresh, StateReplica
 from octr.store.scripts import Scripts
-from octr.store.shards import StateShards
+from octr.store.shards import Rows, StateShards
 from online_ctr.calibration import Calibration, Histogram, PowerFit
 from online_ctr.compact import CompactCodec, check_encoding
 from online_ctr.numeric import Numeric
@@ -138,13 +140,21 @@ def _text(value: bytes | str) -> str:
 class ModelStore:
     """Reads and writes one model; shared by the API and the worker."""
 
-    def __init__(self, redis: Any, spec: ModelSpec) -> None:
+    def __init__(self, redis: Any, spec: ModelSpec, replica_features: int = 0) -> None:
+        """``replica_features``: serve from a copy of at most that many hot features
+        (:mod:`octr.store.replica`; 0, or on Redis Cluster: read every feature from the
+        shards)."""
         self.redis = redis
         self.spec = spec
         self.keys = ModelKeys(spec.name, spec.group)
         self.scripts = Scripts.register(redis)
         self.shards = StateShards(redis, self.keys, spec.layout, self.scripts)
         self.log = CommitLog(redis, self.keys, self.scripts)
+        self.replica = None
+        if replica_features and not self.shards.one_shard_per_call:
+            self.replica = StateReplica(
+                redis, self.keys, spec.layout, self.scripts, replica_features
+            )
 
     async def ensure(self, create: bool = True) -> None:
         """Create the model (its meta hash) if new; refuse a different existing one. Without
@@ -177,7 +187,11 @@ class ModelStore:
     async def serving(self, ids: NDArray[np.uint64], rates: bool = False) -> Serving:
         """What scoring ``ids`` needs, from one read: their weights, with ``rates`` their
         step sizes (for the uncertainty), and the calibration fit if the model has one."""
-        rows = await self.shards.read(ids)
+        rows: Fresh | Rows | None = None
+        if self.replica is not None:
+            rows = await self.replica.read(ids)
+        if rows is None:
+            rows = await self.shards.read(ids)
         spec = self.spec
         return Serving(
             weights=spec.rule.weights(rows.state, rows.t, spec.params),

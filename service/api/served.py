@@ -88,7 +88,7 @@ class ServedModel:
         self.name = spec.name
         self.own = own
         self._register = register
-        self.store = ModelStore(redis, spec)
+        self.store = ModelStore(redis, spec, settings.predict_cache_features)
         keys = self.store.keys
         window = settings.idempotency_window_s
         self.feedback = FeedbackLog(redis, keys.feedback, [keys], window)

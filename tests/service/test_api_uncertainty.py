@@ -98,7 +98,8 @@ def test_uncertainty_costs_no_extra_redis_command(client: TestClient, settings: 
     bodies = [{"features": x} for x in EXAMPLES] + [{"examples": [{"features": EXAMPLES[1]}] * 5}]
     counted = {}
     for asked in (False, True):
-        predict(client, {"features": EXAMPLES[0], "uncertainty": asked})  # warm: the same path
+        for body in bodies:  # warm: the same path, and the API's copy holds these features
+            predict(client, {**body, "uncertainty": asked})
         plain.config_resetstat()
         for body in bodies:
             predict(client, {**body, "uncertainty": asked})
@@ -108,8 +109,10 @@ def test_uncertainty_costs_no_extra_redis_command(client: TestClient, settings: 
         asked: {k: v for k, v in c.items() if k != "cmdstat_config"} for asked, c in counted.items()
     }
     assert counted[True] == counted[False]
-    # One pipeline per request: the step and calibration fit (one HMGET) and the read script.
-    assert counted[False]["cmdstat_hmget"] == len(bodies)
+    # One call per request: the serving script, whose HMGET reads the step and calibration fit
+    # (and nothing else: the API's copy of these features is up to date).
+    assert counted[False]["cmdstat_hmget"] == counted[False]["cmdstat_evalsha"] == len(bodies)
+    assert "cmdstat_hget" not in counted[False]
 
 
 @pytest.mark.parametrize(
