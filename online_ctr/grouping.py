@@ -91,6 +91,15 @@ def unique_inverse(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray
     return distinct[order], rank[first_inverse]
 
 
+def distinct_inverse(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
+    """Like :func:`unique_inverse`, but the distinct ids in no particular order: for scoring,
+    which sums each example's weights in its own order whatever order the distinct ids are
+    in, the sort of the distinct ids is wasted (5% of a batch ``/predict``'s CPU)."""
+    if len(ids) < SMALL:
+        return unique_inverse(ids)
+    return _distinct(np.ascontiguousarray(ids, dtype=np.uint64))
+
+
 def warm_up() -> None:
     """Compile (or load from numba's cache) the grouping pass now, not in a first request."""
     _distinct(np.zeros(1, np.uint64))

@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.features import Batch
-from online_ctr.grouping import unique_inverse
+from online_ctr.grouping import distinct_inverse, unique_inverse
 from online_ctr.rules.base import Array, Rule
 
 #: Logits are clipped here before the sigmoid: exp(35) is finite and 1 - sigmoid(35) ~ 6e-16
@@ -66,6 +66,12 @@ class Step(Scored):
 def unique_features(batch: Batch) -> Features:
     """Group a batch's feature occurrences by id."""
     ids, inverse = unique_inverse(batch.ids)
+    return Features(ids=ids, inverse=inverse)
+
+
+def scoring_features(batch: Batch) -> Features:
+    """:func:`unique_features` for scoring only: the distinct ids in no particular order."""
+    ids, inverse = distinct_inverse(batch.ids)
     return Features(ids=ids, inverse=inverse)
 
 

@@ -109,11 +109,14 @@ class StateReplica:
 
     async def _read(self, ids: NDArray[np.uint64]) -> Fresh | None:
         rows = self.table.rows(ids, create=False)
-        hit = rows >= 0
+        missing = rows < 0
         epoch, seq = self.epoch, self.seq
-        state = np.empty((len(ids), self.layout.width))
-        state[hit] = self.table.data[rows[hit]]  # copied now: the table may change meanwhile
-        missing = ~hit
+        # Copied now (fancy indexing copies): the table may change while Redis answers.
+        if missing.any():
+            state = np.empty((len(ids), self.layout.width))
+            state[~missing] = self.table.data[rows[~missing]]
+        else:
+            state = self.table.data[rows]
         reply = await self.scripts.serve(
             keys=[self.keys.meta, self.keys.redo],
             args=[epoch, seq, MOST_COMMITS, *self._head, self.layout.reads(ids[missing]).tobytes()],

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import Request
@@ -227,6 +227,14 @@ def _grown(array: NDArray[Grown], size: int) -> NDArray[Grown]:
     return grown
 
 
+@inlined
+def _at(data: U8, i: int) -> Any:
+    """``data[i]`` for an ``i`` known to be in range: an unsigned index spares numba's
+    negative-index wrap-around (measured: scanning a body of 1,000 Criteo rows ~12% faster
+    with it in the string loops; ``_space`` was slower with it)."""
+    return data[np.uint64(i)]
+
+
 @helper
 def _space(data: U8, i: int) -> int:
     """The first position at or after ``i`` that is not JSON whitespace."""
@@ -245,7 +253,7 @@ def _string_end(data: U8, i: int) -> int:
         return -1
     j = i + 1
     while j < n:
-        c = data[j]
+        c = _at(data, j)
         if c == _QUOTE:
             return j
         if c < 32 or c > 126 or c == _BACKSLASH:
@@ -258,21 +266,20 @@ def _string_end(data: U8, i: int) -> int:
 def _word(data: U8, i: int, n: int) -> np.uint64:
     """The ``n`` (at most 8) bytes at ``i`` as one little-endian integer."""
     w = np.uint64(0)
+    start = np.uint64(i)  # unsigned, as in _at: the name look-up ran ~30% faster
     for j in range(n):
-        w |= np.uint64(data[i + j]) << np.uint64(8 * j)
+        w |= np.uint64(data[start + np.uint64(j)]) << np.uint64(8 * j)
     return w
 
 
 @inlined
 def _equal(a: U8, i: int, b: U8, j: int, length: int) -> bool:
-    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes (compared 8
-    at a time: a Criteo name is a dozen bytes)."""
-    k = 0
-    while k + 8 <= length:
-        if _word(a, i + k, 8) != _word(b, j + k, 8):
+    """Whether ``a[i:i + length]`` and ``b[j:j + length]`` hold the same bytes."""
+    a_i, b_j = np.uint64(i), np.uint64(j)  # unsigned, as in _at
+    for k in range(length):  # noqa: SIM110 - numba compiles no generator expression
+        if a[a_i + np.uint64(k)] != b[b_j + np.uint64(k)]:
             return False
-        k += 8
-    return bool(_word(a, i + k, length - k) == _word(b, j + k, length - k))
+    return True
 
 
 @helper
@@ -353,7 +360,7 @@ def _features(
         if end < 0:
             return -1, k
         for c in range(i + 1, end):
-            if data[c] == _EQUALS:
+            if _at(data, c) == _EQUALS:
                 return -1, k
         spans[k, 0], spans[k, 1] = i + 1, end
         i = _after(data, _space(data, end + 1), 58)  # :
@@ -456,11 +463,11 @@ def _look_up(
     found = np.zeros(count, np.int64)
     missing = np.zeros(count, np.uint64)
     unseen = count
-    mask = len(slots) - 1
+    mask = np.uint64(len(slots) - 1)
     for k in range(count):
         field, field_end, value, value_end = spans[k, 0], spans[k, 1], spans[k, 2], spans[k, 3]
         h = _name_hash(data, field, field_end, value, value_end)
-        slot = np.int64(h & np.uint64(mask))
+        slot = h & mask  # unsigned: no negative-index wrap-around in the probes
         missing[k] = h
         while slots[slot, _NAME] != 0:
             if np.uint64(slots[slot, _HASH]) == h and _same_name(
@@ -470,7 +477,7 @@ def _look_up(
                 missing[k] = 0
                 unseen -= 1
                 break
-            slot = (slot + 1) & mask
+            slot = (slot + np.uint64(1)) & mask
     return found, missing, unseen
 
 

@@ -23,7 +23,7 @@ from octr.store.impressions import Joined
 from octr.store.ingest import Appended, FeedbackLog, ModelDeletedError
 from octr.store.state import ModelInfo, ModelSpec, ModelStore
 from online_ctr.features import Batch, Example, FeatureHasher, concat
-from online_ctr.learner import logits, sigmoid, unique_features
+from online_ctr.learner import logits, scoring_features, sigmoid
 from online_ctr.rules.base import uncertainty
 from service.api.coalesce import Coalescer
 from service.api.joins import ServedJoins
@@ -144,7 +144,7 @@ class ServedModel:
         """Score several requests' examples in one pass: one Redis read, one numpy pass."""
         await self.ensure()
         batch = self._hash(requests)
-        features = unique_features(batch)
+        features = scoring_features(batch)
         wanted = any(request.uncertainty for request in requests)
         served = await self.store.serving(features.ids, rates=wanted)
         s = logits(batch, features, served.weights)
