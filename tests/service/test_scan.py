@@ -91,6 +91,25 @@ def test_names_table_keeps_every_name_as_it_grows(data_dir: Path) -> None:
     assert names.count == count
 
 
+def test_names_on_both_sides_of_the_inline_bytes_are_told_apart() -> None:
+    # A slot holds a name's first 16 bytes; longer names are compared in the arena too.
+    # Names that share their first 15, 16 or 17 bytes, or differ only in length, or only
+    # in one byte anywhere, must each get their own id.
+    base = "fieldname=" + "v" * 30
+    names_used = {base[:n] for n in range(3, len(base) + 1) if "=" in base[: n - 1]}
+    names_used |= {base[:k] + "w" + base[k + 1 :] for k in range(len(base)) if base[k] != "="}
+    # Thousands that share their first 16 bytes and their length: the table's probes run
+    # into one another's slots.
+    names_used |= {f"fieldname=vvvvvv{k:024d}" for k in range(3000)}
+    features = [dict([name.split("=", 1)]) for name in sorted(names_used)]
+    body = json.dumps({"examples": [{"features": f, "label": 0} for f in features]}).encode()
+    names, hasher = NameIds(FeatureHasher()), FeatureHasher()
+    want = general(body, hasher)
+    assert_same(scanned(body, names), want)
+    assert_same(scanned(body, names), want)  # from the table
+    assert want is not None and len(set(want.ids.tolist())) == len(features) + 1  # and the bias
+
+
 def one(field: str, value: str) -> bytes:
     return json.dumps({"examples": [{"features": {field: value}, "label": 1}]}).encode()
 
