@@ -62,12 +62,12 @@ _QUOTE, _BACKSLASH, _EQUALS = 34, 92, 61
 _EXAMPLES = np.frombuffer(b'"examples"', np.uint8)
 _FEATURES = np.frombuffer(b'"features"', np.uint8)
 _LABEL = np.frombuffer(b'"label"', np.uint8)
-#: A slot of the names table: the name's hash (its bits), where its bytes are in the arena
-#: (start << 16 | length; 0: empty), its id, and the name's first 16 bytes as two words
-#: (zero-padded). A probe reads one slot's 40 bytes, and a name of at most 16 bytes (all of
-#: Criteo's) is compared there; only a longer one reads its remaining bytes in the arena.
-#: Comparing in the arena was a second dependent cache miss per name: 60% of the look-up.
-_HASH, _NAME, _ID, _HEAD, _TAIL = range(5)
+#: A slot of the names table: where the name's bytes are in the arena (start << 16 | length;
+#: 0: empty), its id, and its first 16 bytes as two words (zero-padded). A probe reads one
+#: slot's 32 bytes (half a cache line), and a name of at most 16 bytes (all of Criteo's) is
+#: compared there; only a longer one reads its remaining bytes in the arena. Comparing in
+#: the arena was a second dependent cache miss per name: 60% of the look-up.
+_NAME, _ID, _HEAD, _TAIL = range(4)
 _INLINE = 16
 _LENGTH_BITS = 16  # a name is at most 256 + 1 + 1024 bytes
 Keys = tuple[U8, U8, int, int]
@@ -148,7 +148,7 @@ class NameIds:
 
     def _reset(self) -> None:
         self.count = 0
-        self.slots = np.zeros((1 << 12, 5), np.int64)  # at most half full; see _HASH
+        self.slots = np.zeros((1 << 12, 4), np.int64)  # at most half full; see _NAME
         self.hashes = np.empty(1 << 11, np.uint64)
         self.ids = np.empty(1 << 11, np.int64)
         self.starts = np.zeros((1 << 11) + 1, np.int64)  # name i: arena[starts[i]:starts[i + 1]]
@@ -201,7 +201,7 @@ class NameIds:
         self.arena[used : self.starts[count]] = np.frombuffer(b"".join(names), np.uint8)
         self.count = count
         if 2 * count > len(self.slots):
-            self.slots = np.zeros((_doubled(len(self.slots), 2 * count), 5), np.int64)
+            self.slots = np.zeros((_doubled(len(self.slots), 2 * count), 4), np.int64)
             first = 0  # every name placed again
         _place(self.slots, self.hashes, self.ids, self.starts, self.arena, first, count)
 
@@ -476,8 +476,7 @@ def _look_up(
         missing[k] = h
         while slots[slot, _NAME] != 0:
             if (
-                np.uint64(slots[slot, _HASH]) == h
-                and slots[slot, _HEAD] == np.int64(head)
+                slots[slot, _HEAD] == np.int64(head)
                 and slots[slot, _TAIL] == np.int64(tail)
                 and slots[slot, _NAME] & ((1 << _LENGTH_BITS) - 1) == length
                 and (
@@ -581,6 +580,6 @@ def _place(
         while slots[slot, _NAME] != 0:
             slot = (slot + 1) & mask
         name = (starts[e] << _LENGTH_BITS) | (starts[e + 1] - starts[e])
-        slots[slot, _HASH], slots[slot, _NAME], slots[slot, _ID] = np.int64(hashes[e]), name, ids[e]
+        slots[slot, _NAME], slots[slot, _ID] = name, ids[e]
         head, tail = _arena_words(arena, starts[e], starts[e + 1] - starts[e])
         slots[slot, _HEAD], slots[slot, _TAIL] = np.int64(head), np.int64(tail)
