@@ -110,16 +110,19 @@ class StateReplica:
     async def _read(self, ids: NDArray[np.uint64]) -> Fresh | None:
         rows = self.table.rows(ids, create=False)
         missing = rows < 0
+        lacked = ids[missing]
         epoch, seq = self.epoch, self.seq
         # Copied now (fancy indexing copies): the table may change while Redis answers.
-        if missing.any():
+        if len(lacked):
             state = np.empty((len(ids), self.layout.width))
             state[~missing] = self.table.data[rows[~missing]]
-        else:
+            records_asked = self.layout.reads(lacked).tobytes()
+        else:  # the usual pass once warm: nothing to read
             state = self.table.data[rows]
+            records_asked = b""
         reply = await self.scripts.serve(
             keys=[self.keys.meta, self.keys.redo],
-            args=[epoch, seq, MOST_COMMITS, *self._head, self.layout.reads(ids[missing]).tobytes()],
+            args=[epoch, seq, MOST_COMMITS, *self._head, records_asked],
         )
         status, new_epoch, new_seq, t, fit, *read = reply
         new_seq = int(new_seq)
@@ -127,11 +130,12 @@ class StateReplica:
             self._restart(new_epoch, new_seq)
             return None
         changes, values, _ = read
-        state[missing] = self.layout.values(values, int(missing.sum()))
+        if len(lacked):
+            state[missing] = self.layout.values(values, len(lacked))
         changed = latest(*records(self.layout, changes)) if changes else None
         if changed is not None:
             _overlay(ids, state, *changed)
-        self._keep(epoch, seq, new_seq, changed, ids[missing], state[missing])
+        self._keep(epoch, seq, new_seq, changed, lacked, state[missing])
         return Fresh(state, int(t), fit or None)
 
     def _keep(

@@ -130,3 +130,15 @@ def test_a_plain_body_over_the_limits_gets_the_validated_answer(client: TestClie
     reply = client.post("/learn", content=body, headers={"content-type": "application/json"})
     assert reply.status_code == 422
     assert "1001 examples; at most 1000 per request" in reply.json()["detail"]
+
+
+def test_names_learned_do_not_enter_the_table_of_names_predicted(client: TestClient) -> None:
+    # A stream of new features through /learn must not crowd out, or slow, the look-up of
+    # the names /predict sees again and again.
+    own = client.app.state.catalog.own  # type: ignore[attr-defined]
+    body = {"examples": [{"features": {"f": f"v{i}"}, "label": i % 2} for i in range(500)]}
+    assert client.post("/learn", json=body).status_code == 202
+    assert own.learn_names.count == 500 and own.names.count == 0
+    reply = client.post("/predict", json={"features": {"f": "v1", "g": "w"}})
+    assert reply.status_code == 200
+    assert own.names.count == 2 and own.learn_names.count == 500

@@ -78,7 +78,7 @@ async def learn_scanned(request: Request) -> Response | None:
     if not isinstance(model, ServedModel) or not scanned.within(model.limits):
         return None
     key = idempotency_key(request)
-    appended = await model.append(model.names.batch(body, scanned), key)
+    appended = await model.append(model.learn_names.batch(body, scanned), key)
     return _json({"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed)
 
 
