@@ -527,10 +527,7 @@ def _name_words(
             byte = np.uint64(_EQUALS)
         else:
             byte = np.uint64(data[np.uint64(value + p - size - 1)])
-        if p < 8:
-            head |= byte << np.uint64(8 * p)
-        else:
-            tail |= byte << np.uint64(8 * (p - 8))
+        head, tail = _packed(head, tail, p, byte)
     return head, tail
 
 
@@ -539,12 +536,18 @@ def _arena_words(arena: U8, start: int, length: int) -> tuple[np.uint64, np.uint
     """:func:`_name_words` of the arena's name at ``start``."""
     head, tail = np.uint64(0), np.uint64(0)
     for p in range(min(_INLINE, length)):
-        byte = np.uint64(arena[np.uint64(start + p)])
-        if p < 8:
-            head |= byte << np.uint64(8 * p)
-        else:
-            tail |= byte << np.uint64(8 * (p - 8))
+        head, tail = _packed(head, tail, p, np.uint64(arena[np.uint64(start + p)]))
     return head, tail
+
+
+@inlined
+def _packed(
+    head: np.uint64, tail: np.uint64, p: int, byte: np.uint64
+) -> tuple[np.uint64, np.uint64]:
+    """The two words with ``byte`` put at position ``p`` (below 16) of the name."""
+    if p < 8:
+        return head | (byte << np.uint64(8 * p)), tail
+    return head, tail | (byte << np.uint64(8 * (p - 8)))
 
 
 @inlined

@@ -34,6 +34,25 @@ async def served(replica: StateReplica, ids: np.ndarray) -> np.ndarray:
     return fresh.state
 
 
+async def model_of(
+    make_store: MakeStore,
+    count: int,
+    seed: int,
+    applied: bool,
+    rule: str = "ftrl",
+    buckets: int = 1 << 8,
+    shards: int = 4,
+) -> tuple[ModelStore, np.ndarray, np.ndarray]:
+    """A new model and ``count`` random features' states; with ``applied``, those are its
+    state (commit 1 in the shards), else it has none yet."""
+    store = await make_store(rule, buckets=buckets, shards=shards)
+    ids, state = random_state(store, count, seed=seed)
+    await store.ensure()
+    if applied:
+        await store.shards.apply(1, store.spec.layout.records(ids, state))
+    return store, ids, state
+
+
 async def commit_unapplied(store: ModelStore, ids: np.ndarray, state: np.ndarray) -> int:
     """Record a commit in the redo log as finalize.lua does, and leave the shards alone (a
     learner between its two steps)."""
@@ -67,10 +86,8 @@ async def test_the_copy_follows_every_commit_of_a_learning_worker(
 
 
 async def test_a_commit_is_served_before_its_shards_have_it(make_store: MakeStore) -> None:
-    store = await make_store("fobos", buckets=1 << 8, shards=4)
-    ids, state = random_state(store, 500, seed=2)
+    store, ids, state = await model_of(make_store, 500, 2, applied=False, rule="fobos")
     replica = replica_of(store)
-    await store.ensure()
     np.testing.assert_array_equal(await served(replica, ids), np.zeros_like(state))
     seq = await commit_unapplied(store, ids[:300], state[:300])
     expected = np.zeros_like(state)
@@ -91,10 +108,9 @@ async def test_a_commit_is_served_before_its_shards_have_it(make_store: MakeStor
 async def test_a_pass_of_cached_features_costs_redis_one_call_and_no_feature_reads(
     make_store: MakeStore,
 ) -> None:
-    store = await make_store("ftrl", buckets=1 << 12, shards=16)
-    ids, state = random_state(store, 2_000, seed=5)
-    await store.ensure()
-    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    store, ids, state = await model_of(
+        make_store, 2_000, 5, applied=True, buckets=1 << 12, shards=16
+    )
     replica = replica_of(store)
     np.testing.assert_array_equal(await served(replica, ids), state)
     before = await script_calls(store)
@@ -108,9 +124,7 @@ async def test_a_pass_of_cached_features_costs_redis_one_call_and_no_feature_rea
 
 
 async def test_the_copy_starts_again_when_it_missed_trimmed_commits(make_store: MakeStore) -> None:
-    store = await make_store("ftrl", buckets=1 << 8, shards=4)
-    ids, state = random_state(store, 400, seed=3)
-    await store.ensure()
+    store, ids, state = await model_of(make_store, 400, 3, applied=False)
     replica = replica_of(store)
     np.testing.assert_array_equal(await served(replica, ids), np.zeros_like(state))
     # Two commits, applied and trimmed while this process was idle.
@@ -138,10 +152,7 @@ async def test_the_copy_starts_again_when_it_missed_trimmed_commits(make_store: 
 
 
 async def test_a_deleted_model_is_never_served_from_the_copy(make_store: MakeStore) -> None:
-    store = await make_store("ftrl", buckets=1 << 8, shards=4)
-    ids, state = random_state(store, 300, seed=4)
-    await store.ensure()
-    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    store, ids, state = await model_of(make_store, 300, 4, applied=True)
     replica = replica_of(store)
     np.testing.assert_array_equal(await served(replica, ids), state)
     await store.delete()
@@ -152,10 +163,7 @@ async def test_a_deleted_model_is_never_served_from_the_copy(make_store: MakeSto
 
 
 async def test_the_copy_holds_at_most_its_bound(make_store: MakeStore) -> None:
-    store = await make_store("ftrl", buckets=1 << 8, shards=4)
-    ids, state = random_state(store, 3_000, seed=6)
-    await store.ensure()
-    await store.shards.apply(1, store.spec.layout.records(ids, state))
+    store, ids, state = await model_of(make_store, 3_000, 6, applied=True)
     replica = replica_of(store, max_features=1_000)
     for first in range(0, len(ids), 700):
         part = ids[first : first + 700]
@@ -169,9 +177,7 @@ async def test_the_copy_holds_at_most_its_bound(make_store: MakeStore) -> None:
 async def test_overlapping_passes_during_commits_each_see_a_committed_state(
     make_store: MakeStore,
 ) -> None:
-    store = await make_store("ftrl", buckets=1 << 8, shards=4)
-    ids, state = random_state(store, 600, seed=8)
-    await store.ensure()
+    store, ids, state = await model_of(make_store, 600, 8, applied=False)
     replica = replica_of(store)
     versions = [np.zeros_like(state)]
     for k in range(1, 6):
