@@ -268,6 +268,31 @@ def test_serving_headlines_judge_requests_p99_batch_and_ingest() -> None:
     assert "900,000 answered 202" in text and "905,000" in text
 
 
+def test_the_single_headline_is_the_median_round_as_the_section_judges() -> None:
+    # Rounds of 0.95, 0.80 and 0.85: the median ratio is 0.85 (not met), though the ratio
+    # of the medians (7,600 / 8,000 = 0.95) would say met.
+    runs = [
+        _load("noop", 1, 100_000, 5.0),
+        _load("bare", 1, 80_000, 8.0),
+        _load("predict", 1, 76_000, 8.0),
+        _load("bare", 1, 95_000, 8.0),
+        _load("predict", 1, 76_000, 10.0),
+        _load("bare", 1, 40_000, 8.0),
+        _load("predict", 1, 34_000, 12.0),
+        _load("bare", 1000, 300, 100.0),
+        _load("predict", 1000, 210, 150.0),
+    ]
+    ingested = ingest.Ingest(_load("learn", 1000, 900, 120.0), 905_000)
+    single, p99, *_ = serving.headlines(runs, ingested)
+    assert headline.row(single)[2:] == [
+        f"0.85x {serving.BARE} (4,000 requests/s)",
+        ">= 0.9x",
+        "NOT met",
+    ]
+    assert headline.row(p99)[2] == f"1.25x {serving.BARE} (8.00 ms)"
+    assert "median of 3 alternating rounds: 0.85x" in serving.render(runs, ingested)
+
+
 def test_the_drain_judged_is_the_median_round_of_the_largest_entries() -> None:
     result = _learning(0.4708)
     cores = {"worker": 1.0, "redis": 0.3}
