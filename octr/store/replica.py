@@ -28,7 +28,6 @@ shards are in different slots, which no one script can read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,8 +44,8 @@ MOST_COMMITS = 32
 
 @dataclass(frozen=True)
 class Fresh:
-    """Features' state as of commit ``seq``, with the model's step and calibration fit (its
-    stored text, None if none) as of that commit."""
+    """Features' state as of the latest commit, with the model's step and calibration fit
+    (its stored text, None if none) as of that commit."""
 
     state: Array
     t: int
@@ -75,9 +74,8 @@ class StateReplica:
     """The copy of one model's hot features, for one serving process."""
 
     def __init__(
-        self, redis: Any, keys: ModelKeys, layout: Layout, scripts: Scripts, max_features: int
+        self, keys: ModelKeys, layout: Layout, scripts: Scripts, max_features: int
     ) -> None:
-        self.redis = redis
         self.keys = keys
         self.layout = layout
         self.scripts = scripts

@@ -152,9 +152,7 @@ class ModelStore:
         self.log = CommitLog(redis, self.keys, self.scripts)
         self.replica = None
         if replica_features and not self.shards.one_shard_per_call:
-            self.replica = StateReplica(
-                redis, self.keys, spec.layout, self.scripts, replica_features
-            )
+            self.replica = StateReplica(self.keys, spec.layout, self.scripts, replica_features)
 
     async def ensure(self, create: bool = True) -> None:
         """Create the model (its meta hash) if new; refuse a different existing one. Without

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
 def replica_of(store: ModelStore, max_features: int = 1_000_000) -> StateReplica:
-    return StateReplica(store.redis, store.keys, store.spec.layout, store.scripts, max_features)
+    return StateReplica(store.keys, store.spec.layout, store.scripts, max_features)
 
 
 async def truth(store: ModelStore, ids: np.ndarray) -> np.ndarray:
