@@ -8,10 +8,9 @@ from fastapi import APIRouter, Request, Response
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
-from service.api.fastjson import scanned_route
+from service.api.fastjson import FastJSONRoute
 from service.api.groups import ServedGroup
 from service.api.joins import used_error
-from service.api.scan import scanned_body
 from service.api.schemas import (
     PredictBatchResponse,
     PredictRequest,
@@ -20,23 +19,7 @@ from service.api.schemas import (
 )
 from service.api.served import Scores, ServedModel
 
-
-async def predict_scanned(request: Request) -> Response | None:
-    """What :func:`predict` answers, for a body :func:`~service.api.scan.scan` reads (one
-    example or a batch, features only); None for any other body, a group, or a body over
-    the model's limits."""
-    started = time.perf_counter()
-    body, scanned = await scanned_body(request, want_label=False)
-    if scanned is None:
-        return None
-    model = await requested(request)
-    if not isinstance(model, ServedModel) or not scanned.within(model.limits):
-        return None
-    scores = await model.predict_hashed(model.names.batch(body, scanned))
-    return _answer(model, scores, scanned.single, started)
-
-
-router = APIRouter(tags=["predictions"], route_class=scanned_route(predict_scanned))
+router = APIRouter(tags=["predictions"], route_class=FastJSONRoute)
 
 
 @router.post(
@@ -60,10 +43,10 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     single = body.single
     lists = model.limits.check(rows, single)
     scores = await model.predict(rows, lists, body.uncertainty, body.ids())
-    return _answer(model, scores, single, started)
+    return answer(model, scores, single, started)
 
 
-def _answer(model: ServedModel, scores: Scores, single: bool, started: float) -> Response:
+def answer(model: ServedModel, scores: Scores, single: bool, started: float) -> Response:
     """The answer of a request that ``model`` scored, and its latency observed."""
     if scores.used:
         raise used_error(scores.used, single)
