@@ -90,7 +90,10 @@ def _is_predict(scope: Scope) -> bool:
     """A JSON ``POST /predict``."""
     if scope["type"] != "http" or scope["method"] != "POST":
         return False
-    if scope["path"][len(scope.get("root_path", "")) :] != "/predict":
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):  # behind a proxy's prefix, as the router sees it
+        path = path[len(root) :]
+    if path != "/predict":
         return False
     for name, value in scope["headers"]:
         if name == b"content-type":

@@ -110,3 +110,18 @@ def test_other_methods_and_paths_pass_by(lane_client: tuple[TestClient, Routed])
     slash = client.post("/predict/", content=PLAIN, headers=JSON, follow_redirects=False)
     assert slash.status_code == 307  # the router's redirect, as for any route
     assert routed.count == 2
+
+
+def test_behind_a_path_prefix_the_lane_still_answers(redis_url: str) -> None:
+    settings = Settings(redis_url=redis_url, state_buckets=64, **AUTH)
+    app = create_app(settings, CollectorRegistry())
+    with TestClient(app, headers=HEADERS, root_path="/ctr") as client:
+        assert client.get("/healthz").status_code == 200
+        lane = _lane(client.app)
+        routed = Routed(lane.app)
+        lane.app = routed
+        fast = client.post("/ctr/predict", content=PLAIN, headers=JSON)
+        assert (fast.status_code, routed.count) == (200, 0), fast.text
+        slow = client.post("/ctr/predict", content=ESCAPED, headers=JSON)
+        assert (slow.status_code, routed.count) == (200, 1), slow.text
+        assert fast.json() == slow.json()
