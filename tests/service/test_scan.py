@@ -113,9 +113,7 @@ def test_names_on_both_sides_of_the_inline_bytes_are_told_apart() -> None:
 def test_every_name_is_found_again_whatever_its_field_and_value_lengths() -> None:
     # The slot's 16 inline bytes are the field, '=' and the value's start: fields and values
     # of every length around that boundary must be found in the table the second time.
-    features = [
-        {"f" * field: "v" * value} for field in range(1, 20) for value in range(0, 20)
-    ]
+    features = [{"f" * field: "v" * value} for field in range(1, 20) for value in range(0, 20)]
     body = json.dumps({"examples": [{"features": f, "label": 0} for f in features]}).encode()
     names, hasher = NameIds(FeatureHasher()), FeatureHasher()
     want = general(body, hasher)
