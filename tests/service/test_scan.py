@@ -123,6 +123,21 @@ def test_every_name_is_found_again_whatever_its_field_and_value_lengths() -> Non
     assert names.count == count == len(features)  # none was added again
 
 
+@pytest.mark.parametrize("width", [3, 511, 513, 1500])
+def test_a_repeated_field_is_found_in_examples_of_any_width(width: int) -> None:
+    # Up to 512 fields share one table over the body; wider examples get one of their own.
+    distinct = {f"f{j}": "x" for j in range(width)}
+    plain = [{"features": distinct, "label": 1}, {"features": {"g": "y"}, "label": 0}]
+    body = json.dumps({"examples": plain}).encode()
+    found = scan(body, want_label=True)
+    assert found is not None and found.indptr.tolist() == [0, width, width + 1]
+    repeat = body.replace(f'"f{width - 1}"'.encode(), b'"f0"')  # the last field is the first
+    assert repeat != body and scan(repeat, want_label=True) is None
+    later = body.replace(b'"g"', b'"f0"').replace(b'"f0": "x"', b'"h": "x"', 1)
+    assert scan(later, want_label=True) is not None  # one per example: no repeat
+    assert general(repeat, FeatureHasher()) is not None  # validation takes it instead
+
+
 def one(field: str, value: str) -> bytes:
     return json.dumps({"examples": [{"features": {field: value}, "label": 1}]}).encode()
 
