@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from octr.settings import Settings
 from service.api.lane import PredictLane
 from service.app import create_app
+from service.embedded import RedisServer
 from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():
@@ -125,3 +126,23 @@ def test_behind_a_path_prefix_the_lane_still_answers(redis_url: str) -> None:
         slow = client.post("/ctr/predict", content=ESCAPED, headers=JSON)
         assert (slow.status_code, routed.count) == (200, 1), slow.text
         assert fast.json() == slow.json()
+
+
+def test_redis_down_is_the_routes_503_with_retry_after(
+    make_redis_server: Callable[..., RedisServer],
+) -> None:
+    server = make_redis_server(persist=False)
+    settings = Settings(
+        redis_url=server.url, state_buckets=64, redis_timeout_s=0.5, retry_after_s=3, **AUTH
+    )
+    with TestClient(create_app(settings, CollectorRegistry()), headers=HEADERS) as client:
+        assert post(client, PLAIN).status_code == 200
+        lane = _lane(client.app)
+        routed = Routed(lane.app)
+        lane.app = routed
+        server.stop()
+        fast, slow = post(client, PLAIN), post(client, ESCAPED)
+        assert (fast.status_code, slow.status_code, routed.count) == (503, 503, 1)
+        assert fast.headers["Retry-After"] == slow.headers["Retry-After"] == "3"
+        assert fast.json() == slow.json()
+        assert "Redis is unavailable" in fast.json()["detail"]
