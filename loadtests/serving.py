@@ -77,14 +77,15 @@ def single(runs: list[LoadRun], endpoint: str) -> list[LoadRun]:
     return [r for r in runs if r.endpoint == endpoint and r.batch == 1]
 
 
+def figure(run: LoadRun, p99: bool) -> float:
+    """A run's p99 latency, or its requests/s."""
+    return run.wrk.p99_ms if p99 else run.wrk.requests_per_second
+
+
 def ratios(runs: list[LoadRun], p99: bool = False) -> list[float]:
     """Per round, single ``/predict`` requests/s (or p99) over the bare endpoint's."""
-
-    def figure(run: LoadRun) -> float:
-        return run.wrk.p99_ms if p99 else run.wrk.requests_per_second
-
-    predict = [figure(r) for r in single(runs, "predict")]
-    bare = [figure(r) for r in single(runs, "bare")]
+    predict = [figure(r, p99) for r in single(runs, "predict")]
+    bare = [figure(r, p99) for r in single(runs, "bare")]
     return [p / b for p, b in zip(predict, bare, strict=True)]
 
 
@@ -105,9 +106,9 @@ def rows_of(runs: list[LoadRun]) -> list[list[Cell]]:
     ]
 
 
-def median_of(runs: list[LoadRun], endpoint: str, p99: bool = False) -> float:
-    chosen = single(runs, endpoint)
-    return statistics.median(r.wrk.p99_ms if p99 else r.wrk.requests_per_second for r in chosen)
+def median_of(runs: list[LoadRun], endpoint: str) -> float:
+    """The median requests/s of the single-example runs against ``endpoint``."""
+    return statistics.median(r.wrk.requests_per_second for r in single(runs, endpoint))
 
 
 def median_round(runs: list[LoadRun], p99: bool = False) -> tuple[float, float]:
@@ -117,11 +118,7 @@ def median_round(runs: list[LoadRun], p99: bool = False) -> tuple[float, float]:
     different rounds (which disagreed with it on this shared machine: 0.91x against 0.81x)."""
     each = ratios(runs, p99)
     index = each.index(statistics.median_low(each))
-
-    def figure(run: LoadRun) -> float:
-        return run.wrk.p99_ms if p99 else run.wrk.requests_per_second
-
-    return figure(single(runs, "predict")[index]), figure(single(runs, "bare")[index])
+    return figure(single(runs, "predict")[index], p99), figure(single(runs, "bare")[index], p99)
 
 
 def batch_run(runs: list[LoadRun], endpoint: str, batch: int = 1000) -> LoadRun:

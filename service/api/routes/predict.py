@@ -55,9 +55,9 @@ def answer(model: ServedModel, scores: Scores, single: bool, started: float) -> 
     # the bytes pydantic's to_json did (shortest floats, NaN and infinities as null) in 64%
     # of its time for 1,000 predictions.
     predictions = _predictions(scores)
-    answer: dict[str, object] = predictions[0] if single else {"predictions": predictions}
-    answer.update(model=model.name, calibrated=scores.calibrated)
-    response = Response(orjson.dumps(answer), media_type="application/json")
+    content: dict[str, object] = predictions[0] if single else {"predictions": predictions}
+    content.update(model=model.name, calibrated=scores.calibrated)
+    response = Response(orjson.dumps(content), media_type="application/json")
     model.predict_latency.observe(time.perf_counter() - started)
     return response
 
