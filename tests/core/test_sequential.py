@@ -11,10 +11,12 @@ every batch size, and FTRL against the literal Algorithm 1, all on the Criteo he
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from collections import Counter
 from functools import cache
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +30,8 @@ from online_ctr.rules.base import Array
 from online_ctr.sequential import Learned, learn_sequential
 from tests.conftest import CRITEO
 from tests.core.test_ftrl_algorithm1 import ALPHA, BETA, L1, L2, algorithm_1, featurized
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NAMES = sorted(RULES)
 
@@ -191,3 +195,23 @@ def test_an_empty_batch_learns_nothing() -> None:
     got = learn_sequential(rule, rule.params(), rule.zeros(0), 7, empty, unique_features(empty))
     assert got.probabilities.shape == got.losses.shape == (0,)
     assert got.state.shape == (0, 2)
+
+
+def test_numba_starts_without_importing_scipy_which_still_imports_after() -> None:
+    """The compiled code's first use skips numba's BLAS probe (~0.15 s of SciPy imports at
+    start-up, see online_ctr/kernels.py), and leaves SciPy's BLAS module importable."""
+    code = (
+        "import sys\n"
+        "from online_ctr.rules import get_rule\n"
+        "from online_ctr.sequential import warm_up\n"
+        "rule = get_rule('ftrl')\n"
+        "warm_up(rule, rule.params())\n"
+        "print('scipy.linalg' in sys.modules, 'numba.np.arraymath' in sys.modules)\n"
+        "import scipy.linalg.cython_blas\n"
+        "from sklearn.linear_model import LogisticRegression\n"
+        "print('imported')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.split() == ["False", "True", "imported"]
