@@ -91,7 +91,7 @@ PANELS = (
         "throughput (features/s or examples/s, log scale)",
         True,
         {
-            "fill, timed window (features/s)": "fill_features_per_s",
+            "fill, median of the timed windows (features/s)": "fill_features_per_s",
             "bulk fill (features/s)": "bulk_fill_features_per_s",
             "learned end to end (examples/s)": "learned_examples_per_s",
             "worker-only drain (examples/s)": "drain_examples_per_s",

@@ -176,19 +176,24 @@ class Rig:
 def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> SizeResult:
     """Fill the model to ``target`` tracked features, then measure every figure.
 
-    The fill's last ``fill_window`` features are timed on their own, from an idle worker, so
-    that every size's fill rate covers the same amount of work; Redis's own microseconds per
-    HGET and HSET in that window are read from ``INFO commandstats``. The other timings are
-    each the median of ``config.rounds`` runs (the machine is shared: single runs swing).
+    The fill's last ``config.rounds`` windows of ``fill_window`` features are timed one by
+    one, each from an idle worker, so that every size's fill rate covers the same amount of
+    work; its figure is their median, and Redis's own microseconds per HGET and HSET in them
+    are read from ``INFO commandstats``. The other timings are each the median of
+    ``config.rounds`` runs too (the machine is shared: single runs swing).
     """
     stack, client, bodies = rig.stack, rig.client, rig.bodies
     factory = UniqueFeatures(config.per_example, seed=target)
-    bulk = client.fill(target - config.fill_window, factory, stack.check_alive)
+    bulk = client.fill(target - config.fill_window * config.rounds, factory, stack.check_alive)
     wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
     before = command_usec(stack)
-    fill = client.fill(target, factory, stack.check_alive, WINDOW_BODY_EXAMPLES)
-    wait_until_applied(stack)
+    windows = []
+    for left in reversed(range(config.rounds)):
+        end = target - config.fill_window * left
+        windows.append(client.fill(end, factory, stack.check_alive, WINDOW_BODY_EXAMPLES))
+        wait_until_applied(stack)
     after = command_usec(stack)
+    fill_runs = tuple(w.features_per_second for w in windows if w.features > 0)
     tracked = client.progress().tracked
     grown = used_memory(stack) - scale.baseline_bytes
     count = math.ceil(config.examples / BODY_EXAMPLES)
@@ -210,8 +215,8 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         target=target,
         tracked=tracked,
         bulk_fill_features_per_s=bulk.features_per_second,
-        fill_window=fill.features,
-        fill_features_per_s=fill.features_per_second,
+        fill_window=min(w.features for w in windows),
+        fill_features_per_s=statistics.median(fill_runs) if fill_runs else math.nan,
         learned_examples_per_s=learned_rate,
         drain_examples_per_s=drain_rate,
         predict_p50_ms=statistics.median(t.p50_ms for t in single),
@@ -224,6 +229,7 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         hget_us=per_call_us(before, after, "hget"),
         hset_us=per_call_us(before, after, "hset"),
         rounds={
+            "fill_features_per_s": fill_runs,
             "learned_examples_per_s": learned_runs,
             "drain_examples_per_s": drain_runs,
             "predict_p99_ms": tuple(t.p99_ms for t in single),

@@ -45,13 +45,13 @@ TARGETS = {
 }
 #: Figures whose ratio is shown without a target.
 SHOWN = {
-    "bulk_fill_features_per_s": "bulk fill (before the timed window), features/s",
+    "bulk_fill_features_per_s": "bulk fill (before the timed windows), features/s",
     "predict_p50_ms": "single /predict p50, ms",
     "redis_bytes_per_feature": "Redis bytes per tracked feature",
     "worker_rss_mib": "worker RSS, MiB",
     "api_rss_mib": "API RSS, MiB",
-    "hget_us": "Redis microseconds per HGET in the fill window",
-    "hset_us": "Redis microseconds per HSET in the fill window",
+    "hget_us": "Redis microseconds per HGET in the fill windows",
+    "hset_us": "Redis microseconds per HSET in the fill windows",
 }
 
 
@@ -168,11 +168,13 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "the fill; it includes those Criteo features.",
             f"- **bulk fill, fill features/s**: `/learn` bodies whose examples each carry "
             f"{config.per_example} features never seen before. The bulk of the fill (bodies of "
-            f"{BODY_EXAMPLES:,} examples) stops {config.fill_window:,} features short of the "
-            "size; once the worker has learned it and applied its last commit to the shards "
-            "(its redo entry's shards all say so), those last features are posted in bodies "
-            f"of {WINDOW_BODY_EXAMPLES} examples and timed on their own (`fill features/s`, "
-            "the figure judged: the same work at every size, from an idle worker). Each: "
+            f"{BODY_EXAMPLES:,} examples) stops {config.rounds} windows of "
+            f"{config.fill_window:,} features short of the size; once the worker has learned "
+            "it and applied its last commit to the shards (its redo entry's shards all say "
+            f"so), each window is posted in bodies of {WINDOW_BODY_EXAMPLES} examples and "
+            "timed on its own, the next one once the worker has applied it (`fill "
+            "features/s`, the figure judged, is the median of the windows: the same work at "
+            "every size, from an idle worker). Each: "
             "features added over the seconds from the first post until the worker had "
             "learned them all, this process building the bodies meanwhile on the same cores "
             f"and pausing while more than {MAX_LAG_ENTRIES} bodies await the worker (which "
@@ -195,7 +197,7 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             f"at a time ({scale.tool}), {config.duration_s:g} s; requests/s x {BODY_EXAMPLES:,}; "
             f"the median of {config.rounds} runs.",
             "- **Redis us/HGET, us/HSET**: Redis's own microseconds per call of each command "
-            "in the timed fill window (`INFO commandstats`), the calls the bucket scripts make: "
+            "in the timed fill windows (`INFO commandstats`), the calls the bucket scripts make: "
             "a bucket is a listpack read field by field, so a call costs more as buckets fill.",
             "- **Redis bytes/feature**: growth of `INFO memory` `used_memory` from the empty "
             f"model ({scale.baseline_bytes / MIB:.1f} MiB, API and worker up) to right after "

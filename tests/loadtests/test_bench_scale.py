@@ -98,7 +98,7 @@ def test_quick_run_reports_every_figure(
     monkeypatch.setattr(scale, "timing_tool", lambda: tool)
     out = tmp_path / "report" / "scale.md"
     argv = ["--quick", "--duration-s", "0.5", "--out", str(out), "--data-dir", str(DATA_DIR)]
-    assert bench_scale.main(argv) == 0
+    assert bench_scale.main([*argv, "--rounds", "2"]) == 0  # two fill windows, and so on
     printed = capsys.readouterr().out
     header = "| " + " | ".join(scale_report.HEADER) + " |"
     lines = printed.splitlines()
@@ -113,6 +113,9 @@ def test_quick_run_reports_every_figure(
     assert all(line in report for line in [header, *rows])
     assert "![Cost against model size](img/scale.png)" in report
     assert f"`{tool}`" in report or f"({tool})" in report
+    fill_runs = [line for line in report.splitlines() if "| fill, features/s |" in line]
+    assert len(fill_runs) == len(bench_scale.QUICK_SIZES) + 1  # the ratio, then each size's
+    assert all(len(line.split("|")[3].split(", ")) == 2 for line in fill_runs[1:])
     image = out.parent / "img" / "scale.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
