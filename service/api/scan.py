@@ -25,8 +25,8 @@ name's bytes (compared in full, so exact); only names it has not seen are hashed
 
 >>> body = b'{"examples": [{"label": 1, "features": {"site": "news", "os": "ios"}}]}'
 >>> scanned = scan(body, want_label=True)
->>> scanned.indptr.tolist(), scanned.labels.tolist(), bytes(scanned.name(body, 1))
-([0, 2], [1.0], b'os=ios')
+>>> scanned.indptr.tolist(), scanned.labels.tolist(), scanned.names(body, np.array([1]))
+([0, 2], [1.0], [b'os=ios'])
 >>> scan(b'{"examples": [{"features": {"hour": 14}, "label": 0}]}', want_label=True) is None
 True
 """
@@ -96,10 +96,11 @@ class Scanned:
         """Whether the examples are within a model's per-request limits."""
         return limits.within(len(self), self.widest)
 
-    def name(self, body: bytes, k: int) -> bytes:
-        """Feature ``k``'s name, ``field=value``."""
-        start, end, value, value_end = self.spans[k]
-        return body[start:end] + b"=" + body[value:value_end]
+    def names(self, body: bytes, features: NDArray[np.intp]) -> list[bytes]:
+        """The names of ``features``, ``field=value`` each (the offsets as Python ints in one
+        call: indexing ``spans`` a feature at a time was most of hashing a new body's names)."""
+        spans = self.spans[features].tolist()
+        return [body[start:end] + b"=" + body[value:stop] for start, end, value, stop in spans]
 
 
 #: The content types the scanned path takes; any other goes through validation, which
@@ -182,20 +183,19 @@ class NameIds:
         hashes: NDArray[np.uint64],
         ids: NDArray[np.int64],
     ) -> None:
-        """Hash the names not in the table, all at once, and add them (once each)."""
-        names = [scanned.name(body, k) for k in missing.tolist()]
-        ids[missing] = self.hasher.ids_of_bytes(names)
-        fresh = dict(
-            zip(names, zip(hashes.tolist(), ids[missing].tolist(), strict=True), strict=True)
-        )
-        if self.count + len(fresh) > self.LIMIT:
+        """Hash the names not in the table, each once, and add them: a body the table has
+        not seen repeats its names (1,000 Criteo rows: 39,000 names, 8,000 distinct)."""
+        names = scanned.names(body, missing)
+        index: dict[bytes, int] = {}
+        which = np.fromiter((index.setdefault(n, len(index)) for n in names), np.intp, len(names))
+        distinct = list(index)
+        distinct_ids = self.hasher.ids_of_bytes(distinct)
+        ids[missing] = distinct_ids[which]
+        distinct_hashes = np.empty(len(distinct), np.uint64)
+        distinct_hashes[which] = hashes  # the same at each occurrence of a name
+        if self.count + len(distinct) > self.LIMIT:
             self._reset()
-        new = list(fresh.values())
-        self._add(
-            list(fresh),
-            np.fromiter((h for h, _ in new), np.uint64, len(new)),
-            np.fromiter((i for _, i in new), np.int64, len(new)),
-        )
+        self._add(distinct, distinct_hashes, distinct_ids)
 
     def _add(self, names: list[bytes], hashes: NDArray[np.uint64], ids: NDArray[np.int64]) -> None:
         first, count = self.count, self.count + len(names)
