@@ -176,19 +176,23 @@ class Rig:
 def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> SizeResult:
     """Fill the model to ``target`` tracked features, then measure every figure.
 
-    The fill's last ``config.rounds`` windows of ``fill_window`` features are timed one by
-    one, each from an idle worker, so that every size's fill rate covers the same amount of
-    work; its figure is their median, and Redis's own microseconds per HGET and HSET in them
-    are read from ``INFO commandstats``. The other timings are each the median of
-    ``config.rounds`` runs too (the machine is shared: single runs swing).
+    The fill's last ``config.rounds`` windows of ``fill_window`` features (fewer where the size
+    leaves no room for them) are timed one by one, each from an idle worker, so that every
+    size's fill rate covers the same amount of work; its figure is their median, and Redis's
+    own microseconds per HGET and HSET in them are read from ``INFO commandstats``. The other
+    timings are each the median of ``config.rounds`` runs too (the machine is shared: single
+    runs swing).
     """
     stack, client, bodies = rig.stack, rig.client, rig.bodies
     factory = UniqueFeatures(config.per_example, seed=target)
-    bulk = client.fill(target - config.fill_window * config.rounds, factory, stack.check_alive)
+    # Whole windows only: as many as there is room for below the size (at least one).
+    room = (target - client.progress().tracked) // config.fill_window
+    timed = max(1, min(config.rounds, room))
+    bulk = client.fill(target - config.fill_window * timed, factory, stack.check_alive)
     wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
     before = command_usec(stack)
     windows = []
-    for left in reversed(range(config.rounds)):
+    for left in reversed(range(timed)):
         end = target - config.fill_window * left
         windows.append(client.fill(end, factory, stack.check_alive, WINDOW_BODY_EXAMPLES))
         wait_until_applied(stack)
