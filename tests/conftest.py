@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,8 +14,18 @@ from service.embedded import RedisServer
 from tests.local_cluster import LocalCluster
 
 #: The shared real CTR data, beside the repository (never copied into it).
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = ROOT.parent / "shared" / "data"
 CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
+
+
+def fresh_python(code: str) -> str:
+    """What ``code`` prints when a fresh interpreter runs it from the project's root: for what
+    an import loads or leaves alone, which this session's own imports would hide."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return done.stdout
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,10 @@ every batch size, and FTRL against the literal Algorithm 1, all on the Criteo he
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from collections import Counter
 from functools import cache
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,10 +26,8 @@ from online_ctr.readers import read_examples
 from online_ctr.rules import RULES, get_rule
 from online_ctr.rules.base import Array
 from online_ctr.sequential import Learned, learn_sequential
-from tests.conftest import CRITEO
+from tests.conftest import CRITEO, fresh_python
 from tests.core.test_ftrl_algorithm1 import ALPHA, BETA, L1, L2, algorithm_1, featurized
-
-ROOT = Path(__file__).resolve().parents[2]
 
 NAMES = sorted(RULES)
 
@@ -211,7 +207,4 @@ def test_numba_starts_without_importing_scipy_which_still_imports_after() -> Non
         "from sklearn.linear_model import LogisticRegression\n"
         "print('imported')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    assert done.stdout.split() == ["False", "True", "imported"]
+    assert fresh_python(code).split() == ["False", "True", "imported"]

@@ -5,15 +5,11 @@ importing the service."""
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from online_ctr.cli import COMMANDS, build_parser, main
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import fresh_python
 
 
 def sub_commands(parser: argparse.ArgumentParser) -> set[str]:
@@ -49,7 +45,4 @@ def test_replay_does_not_import_the_service() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('service', 'workers', 'octr', 'fastapi', 'redis', 'pydantic_settings')))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert fresh_python(probe).strip() == "[]"
