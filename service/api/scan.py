@@ -184,7 +184,7 @@ class NameIds:
         ids: NDArray[np.int64],
     ) -> None:
         """Hash the names not in the table, each once, and add them: a body the table has
-        not seen repeats its names (1,000 Criteo rows: 39,000 names, 8,000 distinct)."""
+        not seen repeats its names (1,000 Criteo rows: 33,318 names, 8,131 distinct)."""
         names = scanned.names(body, missing)
         index: dict[bytes, int] = {}
         which = np.fromiter((index.setdefault(n, len(index)) for n in names), np.intp, len(names))
