@@ -40,8 +40,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learner import log_loss
-from online_ctr.stream_metrics import StreamMetrics
+from online_ctr.stream_metrics import StreamMetrics, log_loss
 
 Array = NDArray[np.float64]
 Calibration = Literal["off", "power"]

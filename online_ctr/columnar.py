@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from importlib.util import find_spec
 from typing import Any
 
 import numpy as np
@@ -35,25 +33,20 @@ from numpy.typing import NDArray
 
 from online_ctr.features import BIAS, Batch, FeatureHasher, concat, merge_repeats
 from online_ctr.kernels import compiled
+from online_ctr.parsing import Parsing, Unreadable
 from online_ctr.readers import CRITEO_COLUMNS, ReaderError, criteo_bucket, read_examples
-
-#: Bytes of the file parsed at a time: bounds memory whatever the file's size. Blocks of 4 MiB
-#: parsed 200,000 rows in about half the time blocks of 16 MiB took: the reader parses the next
-#: block while this one is encoded, and the first block is the only one nothing overlaps.
-BLOCK_BYTES = 1 << 22
-
-
-def available() -> bool:
-    """Whether pyarrow is installed."""
-    return find_spec("pyarrow") is not None
 
 
 def criteo_batches(
-    path: str | os.PathLike[str], hasher: FeatureHasher, limit: int | None = None
+    path: str | os.PathLike[str],
+    hasher: FeatureHasher,
+    limit: int | None = None,
+    parsing: Parsing | None = None,
 ) -> Iterator[Batch]:
-    """The Criteo file's examples (at most ``limit``), one batch per block parsed."""
+    """The Criteo file's examples (at most ``limit``), one batch per block parsed; from
+    ``parsing`` (of ``path``) if it was started already."""
     rows = 0
-    for block in _blocks(path, hasher):
+    for block in _blocks(path, hasher, parsing or Parsing(path)):
         if limit is not None and rows + len(block) >= limit:
             yield _head(block, limit - rows)
             return
@@ -76,73 +69,21 @@ def rechunk(batches: Iterable[Batch], size: int) -> Iterator[Batch]:
         yield concat(pending)
 
 
-def _blocks(path: str | os.PathLike[str], hasher: FeatureHasher) -> Iterator[Batch]:
+def _blocks(
+    path: str | os.PathLike[str], hasher: FeatureHasher, parsing: Parsing
+) -> Iterator[Batch]:
     """The file's rows, one batch per block pyarrow parses; a file it cannot take is
     handed to the row reader, which raises the error that names the line."""
     import pyarrow as pa
 
     columns = ColumnIds(hasher)
     try:
-        for block in _record_batches(path):
+        for block in parsing:
             yield _encode(block, columns)
-    except (pa.ArrowInvalid, _Unreadable):
+    except (pa.ArrowInvalid, Unreadable):
         for _ in read_examples(path, "criteo"):
             pass  # raises ReaderError at the first line it refuses
         raise ReaderError(path, 0, "not a Criteo file this reader can take") from None
-
-
-class _Unreadable(ValueError):
-    """A value the row reader would refuse (it finds which line, and says what is wrong)."""
-
-
-def _record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """The file's columns as strings, block by block, split on the separator and nothing
-    else (no quoting), as the row reader splits them."""
-    import pyarrow as pa
-    import pyarrow.csv as csv
-
-    with open(path, "rb") as stream:
-        first = stream.readline().decode("utf-8", "replace")
-    separator = "\t" if "\t" in first else ","
-    header = first.split(separator, 1)[0] == "label"
-    if header and tuple(first.rstrip("\r\n").split(separator)) != CRITEO_COLUMNS:
-        raise _Unreadable("header")
-    # Dictionary-encoded as parsed: each block's columns arrive as distinct values and codes.
-    text = pa.dictionary(pa.int32(), pa.string())
-    reader = csv.open_csv(
-        path,
-        read_options=csv.ReadOptions(
-            column_names=list(CRITEO_COLUMNS),
-            skip_rows=int(header),
-            block_size=BLOCK_BYTES,
-            use_threads=False,
-        ),
-        parse_options=csv.ParseOptions(
-            delimiter=separator,
-            quote_char=False,
-            double_quote=False,
-            escape_char=False,
-            ignore_empty_lines=False,
-        ),
-        convert_options=csv.ConvertOptions(
-            column_types=dict.fromkeys(CRITEO_COLUMNS, text),
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
-    )
-    yield from _read_ahead(reader)
-
-
-def _read_ahead(blocks: Iterator[Any]) -> Iterator[Any]:
-    """``blocks``, the next one parsed in another thread while this one is used: pyarrow
-    parses a block only when asked for it, and it releases the GIL while it parses, so the
-    parsing overlaps the hashing and learning of the block before (200,000 rows: the main
-    thread waited about 0.45 s for the parser without this). An error comes out in order."""
-    with ThreadPoolExecutor(1, thread_name_prefix="criteo-reader") as pool:
-        ahead = pool.submit(next, blocks, None)
-        while (block := ahead.result()) is not None:
-            ahead = pool.submit(next, blocks, None)
-            yield block
 
 
 class ColumnIds:
@@ -235,13 +176,13 @@ def _bucket(text: str) -> str:
     try:
         return criteo_bucket(text)
     except ValueError:
-        raise _Unreadable(text) from None
+        raise Unreadable(text) from None
 
 
 def _labels(column: Any) -> NDArray[np.float64]:
     values, codes = _dictionary(column)
     if not set(values) <= {"0", "1"}:
-        raise _Unreadable("label")
+        raise Unreadable("label")
     return np.array([float(v) for v in values])[codes] if values else np.empty(0)
 
 

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from online_ctr.features import Batch
 from online_ctr.grouping import distinct_inverse, unique_inverse
 from online_ctr.rules.base import Array, Rule
+from online_ctr.stream_metrics import log_loss
 
 #: Logits are clipped here before the sigmoid: exp(35) is finite and 1 - sigmoid(35) ~ 6e-16
 #: still separates from 1 in float64, so the log loss stays finite.
@@ -84,11 +85,6 @@ def logits(batch: Batch, features: Features, w: Array) -> Array:
     """``sum_i w_i x_i`` per example, for the distinct features' weights ``w``."""
     contributions = w[features.inverse] * batch.values
     return _sum_by(batch.rows(), contributions, len(batch))
-
-
-def log_loss(p: Array, y: Array) -> Array:
-    """Per-example ``-y log p - (1 - y) log(1 - p)``."""
-    return -(y * np.log(p) + (1.0 - y) * np.log1p(-p))
 
 
 def gradients(batch: Batch, features: Features, p: Array) -> tuple[Array, Array]:

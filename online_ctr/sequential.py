@@ -47,8 +47,9 @@ import numpy as np
 from online_ctr import grouping, kernels, table
 from online_ctr.compact import check_encoding
 from online_ctr.features import Batch
-from online_ctr.learner import LOGIT_CLIP, Features, log_loss
+from online_ctr.learner import LOGIT_CLIP, Features
 from online_ctr.rules.base import Array, Rule
+from online_ctr.stream_metrics import log_loss
 
 __all__ = ["Learned", "learn_sequential"]
 

@@ -26,6 +26,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 
+def log_loss(p: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per-example ``-y log p - (1 - y) log(1 - p)``."""
+    return -(y * np.log(p) + (1.0 - y) * np.log1p(-p))
+
+
 def auc(probabilities: ArrayLike, labels: ArrayLike) -> float:
     """Exact ROC AUC, ties counted one half (Mann-Whitney U); ``nan`` without both classes.
 

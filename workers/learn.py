@@ -17,9 +17,10 @@ from octr.store.commits import StateChange
 from octr.store.state import ModelStore
 from online_ctr.calibration import Histogram
 from online_ctr.features import Batch
-from online_ctr.learner import log_loss, unique_features
+from online_ctr.learner import unique_features
 from online_ctr.nonzero import nonzero_change
 from online_ctr.sequential import Learned, learn_sequential
+from online_ctr.stream_metrics import log_loss
 from workers.cache import StateCache
 
 

@@ -10,23 +10,20 @@ import gc
 import json
 import math
 import sys
-from collections.abc import Iterator
 from dataclasses import fields
-from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from online_ctr import columnar
 from online_ctr.calibration import CALIBRATIONS, Calibrator
 from online_ctr.commands.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.compact import ENCODINGS
 from online_ctr.detect import FormatError
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.progress import ProgressBar, count_lines
-from online_ctr.readers import ReaderError, Row, read_examples
-from online_ctr.replay import BatchProgress, ReplayResult, hashed, replay_batches
+from online_ctr.features import FeatureHasher
+from online_ctr.parsing import Parsing, available
+from online_ctr.readers import ReaderError
 from online_ctr.rules import RULES, Rule, get_rule
-from online_ctr.sequential import warm_up
+
+if TYPE_CHECKING:  # at run time, imported with the heavy half (see run)
+    from online_ctr.replay import ReplayResult
 
 #: Every rule's hyper-parameters, with their types and help.
 HYPER_PARAMETERS: dict[str, tuple[type, str]] = {
@@ -44,7 +41,10 @@ HYPER_PARAMETERS: dict[str, tuple[type, str]] = {
 #: 1,160 examples/s in chunks of 1 and 12,458 in chunks of 16,384, same results), and a
 #: chunk's parsed rows stay small in memory.
 SEQUENTIAL_BATCH = 16_384
-TIMED = "parse+hash+predict+learn, every pass re-reading the file; not startup or final metrics"
+TIMED = (
+    "parse+hash+predict+learn, every pass re-reading the file; not startup (which the first "
+    "block's parse overlaps) or final metrics"
+)
 
 
 class UsageError(ValueError):
@@ -123,21 +123,28 @@ def run(args: argparse.Namespace) -> int:
         given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
         params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
         hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
-        model = InMemoryModel(
-            rule, params, args.minibatch, encoding=args.encoding, calibration=args.calibration
-        )
-    except ValueError as error:  # unknown flags for the rule, values it refuses, --encoding
+    except ValueError as error:  # unknown flags for the rule, values it refuses
         return fail("replay", str(error), status=2)
     try:
         resolve_format(args)
-        warm_up(rule, params)  # compiled code loaded now: startup, not the timed replay
-        if args.format == "criteo" and columnar.available():
-            columnar.warm_up()
+    except (FormatError, OSError) as error:
+        return fail("replay", str(error), status=1)
+    parsing = Parsing(args.file) if args.format == "criteo" and available() else None
+    # Imported only now: numba and the compiled kernels load while the file's first block is
+    # parsed on the other core (200,000 rows: ~0.1 s of the whole process).
+    from online_ctr.commands import replay_file
+
+    try:
+        model = replay_file.model(args, rule, params)
+    except ValueError as error:  # --encoding, or options that refuse each other
+        return fail("replay", str(error), status=2)
+    try:
+        replay_file.warm_up(rule, params, parsing)  # startup, not the timed replay
         # Everything made so far (numba's and pyarrow's modules, the compiled code) lives until
         # exit: frozen, no collection traverses it, during the run nor at exit (200,000 rows:
         # about 0.35 s less, a sixth of the whole process).
         gc.freeze()
-        result = _replay_file(args, model, hasher)
+        result = replay_file.replay_file(args, model, hasher, parsing, batch_size(args))
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
     print(json.dumps(_output(args, result, model.calibration), allow_nan=False))
@@ -162,43 +169,6 @@ def sparsity_warning(result: ReplayResult) -> str | None:
         f"{name}={value} is likely too strong for {result.rule} on this data; "
         f"try a smaller --{name}"
     )
-
-
-def _passes(args: argparse.Namespace) -> Iterator[Row]:
-    # Lazy: each pass opens and parses the file again, and that parsing is timed.
-    return chain.from_iterable(
-        read_examples(args.file, args.format, args.limit) for _ in range(args.passes)
-    )
-
-
-def _batches(args: argparse.Namespace, hasher: FeatureHasher) -> Iterator[Batch]:
-    """The passes over the file as batches of the chunk size: read a column at a time where
-    that reader exists (Criteo, with pyarrow installed), else row by row and hashed."""
-    size = batch_size(args)
-    if args.format == "criteo" and columnar.available():
-        blocks = chain.from_iterable(
-            columnar.criteo_batches(args.file, hasher, args.limit) for _ in range(args.passes)
-        )
-        return columnar.rechunk(blocks, size)
-    return hashed(_passes(args), hasher, size)
-
-
-def _replay_file(
-    args: argparse.Namespace, model: InMemoryModel, hasher: FeatureHasher
-) -> ReplayResult:
-    if not sys.stderr.isatty():
-        return replay_batches(_batches(args, hasher), model, batch_size(args))
-    lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
-    per_pass = lines if args.limit is None else min(lines, args.limit)
-    bar = ProgressBar(sys.stderr, per_pass * args.passes)
-
-    def show(progress: BatchProgress) -> None:
-        bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
-
-    result = replay_batches(_batches(args, hasher), model, batch_size(args), on_batch=show)
-    logloss = math.nan if result.logloss is None else result.logloss
-    bar.close(result.examples, f"log loss {logloss:.4f}")
-    return result
 
 
 def _output(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from online_ctr import columnar
+from online_ctr import columnar, parsing
 from online_ctr.features import Batch, FeatureHasher, concat
 from online_ctr.readers import ReaderError, read_examples
 
@@ -40,17 +41,44 @@ def test_equals_the_row_reader(data_dir: Path, name: str, hash_bits: int | None)
 
 def test_limit_and_small_blocks(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = data_dir / FILES[0]
-    monkeypatch.setattr(columnar, "BLOCK_BYTES", 1 << 16)  # many blocks, a limit inside one
+    monkeypatch.setattr(parsing, "BLOCK_BYTES", 1 << 16)  # many blocks, a limit inside one
     blocks = list(columnar.criteo_batches(path, FeatureHasher(), limit=1234))
     assert len(blocks) > 1
     assert_same(concat(blocks), row_batch(path, FeatureHasher(), 1234))
+
+
+def readers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("criteo-reader")]
+
+
+def test_parsing_starts_when_made_and_stops_with_the_reader(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay command makes it before the kernels load, so that the first block is parsed
+    meanwhile: its thread runs from then, and ends when the reader stops (here at a limit)."""
+    path = data_dir / FILES[0]
+    monkeypatch.setattr(parsing, "BLOCK_BYTES", 1 << 16)
+    assert not readers()
+    started = parsing.Parsing(path)
+    assert readers()
+    blocks = list(columnar.criteo_batches(path, FeatureHasher(), limit=1234, parsing=started))
+    assert_same(concat(blocks), row_batch(path, FeatureHasher(), 1234))
+    assert not readers()
+
+
+def test_a_missing_file_fails_when_read_not_when_parsing_starts(tmp_path: Path) -> None:
+    path = tmp_path / "gone.tsv"
+    started = parsing.Parsing(path)
+    with pytest.raises(FileNotFoundError):
+        list(columnar.criteo_batches(path, FeatureHasher(), parsing=started))
+    assert not readers()
 
 
 def test_forgetting_field_texts_changes_nothing(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = data_dir / FILES[0]
-    monkeypatch.setattr(columnar, "BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(parsing, "BLOCK_BYTES", 1 << 16)
     monkeypatch.setattr(columnar, "KNOWN_PER_COLUMN", 50)  # dropped in most blocks
     got = concat(list(columnar.criteo_batches(path, FeatureHasher())))
     assert_same(got, row_batch(path, FeatureHasher()))

@@ -27,7 +27,6 @@ from online_ctr.learner import (
     LOGIT_CLIP,
     gradients,
     learn,
-    log_loss,
     logits,
     sigmoid,
     unique_features,
@@ -35,6 +34,7 @@ from online_ctr.learner import (
 from online_ctr.model import InMemoryModel
 from online_ctr.rules import RULES
 from online_ctr.rules.base import Array, Rule
+from online_ctr.stream_metrics import log_loss
 
 NAMES = sorted(RULES)
 

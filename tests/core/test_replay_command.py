@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from online_ctr import columnar
+from online_ctr.commands import replay as replay_command
 from online_ctr.commands.replay import TIMED, register
 from online_ctr.features import FeatureHasher
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.replay import replay
 from online_ctr.rules import get_rule
+from tests.conftest import fresh_python
 
 REQUIRED = {
     "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",
@@ -215,7 +216,7 @@ def test_either_reader_gives_the_same_replay(
     pytest.importorskip("pyarrow")
     outputs = []
     for columns in (True, False):
-        monkeypatch.setattr(columnar, "available", lambda columns=columns: columns)
+        monkeypatch.setattr(replay_command, "available", lambda columns=columns: columns)
         assert run(criteo, "--limit", 7000, *flags) == 0
         outputs.append(last_json(capsys))
     by_columns, by_rows = ({k: v for k, v in o.items() if k not in SPEED} for o in outputs)
@@ -254,3 +255,18 @@ def test_the_compact_encoding_refuses_what_it_cannot_do(
     assert captured.out == ""
     assert captured.err.startswith(f"online-ctr replay: error: {message}")
     assert captured.err.count("\n") == 1
+
+
+def test_the_command_line_loads_numba_only_once_the_parse_has_started() -> None:
+    """``run`` starts parsing the file before it imports the heavy half, so that numba's import
+    and the kernels' loading overlap the first block's parse: the command's module, which the
+    command line imports to build its parser, must not import numba itself."""
+    code = (
+        "import sys\n"
+        "from online_ctr.cli import build_parser\n"
+        "build_parser('replay')\n"
+        "print('numba' in sys.modules, 'online_ctr.commands.replay' in sys.modules)\n"
+        "import online_ctr.commands.replay_file\n"
+        "print('numba' in sys.modules)\n"
+    )
+    assert fresh_python(code).split() == ["False", "True", "True"]

@@ -26,10 +26,10 @@ from octr.store.keys import ModelKeys
 from octr.store.state import ModelStore
 from octr.wiring import model_spec
 from online_ctr.features import Example, FeatureHasher
-from online_ctr.learner import log_loss
 from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.replay import replay
+from online_ctr.stream_metrics import log_loss
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
