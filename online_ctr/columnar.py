@@ -69,6 +69,20 @@ def rechunk(batches: Iterable[Batch], size: int) -> Iterator[Batch]:
         yield concat(pending)
 
 
+def pieces(batches: Iterable[Batch], size: int) -> Iterator[Batch]:
+    """The same examples in batches of at most ``size``, each a view of one of ``batches``
+    (only the row offsets of a split are copied): for the exact sequential learner, whose
+    results do not depend on how the examples are grouped. :func:`rechunk`'s exact sizes
+    copy every example once (200,000 Criteo rows: ~0.05 s of a 0.45 s replay)."""
+    for batch in batches:
+        while len(batch) > size:
+            first, rest = _split(batch, size)
+            yield first
+            batch = rest[0]
+        if len(batch):
+            yield batch
+
+
 def _blocks(
     path: str | os.PathLike[str], hasher: FeatureHasher, parsing: Parsing
 ) -> Iterator[Batch]:

@@ -69,9 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-size",
         type=integer(1),
-        help="examples read, hashed and learned at a time (still one by one, in order): it "
-        "does not change the results, except with --minibatch, where it is the mini-batch "
-        f"size; default: {SEQUENTIAL_BATCH:,} (1 with --minibatch)",
+        help="most examples read, hashed and learned at a time (still one by one, in order): "
+        "it does not change the results, except with --minibatch, where it is the mini-batch "
+        "size, and with --calibration power, refitted after each batch of exactly this many; "
+        f"default: {SEQUENTIAL_BATCH:,} (1 with --minibatch)",
     )
     parser.add_argument(
         "--minibatch",

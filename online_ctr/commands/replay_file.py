@@ -47,16 +47,20 @@ def passes(args: argparse.Namespace) -> Iterator[Row]:
 def batches(
     args: argparse.Namespace, hasher: FeatureHasher, parsing: Parsing | None, size: int
 ) -> Iterator[Batch]:
-    """The passes over the file as batches of the chunk size: read a column at a time where
-    that reader exists (Criteo, with pyarrow installed; the first pass from ``parsing``,
-    started already) of ``size`` examples, else row by row and hashed."""
-    if parsing is not None:
-        blocks = chain.from_iterable(
-            columnar.criteo_batches(args.file, hasher, args.limit, parsing if p == 0 else None)
-            for p in range(args.passes)
-        )
+    """The passes over the file in batches of ``size`` examples: read a column at a time
+    where that reader exists (Criteo, with pyarrow installed; the first pass from
+    ``parsing``, started already), else row by row and hashed. Where the grouping changes
+    nothing (the exact learner, no calibration refitted per batch), the column reader's
+    blocks are only cut to at most ``size`` examples, not copied into batches of exactly it."""
+    if parsing is None:
+        return hashed(passes(args), hasher, size)
+    blocks = chain.from_iterable(
+        columnar.criteo_batches(args.file, hasher, args.limit, parsing if p == 0 else None)
+        for p in range(args.passes)
+    )
+    if args.minibatch or args.calibration != "off":
         return columnar.rechunk(blocks, size)
-    return hashed(passes(args), hasher, size)
+    return columnar.pieces(blocks, size)
 
 
 def replay_file(

@@ -100,6 +100,21 @@ def test_rechunk_keeps_every_example_in_order(data_dir: Path) -> None:
     assert_same(concat(chunks), whole)
 
 
+def test_pieces_cut_blocks_without_copying_their_examples(data_dir: Path) -> None:
+    path = data_dir / FILES[1]
+    hasher = FeatureHasher()
+    whole = row_batch(path, hasher)
+    rows = list(read_examples(path, "criteo"))
+    blocks = [
+        hasher.batch([x for x, _ in part], [y for _, y in part])
+        for part in (rows[:130], rows[130:])
+    ]
+    cut = list(columnar.pieces(iter(blocks), 64))
+    assert [len(c) for c in cut] == [64, 64, 2, 64, len(whole) - 194]
+    assert_same(concat(cut), whole)
+    assert all(np.shares_memory(c.ids, blocks[0 if i < 3 else 1].ids) for i, c in enumerate(cut))
+
+
 GOOD = "1\t5" + "\t" * 25 + "ab" + "\t" * 13
 
 

@@ -220,7 +220,16 @@ def test_either_reader_gives_the_same_replay(
         assert run(criteo, "--limit", 7000, *flags) == 0
         outputs.append(last_json(capsys))
     by_columns, by_rows = ({k: v for k, v in o.items() if k not in SPEED} for o in outputs)
-    assert by_columns == by_rows  # the same batches, so the same metrics to the last bit
+    # The column reader cuts its blocks into batches rather than copying them into batches of
+    # exactly --batch-size: the same learning (state and predictions to the last bit: AUC and
+    # counts), but the sums of losses and of predictions are added batch by batch, so they may
+    # differ in the last bits (1e-12 relative: what issue 8 allows between batch sizes).
+    sums = ("logloss", "calibration")
+    assert {k: v for k, v in by_columns.items() if k not in sums} == {
+        k: v for k, v in by_rows.items() if k not in sums
+    }
+    for name in sums:
+        assert by_columns[name] == pytest.approx(by_rows[name], rel=1e-12, abs=0)
 
 
 def test_the_compact_encoding_is_what_the_service_would_store(
