@@ -71,7 +71,8 @@ def unique_features(batch: Batch) -> Features:
 
 
 def scoring_features(batch: Batch) -> Features:
-    """:func:`unique_features` for scoring only: the distinct ids in no particular order."""
+    """:func:`unique_features` with the distinct ids in no particular order: for scoring, and
+    for learning where each id's row is found by the id (an in-process model's table)."""
     ids, inverse = distinct_inverse(batch.ids)
     return Features(ids=ids, inverse=inverse)
 
