@@ -24,7 +24,7 @@ def available() -> bool:
 
 #: Bytes of the file parsed at a time: bounds memory whatever the file's size. Blocks of 4 MiB
 #: parsed 200,000 rows in about half the time blocks of 16 MiB took: the reader parses the next
-#: block while this one is encoded, and the first block is the only one nothing overlaps.
+#: block while this one is encoded (and the first one while the replay starts up).
 BLOCK_BYTES = 1 << 22
 
 
@@ -74,9 +74,10 @@ class Parsing:
     """A Criteo file's blocks, each parsed in another thread one ahead of its use, from the
     moment this is made. pyarrow parses a block only when asked for it, and it releases the
     GIL while it parses, so the parsing overlaps the hashing and learning of the block before
-    (200,000 rows: the main thread waited about 0.45 s for the parser without this); made
-    before the kernels are warmed up, the first block's parse (pyarrow's import, the reader's
-    opening and the block: about 0.1 s) overlaps the warm-up too. An error comes out in order.
+    (200,000 rows: the main thread waited about 0.45 s for the parser without this). Made
+    before numba is imported, the first block's parse (pyarrow's import, the reader's opening
+    and the block: the main thread waited 80-140 ms for it after the warm-up) overlaps the
+    import and the warm-up, which lose ~50 ms to it in the GIL. An error comes out in order.
     Iterate it once.
     """
 
