@@ -2,7 +2,7 @@
 as it parses, each column's distinct values are hashed once, and one compiled pass gathers the
 rows' ids, instead of a dict per row and a look-up per feature.
 
-The batches are exactly those that :func:`online_ctr.readers.read_examples` and
+The examples are exactly those that :func:`online_ctr.readers.read_examples` and
 :meth:`online_ctr.features.FeatureHasher.batch` make from the same rows (same ids, in the same
 order within each example, so every logit sums the same terms in the same order): the row
 reader stays the definition, and the tests hold the two equal. A file this reader cannot take
