@@ -17,7 +17,6 @@ from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
 from online_ctr.replay import replay
 from online_ctr.rules import get_rule
-from tests.conftest import fresh_python
 
 REQUIRED = {
     "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",
@@ -264,18 +263,3 @@ def test_the_compact_encoding_refuses_what_it_cannot_do(
     assert captured.out == ""
     assert captured.err.startswith(f"online-ctr replay: error: {message}")
     assert captured.err.count("\n") == 1
-
-
-def test_the_command_line_loads_numba_only_once_the_parse_has_started() -> None:
-    """``run`` starts parsing the file before it imports the heavy half, so that numba's import
-    and the kernels' loading overlap the first block's parse: the command's module, which the
-    command line imports to build its parser, must not import numba itself."""
-    code = (
-        "import sys\n"
-        "from online_ctr.cli import build_parser\n"
-        "build_parser('replay')\n"
-        "print('numba' in sys.modules, 'online_ctr.commands.replay' in sys.modules)\n"
-        "import online_ctr.commands.replay_file\n"
-        "print('numba' in sys.modules)\n"
-    )
-    assert fresh_python(code).split() == ["False", "True", "True"]

@@ -38,11 +38,13 @@ def test_a_typo_is_answered_with_every_command(capsys: pytest.CaptureFixture[str
     assert "invalid choice: 'replya'" in error and "'serve'" in error and "'replay'" in error
 
 
-def test_replay_does_not_import_the_service() -> None:
+def test_replay_imports_neither_the_service_nor_numba_to_parse_its_arguments() -> None:
+    """Nor numba: ``replay`` starts parsing the file before it imports numba and the kernels
+    (``online_ctr.commands.replay_file``), so that the two overlap."""
     probe = (
         "import sys; from online_ctr.cli import build_parser; "
         "build_parser('replay').parse_args(['replay', 'x.tsv']); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('service', 'workers', 'octr', 'fastapi', 'redis', 'pydantic_settings')))"
+        "('service', 'workers', 'octr', 'fastapi', 'redis', 'pydantic_settings', 'numba')))"
     )
     assert fresh_python(probe).strip() == "[]"
