@@ -30,7 +30,7 @@ from loadtests.scale_client import (
     predict_bodies,
 )
 from loadtests.sequential import Timing, timed, timing_tool
-from loadtests.stats import rss_bytes
+from loadtests.stats import cpu_seconds, rss_bytes
 from octr.store.keys import ModelKeys
 
 MIB = 1024 * 1024
@@ -70,6 +70,11 @@ class SizeResult:
     load_1min: float
     hget_us: float = math.nan
     hset_us: float = math.nan
+    #: CPU microseconds per feature added, in the timed fill windows, of Redis, the API and
+    #: the worker: where a size's extra time goes.
+    redis_cpu_us: float = math.nan
+    api_cpu_us: float = math.nan
+    worker_cpu_us: float = math.nan
     #: Per timed figure that is a median, the rounds it is the median of.
     rounds: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
@@ -126,6 +131,13 @@ def command_usec(stack: Stack) -> dict[str, tuple[int, int]]:
     with stack.client() as redis:
         stats = redis.info("commandstats")
     return {name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in stats.items()}
+
+
+def service_cpu(stack: Stack) -> tuple[float, float, float]:
+    """CPU seconds Redis, the API and the first worker have used so far."""
+    pids = stack.redis_pid, stack.children["api"].pid, stack.children[stack.workers()[0]].pid
+    redis, api, worker = (cpu_seconds(pid) for pid in pids)
+    return redis, api, worker
 
 
 def per_call_us(
@@ -190,13 +202,18 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     timed = max(1, min(config.rounds, room))
     bulk = client.fill(target - config.fill_window * timed, factory, stack.check_alive)
     wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
-    before = command_usec(stack)
+    before, cpu_before = command_usec(stack), service_cpu(stack)
     windows = []
     for left in reversed(range(timed)):
         end = target - config.fill_window * left
         windows.append(client.fill(end, factory, stack.check_alive, WINDOW_BODY_EXAMPLES))
         wait_until_applied(stack)
-    after = command_usec(stack)
+    after, cpu_after = command_usec(stack), service_cpu(stack)
+    added = sum(w.features for w in windows)
+    redis_cpu, api_cpu, worker_cpu = (
+        (b - a) / added * 1e6 if added else math.nan
+        for a, b in zip(cpu_before, cpu_after, strict=True)
+    )
     fill_runs = tuple(w.features_per_second for w in windows if w.features > 0)
     tracked = client.progress().tracked
     grown = used_memory(stack) - scale.baseline_bytes
@@ -232,6 +249,9 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         load_1min=os.getloadavg()[0],
         hget_us=per_call_us(before, after, "hget"),
         hset_us=per_call_us(before, after, "hset"),
+        redis_cpu_us=redis_cpu,
+        api_cpu_us=api_cpu,
+        worker_cpu_us=worker_cpu,
         rounds={
             "fill_features_per_s": fill_runs,
             "learned_examples_per_s": learned_runs,

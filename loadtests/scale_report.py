@@ -33,6 +33,9 @@ COLUMNS = {
     "load (1 min)": "load_1min",
     "Redis us/HGET": "hget_us",
     "Redis us/HSET": "hset_us",
+    "Redis CPU us/feature": "redis_cpu_us",
+    "API CPU us/feature": "api_cpu_us",
+    "worker CPU us/feature": "worker_cpu_us",
 }
 HEADER = list(COLUMNS)
 #: Figures whose ratio has a target: at least 0.8 (throughputs) or at most 1.25 (latency).
@@ -52,6 +55,9 @@ SHOWN = {
     "api_rss_mib": "API RSS, MiB",
     "hget_us": "Redis microseconds per HGET in the fill windows",
     "hset_us": "Redis microseconds per HSET in the fill windows",
+    "redis_cpu_us": "Redis CPU microseconds per feature added in the fill windows",
+    "api_cpu_us": "API CPU microseconds per feature added in the fill windows",
+    "worker_cpu_us": "worker CPU microseconds per feature added in the fill windows",
 }
 
 
@@ -198,8 +204,13 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             f"at a time ({scale.tool}), {config.duration_s:g} s; requests/s x {BODY_EXAMPLES:,}; "
             f"the median of {config.rounds} runs.",
             "- **Redis us/HGET, us/HSET**: Redis's own microseconds per call of each command "
-            "in the timed fill windows (`INFO commandstats`), the calls the bucket scripts make: "
-            "a bucket is a listpack read field by field, so a call costs more as buckets fill.",
+            "in the timed fill windows (`INFO commandstats`), the calls the bucket scripts make "
+            "(a read of each new feature, then its write). A call costs more once the keyspace "
+            "outgrows the CPU's caches: the key's dictionary entry, name, object and listpack "
+            "are each a memory access that misses.",
+            "- **Redis, API, worker CPU us/feature**: each process's CPU time (`/proc/<pid>/stat`, "
+            "in clock ticks of 10 ms) over the timed fill windows and the waits between them, "
+            "per feature added: where a larger size's extra time goes.",
             "- **Redis bytes/feature**: growth of `INFO memory` `used_memory` from the empty "
             f"model ({scale.baseline_bytes / MIB:.1f} MiB, API and worker up) to right after "
             "the fill, over `features_tracked`: everything Redis holds counts.",
