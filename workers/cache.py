@@ -67,11 +67,8 @@ class StateCache:
             return
         keep = self.max_features // 2
         last_use = self.table.data[:size, self.width + 1]
-        kept = np.argpartition(-last_use, keep)[:keep] if keep else np.array([], np.intp)
-        ids, data = self.table.ids[kept].copy(), self.table.data[kept].copy()
-        # Room for max_features at once: the table does not grow (rehash) on the way back.
-        self.table.clear(max(self.max_features, 1024))
-        self.table.data[self.table.rows(ids, create=True)] = data
+        newest = np.argpartition(last_use, size - keep)[size - keep :] if keep else None
+        self.table.keep(np.zeros(0, np.intp) if newest is None else newest)
 
     def forget(self) -> None:
         """Nothing here is known to be exact any more."""

@@ -47,3 +47,26 @@ def test_a_trimmed_cache_keeps_the_most_recently_used_half_with_their_state() ->
     slots = len(cache.table._slot_rows)
     cache.insert(np.arange(1, 501, dtype=np.uint64), np.zeros((500, 2)), np.zeros(500, bool))
     assert len(cache) == 1000 and len(cache.table._slot_rows) == slots
+
+
+def test_keep_moves_the_kept_rows_down_in_order_and_the_table_goes_on() -> None:
+    rng = np.random.default_rng(11)
+    table = StateTable(width=2, capacity=64)
+    ids = np.unique(rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64, endpoint=True))
+    rows = table.rows(ids, create=True)
+    table.data[rows] = np.column_stack([ids.astype(float), rows.astype(float)])
+    slots = len(table._slot_rows)
+    kept = rng.choice(len(ids), 1000, replace=False)  # any order: rows keep theirs
+    table.keep(rows[kept])
+    order = np.sort(rows[kept])
+    assert len(table) == 1000 and len(table._slot_rows) == slots
+    np.testing.assert_array_equal(table.data[:1000, 1], order.astype(float))
+    survivors = table.ids[:1000]
+    assert table.rows(survivors, create=False).tolist() == list(range(1000))
+    np.testing.assert_array_equal(table.data[:1000, 0], survivors.astype(float))
+    dropped = np.setdiff1d(ids, survivors)
+    assert len(dropped) == 2000 and (table.rows(dropped, create=False) == -1).all()
+    again = table.rows(dropped[:5], create=True)  # new rows after the kept ones, at zero
+    assert again.tolist() == list(range(1000, 1005)) and not table.data[again].any()
+    table.keep(np.array([], np.intp))
+    assert len(table) == 0 and (table.rows(ids, create=False) == -1).all()
