@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 
 from octr.store.commits import Commit, StateChange
+from octr.store.filter import ExistenceFilter
 from octr.store.lease import Lease
 from octr.store.state import ModelStore
 from workers.cache import StateCache
@@ -41,13 +42,16 @@ class Committer:
             task, self._applying = self._applying, None
             self.applied_through = await task
 
-    async def commit(self, learning: Learning) -> Commit:
-        """Finalize a learned group and start applying it; the cache takes its new state."""
+    async def commit(self, learning: Learning, known: ExistenceFilter | None = None) -> Commit:
+        """Finalize a learned group and start applying it; the cache takes its new state and
+        the existence filter ``known`` (if any) the bits of its new features."""
         await self.settle()
         commit = await self.store.log.finalize(
             learning.change, self.lease.token, self.applied_through
         )
         if commit.status == "ok":
+            if known is not None:
+                known.add(learning.created)
             self.cache.update(learning.rows, learning.learned.state)
             self._applying = asyncio.create_task(self._apply(commit.seq, learning.change))
         return commit

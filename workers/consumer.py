@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from octr.joins import JOINS_OFF, JoinPolicy
 from octr.metrics import Metrics
 from octr.store.commits import Commit
+from octr.store.filter import ExistenceFilter
 from octr.store.lease import Lease
 from octr.store.state import ModelGoneError, ModelStore
 from online_ctr.calibration import Histogram
@@ -75,6 +76,8 @@ class Worker:
         #: The calibration's histogram as of ``version``; None for a model without one.
         self.histogram: Histogram | None = None
         self.committer = Committer(store, self.cache, self.lease)
+        #: The model's existence filter, loaded on taking the lease (None: not trusted).
+        self.known: ExistenceFilter | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         self._stopping = False
@@ -166,6 +169,9 @@ class Worker:
         if pending:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0
+        # After the redo log's applies, which set the bits of every feature they stored.
+        store = self.store
+        self.known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
         self.version = await self.store.version()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
@@ -179,6 +185,7 @@ class Worker:
 
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
+        self.known = None
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()
@@ -232,6 +239,7 @@ class Worker:
                 self.version,
                 self.histogram,
                 served=group.served,
+                known=self.known,
             )
         except (RedisError, OSError):
             raise
@@ -240,7 +248,7 @@ class Worker:
             await self.stream.record_failures(dict.fromkeys(group.entry_ids, repr(error)))
             self._single_left = max(self._single_left, len(group.entry_ids))
             return
-        commit = await self.committer.commit(learning)
+        commit = await self.committer.commit(learning, self.known)
         if commit.status != "ok":
             self._refused(commit)
             return

@@ -7,13 +7,14 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from octr.store.calibration import encode_fit, encode_histogram
 from octr.store.commits import StateChange
+from octr.store.filter import ExistenceFilter
 from octr.store.state import ModelStore
 from online_ctr.calibration import Histogram
 from online_ctr.features import Batch
@@ -32,17 +33,29 @@ class Learning:
     rows: NDArray[np.intp]
     learned: Learned
     histogram: Histogram | None = None
+    #: The features the group stores for the first time.
+    created: NDArray[np.uint64] = field(default_factory=lambda: np.zeros(0, np.uint64))
 
 
 async def cached_rows(
-    store: ModelStore, cache: StateCache, ids: NDArray[np.uint64]
+    store: ModelStore,
+    cache: StateCache,
+    ids: NDArray[np.uint64],
+    known: ExistenceFilter | None = None,
 ) -> NDArray[np.intp]:
-    """The cache rows of ``ids`` (distinct), reading from Redis only those not cached."""
+    """The cache rows of ``ids`` (distinct), reading from Redis only those not cached and,
+    with the model's existence filter ``known``, not surely new."""
     rows = cache.find(ids)
     missing = rows < 0
     if missing.any():
-        read = await store.shards.read(ids[missing])
-        rows[missing] = cache.insert(ids[missing], read.state, read.stored)
+        absent = ids[missing]
+        state = np.zeros((len(absent), cache.width))  # a new feature's, as a read gives it
+        stored = np.zeros(len(absent), np.bool_)
+        asked = np.ones(len(absent), np.bool_) if known is None else known.maybe(absent)
+        if asked.any():
+            read = await store.shards.read(absent[asked])
+            state[asked], stored[asked] = read.state, read.stored
+        rows[missing] = cache.insert(absent, state, stored)
     return rows
 
 
@@ -54,18 +67,20 @@ async def learn_group(
     version: tuple[int, str],
     histogram: Histogram | None = None,
     served: NDArray[np.float64] | None = None,
+    known: ExistenceFilter | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
 
     ``served`` is per example the probability this model served for it (a joined impression;
     NaN for the others): the log loss counted is that of what was served, the business
-    metric, and the learner's own progressive loss for the rest. The state is unaffected."""
+    metric, and the learner's own progressive loss for the rest. The state is unaffected.
+    ``known`` is the model's existence filter, if the learner trusts one."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
-    rows = await cached_rows(store, cache, features.ids)
-    before = cache.state(rows)
+    rows = await cached_rows(store, cache, features.ids, known)
+    before, new = cache.state(rows), ~cache.stored(rows)
     learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
@@ -75,20 +90,21 @@ async def learn_group(
         examples=len(batch),
         logloss_sum=_loss_sum(learned.losses, batch.labels, served),
         entries=entries,
-        runs=spec.layout.records(features.ids, learned.state),
+        runs=spec.layout.records(features.ids, learned.state, new),
         leaving=nonzero.leaving,
         entering=nonzero.entering,
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
-        tracked_delta=int((~cache.stored(rows)).sum()),
+        tracked_delta=int(new.sum()),
     )
+    created = features.ids[new]
     if histogram is None:
-        return Learning(change, rows, learned)
+        return Learning(change, rows, learned, created=created)
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
-    return Learning(replace(change, calibration=calibration), rows, learned, histogram)
+    return Learning(replace(change, calibration=calibration), rows, learned, histogram, created)
 
 
 def _loss_sum(

@@ -1,24 +1,48 @@
 -- Apply one committed change (commit number ARGV[1]) to state shards: HSET of the touched
--- features' new values. A shard that has already applied this commit or a later one skips
--- it, so replaying the redo log after a crash, or a stale learner's late call, is harmless.
--- KEYS: the 'applied' key of each shard. ARGV: 1 seq, 2 field bytes, 3 value bytes, then per
--- shard in KEYS order its bucket key prefix and its records (u32 bucket, field, value),
--- sorted by bucket. Returns how many shards applied it now. (bucket_key: buckets.lua.)
+-- features' new values, and for the features new to the model their bit in the shard's
+-- existence filter (octr/store/layout.py). A shard that has already applied this commit or a
+-- later one skips it, so replaying the redo log after a crash, or a stale learner's late call,
+-- is harmless. KEYS: the 'applied' key of each shard. ARGV: 1 seq, 2 field bytes, 3 value
+-- bytes, 4 the model's shard count, 5 buckets per shard, 6 filter bytes, then per shard in
+-- KEYS order its bucket key prefix, its records (u32 bucket, with 2^31 added for a new
+-- feature, field, value), sorted by bucket, and its filter key. Returns how many shards
+-- applied it now. (bucket_key: buckets.lua.)
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local shards, within, filter_bytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local record = 4 + field_bytes + value_bytes
 local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
-local call, unpack_record = redis.call, struct.unpack
+local call, unpack_record, byte, floor = redis.call, struct.unpack, string.byte, math.floor
+local NEW, filter_bits = 2147483648, 8 * filter_bytes
+
+-- BITFIELD SET of the bits in 'bits' (its first 'm' entries, four per bit). A filter is made
+-- at its full length first: Redis makes a new string exactly as long as asked, but grows an
+-- existing one to up to twice what it needs.
+local function set_bits(filter, bits, m)
+  if call('EXISTS', filter) == 0 then call('SETRANGE', filter, filter_bytes - 1, '\0') end
+  call('BITFIELD', filter, unpack(bits, 1, m))
+end
+
 -- One HSET per bucket: records are sorted by bucket, so a bucket's features are adjacent.
 -- Its field-value pairs go in 'args' (reused, its first 'n' entries count), at most 1000
--- fields per HSET: unpack() has a stack limit.
-local args, n = {}, 0
+-- fields per HSET, and at most 500 bits per BITFIELD: unpack() has a stack limit.
+local args, n, bits, m = {}, 0, {}, 0
 local applied = 0
 for shard = 1, #KEYS do
   if tonumber(call('GET', KEYS[shard]) or '0') < seq then
-    local prefix, records = ARGV[2 + 2 * shard], ARGV[3 + 2 * shard]
+    local at = 4 + 3 * shard
+    local prefix, records, filter = ARGV[at], ARGV[at + 1], ARGV[at + 2]
     local current
     for i = 1, #records / record do
       local bucket, field, value = unpack_record(format, records, (i - 1) * record + 1)
+      if bucket >= NEW then
+        bucket = bucket - NEW
+        local bit = (floor(bucket / shards) + within * (byte(field, 1) % 128)) % filter_bits
+        bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4], m = 'SET', 'u1', bit, 1, m + 4
+        if m == 2000 then
+          set_bits(filter, bits, m)
+          m = 0
+        end
+      end
       if bucket ~= current or n == 2000 then
         if n > 0 then call('HSET', bucket_key(prefix, current), unpack(args, 1, n)) end
         current, n = bucket, 0
@@ -26,7 +50,8 @@ for shard = 1, #KEYS do
       args[n + 1], args[n + 2], n = field, value, n + 2
     end
     if n > 0 then call('HSET', bucket_key(prefix, current), unpack(args, 1, n)) end
-    n = 0
+    if m > 0 then set_bits(filter, bits, m) end
+    n, m = 0, 0
     call('SET', KEYS[shard], ARGV[1])
     applied = applied + 1
   end

@@ -99,6 +99,8 @@ class ShardKeys:
 
     applied: str
     bucket_prefix: str
+    #: The shard's existence filter (:mod:`octr.store.layout`): a bitmap string.
+    filter: str
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class ModelKeys:
     def shard(self, index: int) -> ShardKeys:
         """The keys of state shard ``index``."""
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
-        return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:")
+        return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:", filter=tag + "filter")
 
     @property
     def bucket_prefix_parts(self) -> tuple[str, str]:

@@ -16,7 +16,16 @@ encodings would save nothing here: a 24-bit integer takes 5 bytes, as a 3-byte s
 
 A *record* as the Lua scripts take it is ``u16 shard | u32 bucket | field`` (reads, in any
 order) or ``u32 bucket | field | value`` (writes, grouped by shard and sorted by bucket within
-one).
+one). A write record of a feature not stored before has :data:`NEW` set in its bucket number.
+
+Each shard also has an *existence filter*: a bitmap of ``filter_bytes`` in which every stored
+feature has its bit set (one bit per feature: a Bloom filter with one hash), so that the learner
+reads from Redis only the new features whose bit is set (about a quarter of them at 10M
+features with 2^18 buckets) instead of every one, each a walk through memory that misses the
+CPU's caches. Its bit is taken from the id's bits above the shard's: the bucket within the
+shard, then 7 bits of the field, modulo the filter's bits. The bitmap is 16 bytes per bucket
+less 16 per shard, so that Redis's string and its header fit exactly in a power-of-two
+allocation (0.42 bytes per feature at 10M features with the default layout).
 
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
 >>> ids = np.array([0x1234, 0xFFFF_FFFF_FFFF_FFF1], np.uint64)
@@ -25,6 +34,8 @@ one).
 >>> runs = layout.records(ids, np.array([[1.0, 2.0], [3.0, 4.0]]))
 >>> [(shard, len(blob)) for shard, blob in runs]
 [(0, 28), (1, 28)]
+>>> layout.filter_bytes, layout.filter_of(ids).tolist()
+(48, [[0, 141], [1, 124]])
 >>> compact = Layout(1 << 4, 4, 64, 2, CompactCodec("ftrl", alpha=0.1, beta=1.0))
 >>> compact.value_bytes, compact.values(compact.records(ids[:1], np.zeros((1, 2)))[0][1][12:], 1)
 (4, array([[0., 0.]]))
@@ -41,6 +52,10 @@ from numpy.typing import NDArray
 from online_ctr.compact import CompactCodec
 
 Array = NDArray[np.float64]
+
+#: Set in a write record's bucket number when the feature was not stored before: the apply
+#: script sets its filter bit (buckets are below 2^24, far from it).
+NEW = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,24 @@ class Layout:
     def value_bytes(self) -> int:
         return 4 if self.compact else 8 * self.width
 
+    @property
+    def filter_bytes(self) -> int:
+        """Bytes of a shard's existence filter: 16 a bucket, less 16 for Redis's string header
+        and terminator (so the allocation is exactly the power of two), at least 16."""
+        return max(16, 16 * (self.buckets // self.shards) - 16)
+
+    def filter_of(self, ids: NDArray[np.uint64]) -> NDArray[np.int64]:
+        """Each id's shard and bit in the shard's filter (``SETBIT`` numbering), one row each.
+
+        The bit is ``(b + 2^w * (f mod 128)) mod (8 * filter_bytes)``, with ``b`` the bucket
+        within the shard (``w`` bits) and ``f`` the field's first byte: ``apply.lua`` computes
+        the same from a record."""
+        within = self.buckets // self.shards
+        bucket = (ids >> np.uint64(self.shards.bit_length() - 1)) & np.uint64(within - 1)
+        low = (ids >> np.uint64(self.bucket_bits)) & np.uint64(127)
+        bit = (bucket + low * np.uint64(within)) % np.uint64(8 * self.filter_bytes)
+        return np.column_stack([self.shard_of(ids), bit.astype(np.intp)]).astype(np.int64)
+
     def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.uint32]:
         return (ids & np.uint64(self.buckets - 1)).astype(np.uint32)
 
@@ -87,10 +120,14 @@ class Layout:
         return high.view(np.uint8).reshape(-1, 8)[:, : self.field_bytes]
 
     def _runs(
-        self, ids: NDArray[np.uint64], values: list[NDArray[np.uint8]]
+        self,
+        ids: NDArray[np.uint64],
+        values: list[NDArray[np.uint8]],
+        new: NDArray[np.bool_] | None = None,
     ) -> Iterator[tuple[int, bytes, NDArray[np.intp]]]:
-        """Per shard used: its number, its records (bucket, field, then ``values`` side by
-        side) and which of ``ids`` they are, grouped by shard then bucket."""
+        """Per shard used: its number, its records (bucket, with :data:`NEW` where ``new``,
+        field, then ``values`` side by side) and which of ``ids`` they are, grouped by shard
+        then bucket."""
         if not len(ids):
             return
         buckets = self.bucket_of(ids)
@@ -98,7 +135,9 @@ class Layout:
         # One sort key, the shard above the bucket: one argsort instead of a two-key lexsort.
         order = np.argsort((shards << np.uint64(self.bucket_bits)) | buckets)
         bounds = np.searchsorted(shards[order], np.arange(self.shards + 1, dtype=np.uint64))
-        columns = [buckets.astype("<u4").view(np.uint8).reshape(-1, 4), self._fields(ids)]
+        flags = np.uint32(NEW) * (np.ones(len(ids), np.uint32) if new is None else new)
+        numbers = (buckets | flags.astype(np.uint32)).astype("<u4")
+        columns = [numbers.view(np.uint8).reshape(-1, 4), self._fields(ids)]
         table = np.hstack([c[order] for c in [*columns, *values]])
         for shard in np.flatnonzero(np.diff(bounds)):
             first, last = bounds[shard], bounds[shard + 1]
@@ -116,10 +155,13 @@ class Layout:
             ]
         )
 
-    def records(self, ids: NDArray[np.uint64], state: Array) -> list[tuple[int, bytes]]:
-        """Write records per shard for ``ids`` and their ``state`` rows."""
+    def records(
+        self, ids: NDArray[np.uint64], state: Array, new: NDArray[np.bool_] | None = None
+    ) -> list[tuple[int, bytes]]:
+        """Write records per shard for ``ids`` and their ``state`` rows; ``new`` says which
+        were not stored before (None: any may be new, as for an import)."""
         values = self.encode(state)
-        return [(s, blob) for s, blob, _ in self._runs(ids, [values])]
+        return [(s, blob) for s, blob, _ in self._runs(ids, [values], new)]
 
     def encode(self, state: Array) -> NDArray[np.uint8]:
         """Each state row as its ``value_bytes`` bytes."""

@@ -61,6 +61,7 @@ class StateShards:
         shards = [keys.shard(index) for index in range(layout.shards)]
         self._applied = [shard.applied for shard in shards]
         self._prefixes = [shard.bucket_prefix for shard in shards]
+        self._filters = [shard.filter for shard in shards]
 
     def _calls(self, runs: Runs) -> list[Runs]:
         """Shards grouped into script calls: one each on a cluster; else whole shards up to
@@ -83,7 +84,7 @@ class StateShards:
         keys, args = [], []
         for shard, blob in runs:
             keys.append(self._applied[shard])
-            args += [self._prefixes[shard], blob]
+            args += [self._prefixes[shard], blob, self._filters[shard]]
         return keys, args
 
     async def _run(
@@ -154,5 +155,8 @@ class StateShards:
 
     async def apply(self, seq: int, runs: Runs) -> None:
         """Apply commit ``seq``'s records to their shards (a no-op where already applied)."""
-        head = [seq, self.layout.field_bytes, self.layout.value_bytes]
+        layout = self.layout
+        within = layout.buckets // layout.shards
+        head = [seq, layout.field_bytes, layout.value_bytes, layout.shards, within]
+        head.append(layout.filter_bytes)
         await self._run(self.scripts.apply, head, [self._keys_args(c) for c in self._calls(runs)])

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from octr.store.keys import ModelKeys
-from octr.store.layout import Array, Layout
+from octr.store.layout import NEW, Array, Layout
 from octr.store.scripts import Scripts
 
 #: Fields read per call of ``scan.lua`` (about 0.5 MB of reply, a few ms of Redis time);
@@ -46,7 +46,8 @@ def records(layout: Layout, blob: bytes) -> Chunk:
     entry)."""
     size = 4 + layout.field_bytes + layout.value_bytes
     raw = np.frombuffer(blob, np.uint8).reshape(-1, size)
-    buckets = np.ascontiguousarray(raw[:, :4]).view("<u4").ravel().astype(np.uint64)
+    numbers = np.ascontiguousarray(raw[:, :4]).view("<u4").ravel()
+    buckets = (numbers & np.uint32(NEW - 1)).astype(np.uint64)  # without the new-feature flag
     fields = raw[:, 4 : 4 + layout.field_bytes].tobytes()
     return features(layout, buckets, fields, raw[:, 4 + layout.field_bytes :].tobytes())
 

@@ -21,6 +21,7 @@ from redis.exceptions import TryAgainError
 
 from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
+from octr.store.filter import FLAG as FILTER_FLAG
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.replica import Fresh, StateReplica
@@ -164,7 +165,8 @@ class ModelStore:
                 raise ModelGoneError(f"model {self.spec.name!r} was deleted")
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
-            await self.redis.hset(self.keys.meta, mapping=described)
+            # Its existence filters hold every feature from the start (octr.store.filter).
+            await self.redis.hset(self.keys.meta, mapping={**described, FILTER_FLAG: "1"})
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
         if b"importing" in stored:

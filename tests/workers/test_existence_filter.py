@@ -1,0 +1,107 @@
+"""The existence filter: the apply script sets exactly the bits the learner computes, the
+learner asks Redis only for features whose bit is set, and a new learner trusts only a
+complete filter."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from octr.store.filter import FLAG, ExistenceFilter
+from octr.store.layout import Layout
+from octr.store.state import ModelStore
+from online_ctr.features import FeatureHasher
+from online_ctr.readers import read_examples
+from tests.conftest import CRITEO
+from tests.workers.conftest import MakeStore, make_worker, scan_state, send
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+async def loaded(store: ModelStore) -> ExistenceFilter:
+    known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
+    assert known is not None
+    return known
+
+
+async def hget_calls(store: ModelStore) -> int:
+    stats = await store.redis.info("commandstats")
+    return int(stats.get("cmdstat_hget", {}).get("calls", 0))
+
+
+def expected_bitmaps(layout: Layout, ids: np.ndarray) -> np.ndarray:
+    """Each shard's filter bytes with the bits of ``ids`` set, in Redis's bit order."""
+    bits = np.zeros((layout.shards, layout.filter_bytes * 8), np.uint8)
+    at = layout.filter_of(ids)
+    bits[at[:, 0], at[:, 1]] = 1
+    return np.packbits(bits, axis=1)  # most significant bit first, as SETBIT numbers them
+
+
+@pytest.mark.parametrize(("buckets", "shards"), [(16, 4), (4096, 64), (1, 1)])
+async def test_apply_sets_the_bits_of_new_features_only(
+    make_store: MakeStore, buckets: int, shards: int
+) -> None:
+    store = await make_store("ftrl", buckets=buckets, shards=shards)
+    layout = store.spec.layout
+    rng = np.random.default_rng(3)
+    ids = np.unique(rng.integers(0, 2**64 - 1, 3_000, dtype=np.uint64, endpoint=True))
+    new = rng.random(len(ids)) < 0.5
+    await store.shards.apply(1, layout.records(ids, rng.normal(size=(len(ids), 2)), new))
+    for shard in range(shards):
+        stored = await store.redis.get(store.keys.shard(shard).filter)
+        assert stored is not None and len(stored) == layout.filter_bytes  # made at full length
+        expected = expected_bitmaps(layout, ids[new])[shard].tobytes()
+        assert stored == expected
+    before = (await loaded(store)).maybe(ids)
+    assert before[new].all()
+    # Commit 1 again (a redo replay) changes nothing; records of an import set every bit.
+    await store.shards.apply(1, layout.records(ids, np.zeros((len(ids), 2))))
+    np.testing.assert_array_equal((await loaded(store)).maybe(ids), before)
+    await store.shards.apply(2, layout.records(ids, np.zeros((len(ids), 2))))
+    assert (await loaded(store)).maybe(ids).all()
+
+
+async def test_a_learner_reads_no_new_feature_and_a_successor_trusts_the_filter(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=1 << 12, shards=16)
+    layout = store.spec.layout
+    rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
+    await send(store, rows[:300], per_entry=50)
+    await store.redis.config_resetstat()
+    first = make_worker(store, "first", batch_size=300)
+    await first.run_until_idle()
+    # A fresh model: every bit clear, so the first group read nothing from the buckets (the
+    # few HGETs are of the model's meta hash).
+    assert await hget_calls(store) < 10
+    first_ids = np.array(list(await scan_state(store)), np.uint64)
+    await send(store, rows[300:], per_entry=50)
+    await first.lease.release()
+    await store.redis.config_resetstat()
+    second = make_worker(store, "second", batch_size=300)
+    await second.run_until_idle()
+    assert second.known is not None
+    # The second learner, which loaded the filter, read exactly the features of its group
+    # whose bit the first group set: those it shares with it, and some more (another's bit).
+    hasher = FeatureHasher(store.spec.hash_bits, numeric=store.spec.numeric)
+    second_ids = np.unique(hasher.batch([x for x, _ in rows[300:]], [0.0] * 300).ids)
+    at = layout.filter_of(second_ids)
+    bitmaps = np.unpackbits(expected_bitmaps(layout, first_ids), axis=1)
+    expected = int(bitmaps[at[:, 0], at[:, 1]].sum())
+    shared = int(np.isin(second_ids, first_ids).sum())
+    assert 0 < shared < expected < len(second_ids) / 2
+    assert expected <= await hget_calls(store) <= expected + 10  # and the meta's few
+
+
+async def test_a_model_stored_without_filters_is_read_as_before(make_store: MakeStore) -> None:
+    store = await make_store("ftrl", buckets=256, shards=4)
+    await store.redis.hdel(store.keys.meta, FLAG)  # as an older version created it
+    assert await ExistenceFilter.load(store.redis, store.keys, store.spec.layout) is None
+    await send(store, itertools.islice(read_examples(CRITEO, "criteo"), 100))
+    await store.redis.config_resetstat()
+    worker = make_worker(store, batch_size=100)
+    await worker.run_until_idle()
+    assert worker.known is None
+    assert await hget_calls(store) > 1_000
