@@ -72,6 +72,8 @@ class SizeResult:
     hset_us: float = math.nan
     #: CPU microseconds per feature added, in the timed fill windows, of Redis, the API and
     #: the worker: where a size's extra time goes.
+    #: HGETs (reads of a feature from its bucket) per feature added in the fill windows.
+    hgets_per_feature: float = math.nan
     redis_cpu_us: float = math.nan
     api_cpu_us: float = math.nan
     worker_cpu_us: float = math.nan
@@ -140,13 +142,18 @@ def service_cpu(stack: Stack) -> tuple[float, float, float]:
     return redis, api, worker
 
 
+def calls(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], name: str) -> int:
+    """Calls of command ``name`` between two :func:`command_usec` reads."""
+    return after.get(name, (0, 0))[0] - before.get(name, (0, 0))[0]
+
+
 def per_call_us(
     before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], name: str
 ) -> float:
     """Microseconds per call of command ``name`` between two :func:`command_usec` reads."""
-    calls = after.get(name, (0, 0))[0] - before.get(name, (0, 0))[0]
+    made = calls(before, after, name)
     usec = after.get(name, (0, 0))[1] - before.get(name, (0, 0))[1]
-    return usec / calls if calls else math.nan
+    return usec / made if made else math.nan
 
 
 def median_of(rounds: int, timing: Callable[[], float]) -> tuple[float, tuple[float, ...]]:
@@ -249,6 +256,7 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
         load_1min=os.getloadavg()[0],
         hget_us=per_call_us(before, after, "hget"),
         hset_us=per_call_us(before, after, "hset"),
+        hgets_per_feature=calls(before, after, "hget") / added if added else math.nan,
         redis_cpu_us=redis_cpu,
         api_cpu_us=api_cpu,
         worker_cpu_us=worker_cpu,

@@ -33,6 +33,7 @@ COLUMNS = {
     "load (1 min)": "load_1min",
     "Redis us/HGET": "hget_us",
     "Redis us/HSET": "hset_us",
+    "HGETs/feature": "hgets_per_feature",
     "Redis CPU us/feature": "redis_cpu_us",
     "API CPU us/feature": "api_cpu_us",
     "worker CPU us/feature": "worker_cpu_us",
@@ -55,6 +56,7 @@ SHOWN = {
     "api_rss_mib": "API RSS, MiB",
     "hget_us": "Redis microseconds per HGET in the fill windows",
     "hset_us": "Redis microseconds per HSET in the fill windows",
+    "hgets_per_feature": "HGETs per feature added in the fill windows",
     "redis_cpu_us": "Redis CPU microseconds per feature added in the fill windows",
     "api_cpu_us": "API CPU microseconds per feature added in the fill windows",
     "worker_cpu_us": "worker CPU microseconds per feature added in the fill windows",
@@ -207,7 +209,9 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "in the timed fill windows (`INFO commandstats`), the calls the bucket scripts make "
             "(a read of each new feature, then its write). A call costs more once the keyspace "
             "outgrows the CPU's caches: the key's dictionary entry, name, object and listpack "
-            "are each a memory access that misses.",
+            "are each a memory access that misses. **HGETs/feature**: calls per feature added: "
+            "the new features whose bit in their shard's existence filter was set (another "
+            "feature's), which the learner reads; it skips the others.",
             "- **Redis, API, worker CPU us/feature**: each process's CPU time (`/proc/<pid>/stat`, "
             "in clock ticks of 10 ms) over the timed fill windows and the waits between them, "
             "per feature added: where a larger size's extra time goes.",

@@ -12,7 +12,9 @@ the registry of models and groups has a tag of its own (:class:`RegistryKeys`).
 A feature id's low bits pick its bucket ``b = id mod buckets`` and the bucket its shard
 ``b mod shards``; the feature's state is one field of the bucket's hash, named by the id's
 remaining high bits, so per-feature records are read with HGET and written with HSET of only
-the touched fields (see :mod:`octr.store.layout` for the bytes).
+the touched fields (see :mod:`octr.store.layout` for the bytes). Each shard also has an
+existence filter, a bitmap with a bit set for every feature it stores
+(:mod:`octr.store.filter`).
 
 ================================  ======  ============================================
 >>> keys = ModelKeys("default")
