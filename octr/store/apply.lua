@@ -8,18 +8,17 @@
 -- feature, field, value), sorted by bucket, and its filter key. Returns how many shards
 -- applied it now. (bucket_key: buckets.lua.)
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local shards, within, filter_bytes = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local shards, within, filter_bits = tonumber(ARGV[4]), tonumber(ARGV[5]), 8 * tonumber(ARGV[6])
 local record = 4 + field_bytes + value_bytes
 local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
 local call, unpack_record, byte, floor = redis.call, struct.unpack, string.byte, math.floor
-local NEW, filter_bits = 2147483648, 8 * filter_bytes
+local NEW = 2147483648
 
--- BITFIELD SET of the bits in 'bits' (its first 'm' entries, four per bit). A filter is made
--- at its full length first: Redis makes a new string exactly as long as asked, but grows an
--- existing one to up to twice what it needs.
+-- BITFIELD SET of the bits in 'bits' (its first 'm' entries, four per bit), in a filter made
+-- when the model was: one that is gone stays gone (its shard is then read as before, see
+-- octr/store/filter.py), since made again here it would lack the bits set before.
 local function set_bits(filter, bits, m)
-  if call('EXISTS', filter) == 0 then call('SETRANGE', filter, filter_bytes - 1, '\0') end
-  call('BITFIELD', filter, unpack(bits, 1, m))
+  if call('EXISTS', filter) == 1 then call('BITFIELD', filter, unpack(bits, 1, m)) end
 end
 
 -- One HSET per bucket: records are sorted by bucket, so a bucket's features are adjacent.

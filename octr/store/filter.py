@@ -7,18 +7,20 @@ a set bit may be another feature's, and that feature is read as before. The lear
 bitmaps when it takes the lease, after replaying the redo log, and sets the bits of its own
 commits as it makes them: while it holds the lease nobody else stores a feature.
 
-The filter is trusted only for a model created with it (its meta has ``filter``): a model
-stored by an older version has features without bits.
+A shard's filter is made, at its full length, when the model is created
+(:meth:`octr.store.state.ModelStore.ensure`), and ``apply.lua`` never makes one: so a shard
+without its filter (a model stored by an older version, or a filter deleted with its model
+while a learner made the model again) is not trusted, and its features are read as before.
 
 >>> from octr.store.layout import Layout
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
->>> known = ExistenceFilter(layout, [b""] * 4)
->>> ids = np.array([0x1234, 0x5678], np.uint64)
+>>> known = ExistenceFilter(layout, [b"", b"", b"", None])
+>>> ids = np.array([0x1234, 0x5678, 0x567B], np.uint64)
 >>> known.maybe(ids).tolist()
-[False, False]
+[False, False, True]
 >>> known.add(ids[:1])
 >>> known.maybe(ids).tolist()
-[True, False]
+[True, False, True]
 """
 
 from __future__ import annotations
@@ -31,30 +33,26 @@ from numpy.typing import NDArray
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 
-#: The meta field that says the model's filters hold every stored feature.
-FLAG = "filter"
-
 
 class ExistenceFilter:
-    """The bits of every shard's filter, one row of bytes per shard (Redis's bit order)."""
+    """The bits of every shard's filter, one row of bytes per shard (Redis's bit order), and
+    which shards have one."""
 
-    def __init__(self, layout: Layout, bitmaps: list[bytes]) -> None:
+    def __init__(self, layout: Layout, bitmaps: list[bytes | None]) -> None:
         self.layout = layout
         self.bits = np.zeros((layout.shards, layout.filter_bytes), np.uint8)
+        self.trusted = np.array([bitmap is not None for bitmap in bitmaps], np.bool_)
         for shard, bitmap in enumerate(bitmaps):
-            # A filter never written is no key (no bit set); Redis gives its bytes as stored.
-            self.bits[shard, : len(bitmap)] = np.frombuffer(bitmap, np.uint8)
+            if bitmap:
+                self.bits[shard, : len(bitmap)] = np.frombuffer(bitmap, np.uint8)
 
     @classmethod
-    async def load(cls, redis: Any, keys: ModelKeys, layout: Layout) -> ExistenceFilter | None:
-        """The model's filters as stored now; None if the model was not created with them."""
-        if await redis.hget(keys.meta, FLAG) is None:
-            return None
+    async def load(cls, redis: Any, keys: ModelKeys, layout: Layout) -> ExistenceFilter:
+        """The model's filters as stored now (one GET per shard, in one pipeline)."""
         async with redis.pipeline(transaction=False) as pipe:
             for shard in range(layout.shards):
                 pipe.get(keys.shard(shard).filter)
-            bitmaps = await pipe.execute()
-        return cls(layout, [bitmap or b"" for bitmap in bitmaps])
+            return cls(layout, await pipe.execute())
 
     def _where(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.int64], ...]:
         at = self.layout.filter_of(ids)
@@ -63,7 +61,7 @@ class ExistenceFilter:
     def maybe(self, ids: NDArray[np.uint64]) -> NDArray[np.bool_]:
         """False where a feature is surely not stored."""
         shard, byte, mask = self._where(ids)
-        found: NDArray[np.bool_] = (self.bits[shard, byte] & mask) > 0
+        found: NDArray[np.bool_] = ((self.bits[shard, byte] & mask) > 0) | ~self.trusted[shard]
         return found
 
     def add(self, ids: NDArray[np.uint64]) -> None:
