@@ -76,7 +76,7 @@ class Worker:
         #: The calibration's histogram as of ``version``; None for a model without one.
         self.histogram: Histogram | None = None
         self.committer = Committer(store, self.cache, self.lease)
-        #: The model's existence filter, loaded on taking the lease (None: not trusted).
+        #: The model's existence filters, loaded on taking the lease (None: not loaded yet).
         self.known: ExistenceFilter | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
