@@ -4,8 +4,10 @@ While a worker holds the model's lease nobody else writes the state, so every ro
 read or written stays exact: only features it has never seen (or has dropped) are read from
 Redis. Memory is bounded by ``max_features``: past it, the least recently used half is
 dropped (and re-read from Redis when needed again), so the cost of a trim is amortized over
-the ``max_features / 2`` new features that cause the next one. Losing the lease, or any Redis
-trouble, empties the copy: it is exact only under an unbroken lease.
+the ``max_features / 2`` new features that cause the next one. A trim keeps the arrays the
+table grew to (room for about twice ``max_features`` rows, which the group that passes the
+bound needs anyway): it allocates nothing, so the learner waits half as long. Losing the
+lease, or any Redis trouble, empties the copy: it is exact only under an unbroken lease.
 
 >>> cache = StateCache(width=2, max_features=4)
 >>> rows = cache.insert(np.array([7, 9], np.uint64), np.ones((2, 2)), np.array([True, False]))

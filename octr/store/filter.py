@@ -43,8 +43,9 @@ class ExistenceFilter:
         self.bits = np.zeros((layout.shards, layout.filter_bytes), np.uint8)
         self.trusted = np.array([bitmap is not None for bitmap in bitmaps], np.bool_)
         for shard, bitmap in enumerate(bitmaps):
-            if bitmap:
-                self.bits[shard, : len(bitmap)] = np.frombuffer(bitmap, np.uint8)
+            if bitmap:  # (one of another layout may be longer: only false positives then)
+                row = np.frombuffer(bitmap, np.uint8)[: layout.filter_bytes]
+                self.bits[shard, : len(row)] = row
 
     @classmethod
     async def load(cls, redis: Any, keys: ModelKeys, layout: Layout) -> ExistenceFilter:

@@ -9,7 +9,8 @@
    Every shard's ``applied`` is set past the old model's last commit before the old buckets
    are deleted, so a late write of the old learner is skipped rather than mixed in.
 3. Each chunk of rows is written with ``apply.lua`` as a commit of its own, so a later row of
-   an id replaces an earlier one, as the file format says.
+   an id replaces an earlier one, as the file format says; every row as a new feature, so the
+   existence filters, made empty after the claim, end holding them all.
 4. After the checksum: a pass over the written state recounts what the meta needs (features
    tracked, stable nonzero weights, the expiring set); they must equal the file's footer.
    ``finish.lua`` then writes the meta (a new epoch, the file's step and log-loss sum).
@@ -182,6 +183,7 @@ class SnapshotImport:
         await self._fence_shards(max(old_shards, shards))
         if existed:
             await self._delete_buckets()
+        await self._new_filters(max(old_shards, shards))
 
     async def _fence_shards(self, count: int) -> None:
         """Every shard skips commits up to the old model's last (a late write of its learner)."""
@@ -189,6 +191,16 @@ class SnapshotImport:
             for shard in range(count):
                 pipe.set(self.keys.shard(shard).applied, self.seq)
             await pipe.execute()
+
+    async def _new_filters(self, count: int) -> None:
+        """Empty existence filters of the imported layout, an old model's (of any layout)
+        gone: every row is written as a new feature, so they end holding every one."""
+        assert self.spec is not None
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(count):
+                pipe.unlink(self.keys.shard(shard).filter)
+            await pipe.execute()
+        await ModelStore(self.redis, self.spec).make_filters()
 
     async def _delete_buckets(self) -> None:
         pattern = self.keys.bucket_pattern

@@ -164,7 +164,7 @@ class ModelStore:
                 raise ModelGoneError(f"model {self.spec.name!r} was deleted")
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
-            await self._make_filters()
+            await self.make_filters()
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
@@ -179,10 +179,11 @@ class ModelStore:
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
-    async def _make_filters(self) -> None:
-        """Every shard's existence filter at its full length, before the model exists: from
-        then on each stored feature sets its bit (octr.store.filter). Redis makes a new string
-        exactly as long as asked; SETRANGE leaves an existing one's bits alone."""
+    async def make_filters(self) -> None:
+        """Every shard's existence filter at its full length, before the model holds any
+        feature: from then on each stored feature sets its bit (octr.store.filter). Redis
+        makes a new string exactly as long as asked; SETRANGE leaves an existing one's bits
+        alone (they can only make a feature be read that need not be)."""
         last = self.spec.layout.filter_bytes - 1
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in range(self.spec.layout.shards):
