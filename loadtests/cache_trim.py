@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from online_ctr.table import StateTable
+from online_ctr.table import StateTable, warm_up
 from workers.cache import StateCache
 
 GROUP = 5_000
@@ -48,11 +48,23 @@ def timings(features: int, repeats: int, trim: Callable[[StateCache], None]) -> 
     return seconds
 
 
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least``."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"give a whole number of at least {least}")
+        return int(text)
+
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.cache_trim", description=__doc__)
-    parser.add_argument("--features", type=int, default=2_000_000, help="the cache's bound")
-    parser.add_argument("--repeats", type=int, default=5, help="trims timed, each way")
+    parser.add_argument("--features", type=at_least(2), default=2_000_000, help="the bound")
+    parser.add_argument("--repeats", type=at_least(1), default=5, help="trims timed, each way")
     args = parser.parse_args(argv)
+    warm_up()  # compiled (or loaded from numba's cache) first, as a worker does at start
     medians = []
     for name, trim in (("trim", StateCache.trim), ("rebuild", rebuild)):
         runs = timings(args.features, args.repeats, trim)

@@ -35,3 +35,12 @@ def test_the_command_prints_both_ways_and_their_ratio(capsys: pytest.CaptureFixt
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0].strip() for line in lines] == ["trim", "rebuild", "rebuild / trim"]
     assert float(lines[-1].split(":")[1]) > 0
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--features", "1"], ["--features", "x"]])
+def test_a_size_or_count_too_small_is_refused_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cache_trim.main(argv)
+    assert stopped.value.code == 2 and "give a whole number of at least" in capsys.readouterr().err
