@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from online_ctr.commands.args import integer
 from online_ctr.table import StateTable, warm_up
 from workers.cache import StateCache
 
@@ -48,21 +49,10 @@ def timings(features: int, repeats: int, trim: Callable[[StateCache], None]) -> 
     return seconds
 
 
-def at_least(least: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``least``."""
-
-    def parse(text: str) -> int:
-        if not text.strip().isdigit() or int(text) < least:
-            raise argparse.ArgumentTypeError(f"give a whole number of at least {least}")
-        return int(text)
-
-    return parse
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtests.cache_trim", description=__doc__)
-    parser.add_argument("--features", type=at_least(2), default=2_000_000, help="the bound")
-    parser.add_argument("--repeats", type=at_least(1), default=5, help="trims timed, each way")
+    parser.add_argument("--features", type=integer(2), default=2_000_000, help="the bound")
+    parser.add_argument("--repeats", type=integer(1), default=5, help="trims timed, each way")
     args = parser.parse_args(argv)
     warm_up()  # compiled (or loaded from numba's cache) first, as a worker does at start
     medians = []

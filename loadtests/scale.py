@@ -70,10 +70,10 @@ class SizeResult:
     load_1min: float
     hget_us: float = math.nan
     hset_us: float = math.nan
-    #: CPU microseconds per feature added, in the timed fill windows, of Redis, the API and
-    #: the worker: where a size's extra time goes.
     #: HGETs (reads of a feature from its bucket) per feature added in the fill windows.
     hgets_per_feature: float = math.nan
+    #: CPU microseconds per feature added, in the timed fill windows, of Redis, the API and
+    #: the worker: where a size's extra time goes.
     redis_cpu_us: float = math.nan
     api_cpu_us: float = math.nan
     worker_cpu_us: float = math.nan

@@ -7,7 +7,7 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,9 +32,9 @@ class Learning:
     change: StateChange
     rows: NDArray[np.intp]
     learned: Learned
-    histogram: Histogram | None = None
     #: The features the group stores for the first time.
-    created: NDArray[np.uint64] = field(default_factory=lambda: np.zeros(0, np.uint64))
+    created: NDArray[np.uint64]
+    histogram: Histogram | None = None
 
 
 async def cached_rows(
@@ -99,12 +99,12 @@ async def learn_group(
     )
     created = features.ids[new]
     if histogram is None:
-        return Learning(change, rows, learned, created=created)
+        return Learning(change, rows, learned, created)
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
-    return Learning(replace(change, calibration=calibration), rows, learned, histogram, created)
+    return Learning(replace(change, calibration=calibration), rows, learned, created, histogram)
 
 
 def _loss_sum(

@@ -7,8 +7,8 @@ a set bit may be another feature's, and that feature is read as before. The lear
 bitmaps when it takes the lease, after replaying the redo log, and sets the bits of its own
 commits as it makes them: while it holds the lease nobody else stores a feature.
 
-A shard's filter is made, at its full length, when the model is created
-(:meth:`octr.store.state.ModelStore.ensure`), and ``apply.lua`` never makes one: so a shard
+A shard's filter is made, at its full length, when the model is created or imported
+(:func:`make_filters`), and ``apply.lua`` never makes one: so a shard
 without its filter (a model stored by an older version, or a filter deleted with its model
 while a learner made the model again) is not trusted, and its features are read as before.
 
@@ -32,6 +32,19 @@ from numpy.typing import NDArray
 
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
+
+
+async def make_filters(redis: Any, keys: ModelKeys, layout: Layout, drop: int = 0) -> None:
+    """Every shard's filter at its full length, before the model holds any feature; first,
+    with ``drop``, the filters of that many shards are deleted (an old model's, any layout).
+    Redis makes a new string exactly as long as asked; SETRANGE leaves an existing one's bits
+    alone (they can only make a feature be read that need not be)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for shard in range(drop):
+            pipe.unlink(keys.shard(shard).filter)
+        for shard in range(layout.shards):
+            pipe.setrange(keys.shard(shard).filter, layout.filter_bytes - 1, b"\0")
+        await pipe.execute()
 
 
 class ExistenceFilter:

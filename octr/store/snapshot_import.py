@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from octr.store import snapshot_scan
+from octr.store.filter import make_filters
 from octr.store.keys import ModelKeys
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
@@ -183,7 +184,9 @@ class SnapshotImport:
         await self._fence_shards(max(old_shards, shards))
         if existed:
             await self._delete_buckets()
-        await self._new_filters(max(old_shards, shards))
+        # Empty filters of the imported layout: every row is written as a new feature, so they
+        # end holding every one.
+        await make_filters(self.redis, self.keys, spec.layout, drop=max(old_shards, shards))
 
     async def _fence_shards(self, count: int) -> None:
         """Every shard skips commits up to the old model's last (a late write of its learner)."""
@@ -191,16 +194,6 @@ class SnapshotImport:
             for shard in range(count):
                 pipe.set(self.keys.shard(shard).applied, self.seq)
             await pipe.execute()
-
-    async def _new_filters(self, count: int) -> None:
-        """Empty existence filters of the imported layout, an old model's (of any layout)
-        gone: every row is written as a new feature, so they end holding every one."""
-        assert self.spec is not None
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in range(count):
-                pipe.unlink(self.keys.shard(shard).filter)
-            await pipe.execute()
-        await ModelStore(self.redis, self.spec).make_filters()
 
     async def _delete_buckets(self) -> None:
         pattern = self.keys.bucket_pattern

@@ -21,6 +21,7 @@ from redis.exceptions import TryAgainError
 
 from octr.store.calibration import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from octr.store.commits import CommitLog
+from octr.store.filter import make_filters
 from octr.store.keys import ModelKeys
 from octr.store.layout import Layout
 from octr.store.replica import Fresh, StateReplica
@@ -164,7 +165,7 @@ class ModelStore:
                 raise ModelGoneError(f"model {self.spec.name!r} was deleted")
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
-            await self.make_filters()
+            await make_filters(self.redis, self.keys, self.spec.layout)
             await self.redis.hset(self.keys.meta, mapping=described)
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
@@ -178,17 +179,6 @@ class ModelStore:
         stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
-
-    async def make_filters(self) -> None:
-        """Every shard's existence filter at its full length, before the model holds any
-        feature: from then on each stored feature sets its bit (octr.store.filter). Redis
-        makes a new string exactly as long as asked; SETRANGE leaves an existing one's bits
-        alone (they can only make a feature be read that need not be)."""
-        last = self.spec.layout.filter_bytes - 1
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in range(self.spec.layout.shards):
-                pipe.setrange(self.keys.shard(shard).filter, last, b"\0")
-            await pipe.execute()
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""
