@@ -1,51 +1,86 @@
-"""Committing learned groups, with each group's writes to the shards overlapping the learning
-of the next one.
+"""Committing learned groups, with the writes to the shards overlapping the learning.
 
 A commit finalizes on the model's log side, then applies its values to the shards
-(:mod:`octr.store.commits`). The apply of group ``k`` runs while the worker fetches and learns
-group ``k + 1``: Redis and the worker's Python work at the same time. That is exact because:
+(:mod:`octr.store.commits`). Applies run in a task of their own while the worker fetches and
+learns the next groups: Redis and the worker's Python work at the same time. Commits that
+finalize while an apply is in flight wait for it and then go out together, in one apply under
+the last one's number: each feature they touched once, with its latest state. Criteo's rows
+share most of their features, so when Redis is the slower side a hot feature is written once
+for several commits instead of once for each. That is exact because:
 
-- group ``k + 1`` reads from Redis only features missing from the learner's cache, and every
-  feature of group ``k`` is in the cache until its apply has finished (the cache is trimmed only
-  when no apply is in flight), so no read can see a shard before ``k``'s values reach it;
-- applies go out one at a time in commit order (each shard skips commits older than the last it
-  applied, so an apply overtaking an earlier one would lose the earlier one's values);
+- a group reads from Redis only features missing from the learner's cache, and every feature
+  of a commit not yet applied is in the cache until its apply has finished (the cache is
+  trimmed only when no commit waits or is in flight), so no read can see a shard before a
+  commit's values reach it;
+- the cache holds each feature's state as of the last finalized commit, and every finalized
+  commit not yet applied is waiting, so the waiting commits' features read from the cache
+  when their apply starts are exactly what applying them one by one would leave;
+- applies go out one at a time in commit order (each shard skips commits older than the last
+  it applied, so an apply overtaking an earlier one would lose the earlier one's values);
 - finalize only names as fully applied (``applied_through``) commits whose apply has finished.
+
+At most :data:`MOST_WAITING` commits wait; past that the learner waits for the apply, so the
+shards (which ``/predict`` reads directly on Redis Cluster) lag a bounded number of commits,
+and a serving copy's catch-up stays within :data:`octr.store.replica.MOST_COMMITS`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
-from octr.store.commits import Commit, StateChange
+import numpy as np
+from numpy.typing import NDArray
+
+from octr.store.commits import Commit
 from octr.store.filter import ExistenceFilter
 from octr.store.lease import Lease
+from octr.store.shards import Runs
 from octr.store.state import ModelStore
 from workers.cache import StateCache
 from workers.learn import Learning
 
+#: Commits that may wait for the apply in flight before the learner waits too.
+MOST_WAITING = 8
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A finalized commit not applied yet: its number and records, its features with their
+    cache rows, and those of them it stores for the first time."""
+
+    seq: int
+    runs: Runs
+    ids: NDArray[np.uint64]
+    rows: NDArray[np.intp]
+    created: NDArray[np.uint64]
+
 
 class Committer:
-    """The learner's commits, at most one of them still being applied to the shards."""
+    """The learner's commits: the apply in flight and the commits waiting for it."""
 
     def __init__(self, store: ModelStore, cache: StateCache, lease: Lease) -> None:
         self.store = store
         self.cache = cache
         self.lease = lease
         self.applied_through = 0
-        self._applying: asyncio.Task[int] | None = None
+        self._waiting: list[Waiting] = []
+        self._applying: asyncio.Task[None] | None = None
 
     async def settle(self) -> None:
-        """Wait for the apply in flight; Redis errors propagate (the redo log keeps it)."""
+        """Wait until every finalized commit is applied; Redis errors propagate (the redo log
+        keeps what was not applied)."""
         if self._applying is not None:
             task, self._applying = self._applying, None
-            self.applied_through = await task
+            await task
 
     async def commit(self, learning: Learning, known: ExistenceFilter | None = None) -> Commit:
-        """Finalize a learned group and start applying it; the cache takes its new state and
+        """Finalize a learned group and have it applied; the cache takes its new state and
         the existence filter ``known`` (if any) the bits of its new features."""
-        await self.settle()
+        ended = self._applying is not None and self._applying.done()
+        if ended or len(self._waiting) >= MOST_WAITING:
+            await self.settle()  # also raises the error an apply ended with
         commit = await self.store.log.finalize(
             learning.change, self.lease.token, self.applied_through
         )
@@ -53,24 +88,47 @@ class Committer:
             if known is not None:
                 known.add(learning.created)
             self.cache.update(learning.rows, learning.learned.state)
-            self._applying = asyncio.create_task(self._apply(commit.seq, learning.change))
+            runs = learning.change.runs
+            waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.created)
+            self._waiting.append(waiting)
+            if self._applying is None or self._applying.done():
+                # A task that ended during the finalize passes its error, if any, to the next.
+                self._applying = asyncio.create_task(self._apply_waiting(self._applying))
         return commit
 
     async def trim_cache(self) -> None:
-        """Bound the cache's memory; only with no apply in flight (see the module doc)."""
+        """Bound the cache's memory; only with nothing waiting or in flight (see the doc)."""
         if len(self.cache) > self.cache.max_features:
             await self.settle()
             self.cache.trim()
 
     def abandon(self, applied_through: int = 0) -> None:
-        """Forget the apply in flight (after an error or a lost lease; the redo log has it)."""
+        """Forget the applies not done (after an error or a lost lease; the redo log has them)."""
         task, self._applying = self._applying, None
+        self._waiting = []
         if task is not None:
             task.cancel()
             with contextlib.suppress(BaseException):
                 task.exception()  # retrieved, so asyncio does not warn about it
         self.applied_through = applied_through
 
-    async def _apply(self, seq: int, change: StateChange) -> int:
-        await self.store.shards.apply(seq, change.runs)
-        return seq
+    async def _apply_waiting(self, previous: asyncio.Task[None] | None) -> None:
+        """Apply the waiting commits, those that arrive meanwhile after them, until none wait."""
+        if previous is not None:
+            await previous
+        while self._waiting:
+            group, self._waiting = self._waiting, []
+            seq, runs = self.together(group)
+            await self.store.shards.apply(seq, runs)
+            self.applied_through = seq
+
+    def together(self, group: list[Waiting]) -> tuple[int, Runs]:
+        """The last commit's number and the records of every feature the ``group`` touched,
+        each once with its state in the cache now (the last commit's)."""
+        last = group[-1]
+        if len(group) == 1:
+            return last.seq, last.runs
+        ids, first = np.unique(np.concatenate([w.ids for w in group]), return_index=True)
+        rows = np.concatenate([w.rows for w in group])[first]
+        new = np.isin(ids, np.concatenate([w.created for w in group]))
+        return last.seq, self.store.spec.layout.records(ids, self.cache.state(rows), new)

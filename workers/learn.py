@@ -30,6 +30,8 @@ class Learning:
     """A learned group: its change to commit, the cache rows it touched and the results."""
 
     change: StateChange
+    #: The group's distinct features, and their cache rows (in the same order).
+    ids: NDArray[np.uint64]
     rows: NDArray[np.intp]
     learned: Learned
     #: The features the group stores for the first time.
@@ -99,12 +101,13 @@ async def learn_group(
     )
     created = features.ids[new]
     if histogram is None:
-        return Learning(change, rows, learned, created)
+        return Learning(change, features.ids, rows, learned, created)
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
-    return Learning(replace(change, calibration=calibration), rows, learned, created, histogram)
+    calibrated = replace(change, calibration=calibration)
+    return Learning(calibrated, features.ids, rows, learned, created, histogram)
 
 
 def _loss_sum(

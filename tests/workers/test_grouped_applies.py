@@ -1,0 +1,126 @@
+"""Commits that finalize while an apply is in flight go out together, each feature once with
+its latest state, and the model is still exactly the replay's; an apply that fails with
+commits waiting loses none of them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from redis.exceptions import ConnectionError
+
+from octr.store.commits import Commit, StateChange
+from octr.store.shards import Runs
+from octr.store.state import ModelStore
+from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
+from online_ctr.readers import read_examples
+from online_ctr.replay import replay
+from tests.conftest import CRITEO
+from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
+from tests.workers.test_existence_filter import expected_bitmaps
+from workers.committer import MOST_WAITING
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_200))
+#: Commits finalized while the first apply is held.
+HELD = 4
+
+
+class Held:
+    """The store's real finalize and apply, recorded, with the first apply held until
+    :data:`HELD` more commits have finalized; then it goes on, or with ``fail`` raises."""
+
+    def __init__(self, store: ModelStore, fail: bool = False) -> None:
+        self.store, self.fail = store, fail
+        self.finalized: dict[int, Runs] = {}
+        self.applied: list[tuple[int, Runs]] = []
+        self.go = asyncio.Event()
+        finalize: Callable[..., Awaitable[Commit]] = store.log.finalize
+        apply: Callable[[int, Runs], Awaitable[None]] = store.shards.apply
+
+        async def finalizing(change: StateChange, *args: Any) -> Commit:
+            commit = await finalize(change, *args)
+            self.finalized[commit.seq] = change.runs
+            if len(self.finalized) > HELD:
+                self.go.set()
+            return commit
+
+        async def applying(seq: int, runs: Runs) -> None:
+            if not self.applied and not self.go.is_set():
+                await self.go.wait()
+                if self.fail:
+                    self.fail = False
+                    raise ConnectionError("Redis went away in the test")
+            self.applied.append((seq, runs))
+            await apply(seq, runs)
+
+        store.log.finalize = finalizing  # type: ignore[method-assign]
+        store.shards.apply = applying  # type: ignore[method-assign]
+
+
+def records(store: ModelStore, runs: Runs) -> int:
+    layout = store.spec.layout
+    return sum(len(blob) for _, blob in runs) // (4 + layout.field_bytes + layout.value_bytes)
+
+
+async def assert_equals_replay(store: ModelStore, rows: int) -> None:
+    """The stored model is the in-process replay of the first ``rows`` rows, and every stored
+    feature has its bit in its shard's existence filter."""
+    info = await store.info()
+    stored = await scan_state(store)
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    replay(ROWS[:rows], model, FeatureHasher(), batch_size=1)
+    expected = model.snapshot()
+    assert info.t == rows and stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+    assert info.nonzero_weights == recount_nonzero(store, stored, info.t)
+    assert info.features_tracked == len(stored)
+    layout = store.spec.layout
+    ids = np.array(list(stored), np.uint64)
+    for shard, bitmap in enumerate(expected_bitmaps(layout, ids)):
+        assert await store.redis.get(store.keys.shard(shard).filter) == bitmap.tobytes()
+
+
+async def test_commits_waiting_for_an_apply_go_out_together_each_feature_once(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=16)
+    await send(store, ROWS)
+    held = Held(store)
+    await make_worker(store, batch_size=100).run_until_idle()
+
+    first, (seq, runs), *_ = held.applied
+    assert first[0] == 1
+    # Commits 2 to 5 at least waited for the first apply, and went out in one.
+    together = range(2, seq + 1)
+    assert HELD < len(together) <= MOST_WAITING
+    assert [s for s, _ in held.applied] == sorted({s for s, _ in held.applied})
+    # Criteo's rows share most of their features: fewer writes than one by one.
+    one_by_one = sum(records(store, held.finalized[s]) for s in together)
+    assert records(store, runs) < 0.7 * one_by_one
+    await assert_equals_replay(store, len(ROWS))
+
+
+async def test_an_apply_that_fails_with_commits_waiting_loses_none_of_them(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=16)
+    await send(store, ROWS)
+    held = Held(store, fail=True)
+    worker = make_worker(store, batch_size=100, error_backoff_s=0.01)
+    running = asyncio.create_task(worker.run())
+    while (await store.info()).t < len(ROWS) or not held.applied:
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await running
+    # The failed apply's commit and those that waited were finalized: the learner that
+    # recovered replayed them from the redo log, and learned no example twice.
+    assert held.applied[0][0] == 1 and len(held.finalized) == len(ROWS) // 100
+    await assert_equals_replay(store, len(ROWS))
