@@ -5,9 +5,11 @@
    layout) are filled directly (``StateShards.apply``, no worker) to 0, 100k, 1M and 10M random
    features; at each size, 20 rounds of 5,000 new features are read (``StateShards.read``: a
    miss, as for every new feature) and written (``apply``). Printed: microseconds per feature,
-   client packing included (no existence filter: every read goes to Redis). It grows as the
-   keyspace outgrows the CPU's caches: ``make bench-scale`` with 2^20 buckets, a quarter as
-   many features per bucket at 10M, measured the same microseconds per HGET and HSET.
+   client packing included (no existence filter: every read goes to Redis), then Redis's own
+   share: its CPU per feature (``/proc``, in ticks of 10 ms) and its microseconds per HGET and
+   HSET (``INFO commandstats``). Those grow as the keyspace outgrows the CPU's caches, with
+   the same script work per feature at every size: ``make bench-scale`` with 2^20 buckets, a
+   quarter as many features per bucket at 10M, measured the same microseconds per call.
 2. Drain against commit size: 200,000 Criteo rows in entries of 1,000 pre-filled in the stream,
    learned by one in-process worker (cold, kernel compiled first) at several ``batch_size``.
 
@@ -27,6 +29,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
+from loadtests.stats import cpu_seconds
 from octr.metrics import Metrics
 from octr.store import codec
 from octr.store.state import ModelStore, spec_from
@@ -50,7 +53,24 @@ async def fresh_store(url: str) -> ModelStore:
     return store
 
 
-async def per_feature(url: str, sizes: tuple[int, ...]) -> None:
+async def command_usec(redis: aioredis.Redis) -> dict[str, tuple[int, int]]:
+    """Redis's ``INFO commandstats``: per command, its calls and microseconds so far."""
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in stats.items()}
+
+
+def per_call(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
+    """Redis's microseconds per HGET and per HSET between two :func:`command_usec` reads."""
+    text = []
+    for name in ("hget", "hset"):
+        (calls, usec), (calls_0, usec_0) = after.get(name, (0, 0)), before.get(name, (0, 0))
+        calls, usec = calls - calls_0, usec - usec_0
+        text.append(f"{usec / calls:.2f} us/{name.upper()}" if calls else f"no {name.upper()}")
+    return ", ".join(text)
+
+
+async def per_feature(url: str, sizes: tuple[int, ...], pid: int | None = None) -> None:
+    """See the module doc; ``pid``: the redis-server's, for its CPU time (None: not shown)."""
     store = await fresh_store(url)
     layout, rng, seq, have = store.spec.layout, np.random.default_rng(1), 0, 0
     for size in sizes:
@@ -61,6 +81,7 @@ async def per_feature(url: str, sizes: tuple[int, ...]) -> None:
             await store.shards.apply(seq, layout.records(ids, rng.normal(size=(k, 2))))
             have += k
         read_s = write_s = 0.0
+        before, cpu = await command_usec(store.redis), cpu_seconds(pid) if pid else 0.0
         for _ in range(20):
             ids = rng.integers(0, 2**64 - 1, size=5_000, dtype=np.uint64, endpoint=True)
             started = time.perf_counter()
@@ -70,9 +91,12 @@ async def per_feature(url: str, sizes: tuple[int, ...]) -> None:
             await store.shards.apply(seq, layout.records(ids, rng.normal(size=(5_000, 2))))
             read_s, write_s = read_s + read - started, write_s + time.perf_counter() - read
             have += 5_000
+        redis = per_call(before, await command_usec(store.redis))
+        if pid:
+            redis = f"{(cpu_seconds(pid) - cpu) / 1e5 * 1e6:.2f} us CPU/feature, {redis}"
         print(
             f"model of {size:>10,} features: read {read_s / 1e5 * 1e6:.2f} us/feature, "
-            f"write {write_s / 1e5 * 1e6:.2f} us/feature"
+            f"write {write_s / 1e5 * 1e6:.2f} us/feature; Redis: {redis}"
         )
     await store.redis.aclose()
 
@@ -108,7 +132,7 @@ def main() -> None:
     quick = parser.parse_args().quick
     with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder), persist=False) as r:
         url = r.url
-        asyncio.run(per_feature(url, (0, 20_000) if quick else SIZES))
+        asyncio.run(per_feature(url, (0, 20_000) if quick else SIZES, r.pid))
         asyncio.run(drain(url, 10_000 if quick else 200_000, (4_096, 65_536)))
 
 

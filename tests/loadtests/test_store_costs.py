@@ -17,7 +17,7 @@ def test_store_costs_prints_each_size_and_batch_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with RedisServer(tmp_path / "redis", persist=False) as server:
-        asyncio.run(store_costs.per_feature(server.url, (0, 5_000)))
+        asyncio.run(store_costs.per_feature(server.url, (0, 5_000), server.pid))
         asyncio.run(store_costs.drain(server.url, 2_000, (500, 4_096)))
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [
@@ -26,5 +26,6 @@ def test_store_costs_prints_each_size_and_batch_size(
         "drain at batch_size    500",
         "drain at batch_size  4,096",
     ]
-    assert all("us/feature" in line for line in lines[:2])
+    assert all("us/feature" in line and "us CPU/feature" in line for line in lines[:2])
+    assert all("us/HSET" in line for line in lines[:2])
     assert all("ex/s" in line for line in lines[2:])
