@@ -30,7 +30,7 @@ from loadtests.scale_client import (
     predict_bodies,
 )
 from loadtests.sequential import Timing, timed, timing_tool
-from loadtests.stats import cpu_seconds, rss_bytes
+from loadtests.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us, rss_bytes
 from octr.store.keys import ModelKeys
 
 MIB = 1024 * 1024
@@ -128,11 +128,10 @@ def wait_until_applied(stack: Stack) -> None:
     wait_until(applied, 60, "the last commit applied to every shard")
 
 
-def command_usec(stack: Stack) -> dict[str, tuple[int, int]]:
-    """Redis's ``INFO commandstats``: per command, its calls and microseconds so far."""
+def redis_usec(stack: Stack) -> CommandUsec:
+    """Redis's ``INFO commandstats`` now: per command, its calls and microseconds so far."""
     with stack.client() as redis:
-        stats = redis.info("commandstats")
-    return {name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in stats.items()}
+        return command_usec(redis.info("commandstats"))
 
 
 def service_cpu(stack: Stack) -> tuple[float, float, float]:
@@ -140,20 +139,6 @@ def service_cpu(stack: Stack) -> tuple[float, float, float]:
     pids = stack.redis_pid, stack.children["api"].pid, stack.children[stack.workers()[0]].pid
     redis, api, worker = (cpu_seconds(pid) for pid in pids)
     return redis, api, worker
-
-
-def calls(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], name: str) -> int:
-    """Calls of command ``name`` between two :func:`command_usec` reads."""
-    return after.get(name, (0, 0))[0] - before.get(name, (0, 0))[0]
-
-
-def per_call_us(
-    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], name: str
-) -> float:
-    """Microseconds per call of command ``name`` between two :func:`command_usec` reads."""
-    made = calls(before, after, name)
-    usec = after.get(name, (0, 0))[1] - before.get(name, (0, 0))[1]
-    return usec / made if made else math.nan
 
 
 def median_of(rounds: int, timing: Callable[[], float]) -> tuple[float, tuple[float, ...]]:
@@ -209,13 +194,13 @@ def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> Si
     timed = max(1, min(config.rounds, room))
     bulk = client.fill(target - config.fill_window * timed, factory, stack.check_alive)
     wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
-    before, cpu_before = command_usec(stack), service_cpu(stack)
+    before, cpu_before = redis_usec(stack), service_cpu(stack)
     windows = []
     for left in reversed(range(timed)):
         end = target - config.fill_window * left
         windows.append(client.fill(end, factory, stack.check_alive, WINDOW_BODY_EXAMPLES))
         wait_until_applied(stack)
-    after, cpu_after = command_usec(stack), service_cpu(stack)
+    after, cpu_after = redis_usec(stack), service_cpu(stack)
     added = sum(w.features for w in windows)
     redis_cpu, api_cpu, worker_cpu = (
         (b - a) / added * 1e6 if added else math.nan

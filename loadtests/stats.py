@@ -6,6 +6,9 @@
 200
 >>> calls_delta({"hset": 5, "info": 2}, {"hset": 12, "info": 3, "xadd": 4}, minus={"info": 1})
 {'hset': 7, 'xadd': 4}
+>>> before = command_usec({"cmdstat_hset": {"calls": 2, "usec": 3}})
+>>> per_call_us(before, command_usec({"cmdstat_hset": {"calls": 6, "usec": 11}}), "hset")
+2.0
 """
 
 from __future__ import annotations
@@ -127,3 +130,26 @@ def calls_delta(
     if negative:
         raise ValueError(f"fewer calls of {', '.join(negative)} than subtracted")
     return {name: n for name, n in sorted(counted.items()) if n > 0}
+
+
+#: Per command, its calls and microseconds so far (``INFO commandstats``).
+CommandUsec = dict[str, tuple[int, int]]
+
+
+def command_usec(commandstats: Mapping[str, Mapping[str, int]]) -> CommandUsec:
+    """Calls and microseconds per command, from the reply of ``INFO commandstats``."""
+    return {
+        name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in commandstats.items()
+    }
+
+
+def calls(before: CommandUsec, after: CommandUsec, name: str) -> int:
+    """Calls of command ``name`` between two :func:`command_usec` reads."""
+    return after.get(name, (0, 0))[0] - before.get(name, (0, 0))[0]
+
+
+def per_call_us(before: CommandUsec, after: CommandUsec, name: str) -> float:
+    """Microseconds per call of command ``name`` between two reads; NaN if none was made."""
+    made = calls(before, after, name)
+    usec = after.get(name, (0, 0))[1] - before.get(name, (0, 0))[1]
+    return usec / made if made else math.nan

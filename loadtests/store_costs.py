@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from loadtests.stats import cpu_seconds
+from loadtests.stats import CommandUsec, command_usec, cpu_seconds, per_call_us
 from octr.metrics import Metrics
 from octr.store import codec
 from octr.store.state import ModelStore, spec_from
@@ -53,20 +54,10 @@ async def fresh_store(url: str) -> ModelStore:
     return store
 
 
-async def command_usec(redis: aioredis.Redis) -> dict[str, tuple[int, int]]:
-    """Redis's ``INFO commandstats``: per command, its calls and microseconds so far."""
-    stats = await redis.info("commandstats")
-    return {name.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for name, v in stats.items()}
-
-
-def per_call(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> str:
-    """Redis's microseconds per HGET and per HSET between two :func:`command_usec` reads."""
-    text = []
-    for name in ("hget", "hset"):
-        (calls, usec), (calls_0, usec_0) = after.get(name, (0, 0)), before.get(name, (0, 0))
-        calls, usec = calls - calls_0, usec - usec_0
-        text.append(f"{usec / calls:.2f} us/{name.upper()}" if calls else f"no {name.upper()}")
-    return ", ".join(text)
+def per_call(before: CommandUsec, after: CommandUsec) -> str:
+    """Redis's microseconds per HGET and per HSET between two ``INFO commandstats`` reads."""
+    made = ((name.upper(), per_call_us(before, after, name)) for name in ("hget", "hset"))
+    return ", ".join(f"no {n}" if math.isnan(us) else f"{us:.2f} us/{n}" for n, us in made)
 
 
 async def per_feature(url: str, sizes: tuple[int, ...], pid: int | None = None) -> None:
@@ -81,7 +72,10 @@ async def per_feature(url: str, sizes: tuple[int, ...], pid: int | None = None) 
             await store.shards.apply(seq, layout.records(ids, rng.normal(size=(k, 2))))
             have += k
         read_s = write_s = 0.0
-        before, cpu = await command_usec(store.redis), cpu_seconds(pid) if pid else 0.0
+        before, cpu = (
+            command_usec(await store.redis.info("commandstats")),
+            cpu_seconds(pid) if pid else 0.0,
+        )
         for _ in range(20):
             ids = rng.integers(0, 2**64 - 1, size=5_000, dtype=np.uint64, endpoint=True)
             started = time.perf_counter()
@@ -91,7 +85,7 @@ async def per_feature(url: str, sizes: tuple[int, ...], pid: int | None = None) 
             await store.shards.apply(seq, layout.records(ids, rng.normal(size=(5_000, 2))))
             read_s, write_s = read_s + read - started, write_s + time.perf_counter() - read
             have += 5_000
-        redis = per_call(before, await command_usec(store.redis))
+        redis = per_call(before, command_usec(await store.redis.info("commandstats")))
         if pid:
             redis = f"{(cpu_seconds(pid) - cpu) / 1e5 * 1e6:.2f} us CPU/feature, {redis}"
         print(
