@@ -19,9 +19,10 @@ for several commits instead of once for each. That is exact because:
   it applied, so an apply overtaking an earlier one would lose the earlier one's values);
 - finalize only names as fully applied (``applied_through``) commits whose apply has finished.
 
-At most :data:`MOST_WAITING` commits wait; past that the learner waits for the apply, so the
-shards (which ``/predict`` reads directly on Redis Cluster) lag a bounded number of commits,
-and a serving copy's catch-up stays within :data:`octr.store.replica.MOST_COMMITS`.
+At most :data:`MOST_WAITING` commits wait; past that the learner waits until everything is
+applied. So the shards (which ``/predict`` reads directly on Redis Cluster) lag at most twice
+that many commits (a group being written and the next one waiting), and a serving copy's
+catch-up stays within :data:`octr.store.replica.MOST_COMMITS`.
 """
 
 from __future__ import annotations

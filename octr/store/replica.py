@@ -5,10 +5,11 @@ features), and most of a single request's cost in Redis was looking up features 
 had read a moment before. So each pass asks Redis, in one atomic call of ``serve.lua``, for the
 model's epoch, commit number, step and calibration fit, for the state of only the features the
 copy lacks, and for the records (from the redo log, :mod:`octr.store.commits`) of the commits
-since the copy's own, and of the commits the features read may lack because their shards have
-not applied them yet. Those records, applied in commit order over the copy's rows and the rows
-read, give every feature's state as of the latest commit, exactly: what reading every feature
-from fully applied shards would give. When nothing changed and every feature is here, Redis's
+since the copy's own, and, of older commits, the records of the shards read that have not
+applied them yet (the features read may lack those; the copy's rows have every older commit).
+Those records, applied in commit order over the copy's rows and the rows read, give every
+feature's state as of the latest commit, exactly: what reading every feature from fully
+applied shards would give. When nothing changed and every feature is here, Redis's
 whole share of a pass is one HMGET.
 
 The copy starts again, empty, when the model's epoch changes (deleted, or imported from a

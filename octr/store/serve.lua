@@ -7,8 +7,9 @@
 -- after a shard's number in its bucket key prefix, 8 what comes after it in its 'applied'
 -- key, 9 the records to read (see reads.lua).
 -- Returns {'ok', epoch, seq, t, fit ('' if none), changes, values, present}: changes are the
--- records (u32 bucket | field | value) of the commits since the copy's, and of those the
--- features read may lack (their shards had not applied them yet), oldest first, back to back.
+-- records (u32 bucket | field | value) of the commits since the copy's, and of the older ones
+-- only the records of shards read that had not applied them yet (the features read may lack
+-- them), oldest first, back to back.
 -- Or {'reset', epoch, seq, t, fit}, nothing read: another epoch, a commit the copy needs that
 -- is no longer in the redo log, or too many: the copy starts again.
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'seq', 't', 'calibration_fit', 'trimmed')
@@ -26,13 +27,14 @@ if epoch == '' or epoch ~= ARGV[1] or seq < known or trimmed > known then
 end
 -- A shard holds every commit up to its 'applied' one: the features read need the commits
 -- after the lowest of their shards' (still in the log unless every shard has them).
-local low, record, seen = known, 6 + field_bytes, {}
+-- 'applied' holds, per shard read, the last commit it has, by its redo field name ('s' shard).
+local low, record, applied = known, 6 + field_bytes, {}
 for i = 1, #records / record do
   local shard = struct.unpack('<I2', records, (i - 1) * record + 1)
-  if not seen[shard] then
-    seen[shard] = true
-    local applied = tonumber(redis.call('GET', head .. shard .. ARGV[8]) or '0')
-    if applied < low then low = applied end
+  local name = 's' .. shard
+  if not applied[name] then
+    applied[name] = tonumber(redis.call('GET', head .. shard .. ARGV[8]) or '0')
+    if applied[name] < low then low = applied[name] end
   end
 end
 low = math.max(low, trimmed)
@@ -42,8 +44,12 @@ if low < seq then
   if #entries > most then return reply('reset') end
   local blobs = {}
   for _, entry in ipairs(entries) do
-    local fields = entry[2]
-    for j = 2, #fields, 2 do blobs[#blobs + 1] = fields[j] end
+    -- The copy has every commit up to its own: of those, only a lagging shard's records.
+    local number, fields = tonumber(string.match(entry[1], '^%d+')), entry[2]
+    for j = 1, #fields, 2 do
+      local lag = applied[fields[j]]
+      if number > known or (lag and lag < number) then blobs[#blobs + 1] = fields[j + 1] end
+    end
   end
   changes = table.concat(blobs)
 end

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from octr.store.replica import StateReplica
+from octr.store.replica import MOST_COMMITS, StateReplica
 from octr.store.state import ModelStore
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
@@ -199,3 +199,34 @@ async def test_overlapping_passes_during_commits_each_see_a_committed_state(
         rows = [version[index // 4 :: 3] for version in versions]
         assert any(np.array_equal(fresh.state, r) for r in rows), "a pass mixed commits"
     np.testing.assert_array_equal(await served(replica, ids), versions[-1])
+
+
+async def test_of_commits_the_copy_has_a_pass_takes_only_the_lagging_shards_it_reads(
+    make_store: MakeStore,
+) -> None:
+    store, ids, state = await model_of(make_store, 400, 7, applied=False)
+    layout = store.spec.layout
+    replica = replica_of(store)
+    # Commit 1 touches every shard and no shard has it; the copy takes it whole.
+    await commit_unapplied(store, ids, state)
+    np.testing.assert_array_equal(await served(replica, ids), state)
+    # A feature of shard 0 the copy lacks: of commit 1 only shard 0's records come back.
+    candidates = np.random.default_rng(8).integers(0, 2**63, 100, np.uint64)
+    unknown = candidates[layout.shard_of(candidates) == 0][:1]
+    head = [layout.field_bytes, layout.value_bytes, *store.keys.bucket_prefix_parts]
+    asked_records = layout.reads(unknown).tobytes()
+    reply = await store.scripts.serve(
+        keys=[store.keys.meta, store.keys.redo],
+        args=[
+            replica.epoch,
+            replica.seq,
+            MOST_COMMITS,
+            *head,
+            store.keys.applied_tail,
+            asked_records,
+        ],
+    )
+    assert reply[0] == b"ok" and reply[5] == dict(layout.records(ids, state))[0]
+    asked = np.concatenate([ids, unknown])
+    expected = np.vstack([state, np.zeros((1, layout.width))])
+    np.testing.assert_array_equal(await served(replica, asked), expected)
