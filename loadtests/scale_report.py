@@ -14,7 +14,7 @@ from loadtests.scale_client import BODY_EXAMPLES, MAX_LAG_ENTRIES, POLL_S, WINDO
 
 #: Sections other commands write into the report (``python -m loadtests.compact_cost``'s
 #: figures): a new report keeps them from the previous one.
-KEPT = ("## Compact state encoding",)
+KEPT = ("## Spread across runs", "## Compact state encoding")
 
 #: The table's columns: header, and the :class:`SizeResult` field shown.
 COLUMNS = {

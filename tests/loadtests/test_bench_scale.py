@@ -128,6 +128,10 @@ def test_a_new_report_keeps_the_sections_other_commands_wrote() -> None:
     kept = scale_report.kept_sections(previous)
     assert kept == "## Compact state encoding\n\n| compact | table |\n\nCommand: `x`."
     assert scale_report.kept_sections("# Benchmark\n\n## Method\n\ntext\n") == ""
+    spread = "## Spread across runs\n\n| run |\n"
+    assert scale_report.kept_sections(previous + spread).endswith(
+        "Command: `x`.\n## Spread across runs\n\n| run |"
+    )
 
 
 def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
