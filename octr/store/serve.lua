@@ -27,14 +27,13 @@ if epoch == '' or epoch ~= ARGV[1] or seq < known or trimmed > known then
 end
 -- A shard holds every commit up to its 'applied' one: the features read need the commits
 -- after the lowest of their shards' (still in the log unless every shard has them).
--- 'applied' holds, per shard read, the last commit it has, by its redo field name ('s' shard).
+-- 'applied' holds, per shard read (by number), the last commit it has.
 local low, record, applied = known, 6 + field_bytes, {}
 for i = 1, #records / record do
   local shard = struct.unpack('<I2', records, (i - 1) * record + 1)
-  local name = 's' .. shard
-  if not applied[name] then
-    applied[name] = tonumber(redis.call('GET', head .. shard .. ARGV[8]) or '0')
-    if applied[name] < low then low = applied[name] end
+  if not applied[shard] then
+    applied[shard] = tonumber(redis.call('GET', head .. shard .. ARGV[8]) or '0')
+    if applied[shard] < low then low = applied[shard] end
   end
 end
 low = math.max(low, trimmed)
@@ -44,10 +43,11 @@ if low < seq then
   if #entries > most then return reply('reset') end
   local blobs = {}
   for _, entry in ipairs(entries) do
-    -- The copy has every commit up to its own: of those, only a lagging shard's records.
+    -- The copy has every commit up to its own: of those, only a lagging shard's records
+    -- (a redo field is named 's' and the shard's number).
     local number, fields = tonumber(string.match(entry[1], '^%d+')), entry[2]
     for j = 1, #fields, 2 do
-      local lag = applied[fields[j]]
+      local lag = number <= known and applied[tonumber(string.sub(fields[j], 2))]
       if number > known or (lag and lag < number) then blobs[#blobs + 1] = fields[j + 1] end
     end
   end
