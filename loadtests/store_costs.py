@@ -72,10 +72,8 @@ async def per_feature(url: str, sizes: tuple[int, ...], pid: int | None = None) 
             await store.shards.apply(seq, layout.records(ids, rng.normal(size=(k, 2))))
             have += k
         read_s = write_s = 0.0
-        before, cpu = (
-            command_usec(await store.redis.info("commandstats")),
-            cpu_seconds(pid) if pid else 0.0,
-        )
+        before = command_usec(await store.redis.info("commandstats"))
+        cpu = cpu_seconds(pid) if pid else 0.0
         for _ in range(20):
             ids = rng.integers(0, 2**64 - 1, size=5_000, dtype=np.uint64, endpoint=True)
             started = time.perf_counter()

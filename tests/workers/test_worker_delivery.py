@@ -37,9 +37,10 @@ async def assert_learned_once_in_order(store: ModelStore, examples: int) -> None
     assert info.nonzero_weights == recount_nonzero(store, stored, info.t)
     assert info.features_tracked == len(stored)
     assert info.stream_lag == 0 and info.dead_letters == 0
-    # Entries go once a later finalize learns they were applied: at most the last commit's
-    # and those that waited with it for an apply.
-    assert await store.redis.xlen(store.keys.redo) <= MOST_WAITING + 1
+    # Entries go once a later finalize learns they were applied. The last finalize can be
+    # behind by a group being applied (at most MOST_WAITING commits) and, with its own, the
+    # commits waiting behind it (fewer than MOST_WAITING before it): see committer.py.
+    assert await store.redis.xlen(store.keys.redo) <= 2 * MOST_WAITING
 
 
 async def test_one_worker_learns_while_the_others_stand_by(make_store: MakeStore) -> None:
