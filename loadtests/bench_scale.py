@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from loadtests import scale_report
+from loadtests import memory_latency, scale_report
 from loadtests.bench import ROOT, command_line, machine
 from loadtests.plots import Curve, Panel, panels_figure
 from loadtests.report import table
@@ -144,6 +144,7 @@ def about_run(argv: Sequence[str]) -> dict[str, str]:
     about["command"] = f"`{command_line(argv, MODULE)}`"
     about.update(machine())
     about["load average at start (1 min)"] = f"{os.getloadavg()[0]:.2f}"
+    about["random load latency at start"] = memory_latency.describe()
     return about
 
 
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(scale_report.HEADER, []), flush=True)
     scale = measure(config, lambda r: print(scale_report.row_line(r), flush=True))
     about["load average at end (1 min)"] = f"{os.getloadavg()[0]:.2f}"
+    about["random load latency at end"] = memory_latency.describe()
     about["duration"] = f"{(time.perf_counter() - started) / 60:.1f} min"
     found = scale_report.ratios(scale.results)
     print("\n" + scale_report.ratio_table(found), flush=True)

@@ -222,6 +222,11 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "learned ex/s timing; the worker is the one that did the fill and that timing.",
             "- **load**: the machine's 1-minute load average when the size's row ended (2 "
             "cores, shared with other engineers' work: absolute figures drift).",
+            "- **random load latency** (this run's table, at its start and end): nanoseconds "
+            "per dependent random load over an 8 MiB and a 256 MiB block "
+            "(`python -m loadtests.memory_latency`, a pointer chase): what the shared caches "
+            "and main memory gave while the run ran. The large sizes pay the second on nearly "
+            "every Redis key they touch; both swing with the neighbours' work.",
         ]
     )
 
