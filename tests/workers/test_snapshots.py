@@ -150,14 +150,17 @@ async def test_a_model_being_imported_is_neither_served_nor_learned(
     importing = SnapshotImport(store.redis, "late", (64, 8))
     cut = len(blob) // 2
 
+    waiting = asyncio.Event()
+
     async def half_then_wait() -> AsyncIterator[bytes]:
         yield blob[:cut]
+        waiting.set()  # the first half is written: the import waits for the rest
         await asyncio.sleep(3600)  # cancelled by the test
         yield blob[cut:]
 
     task = asyncio.create_task(importing.run(half_then_wait()))
-    while not importing.claimed:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(waiting.wait(), 30)
+    assert importing.claimed
     late = ModelStore(
         store.redis, spec_from("late", "ftrl", get_rule("ftrl").params(), None, 64, 8)
     )
