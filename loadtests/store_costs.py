@@ -11,7 +11,9 @@
    the same script work per feature at every size: ``make bench-scale`` with 2^20 buckets, a
    quarter as many features per bucket at 10M, measured the same microseconds per call.
 2. Drain against commit size: 200,000 Criteo rows in entries of 1,000 pre-filled in the stream,
-   learned by one in-process worker (cold, kernel compiled first) at several ``batch_size``.
+   learned by one in-process worker (cold, kernel compiled first) at several ``batch_size``:
+   examples per second, and Redis HSETs per example (one per bucket an apply writes, so about
+   one per feature written: grouped applies write a feature once for several commits).
 
 Prints figures only; no targets (those are ``make bench-scale``'s).
 """
@@ -30,7 +32,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from loadtests.stats import CommandUsec, command_usec, cpu_seconds, per_call_us
+from loadtests.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us
 from octr.metrics import Metrics
 from octr.store import codec
 from octr.store.state import ModelStore, spec_from
@@ -109,11 +111,14 @@ async def drain(url: str, rows: int, batch_sizes: tuple[int, ...]) -> None:
             await pipe.execute()
         config = WorkerConfig(name="bench", batch_size=batch_size)
         worker = Worker(store, config, Metrics(CollectorRegistry()))
+        before = command_usec(await store.redis.info("commandstats"))
         started = time.perf_counter()
         commits = await worker.run_until_idle()
         seconds = time.perf_counter() - started
+        after = command_usec(await store.redis.info("commandstats"))
         print(
-            f"drain at batch_size {batch_size:>6,}: {rows / seconds:,.0f} ex/s ({commits} commits)"
+            f"drain at batch_size {batch_size:>6,}: {rows / seconds:,.0f} ex/s ({commits} commits, "
+            f"{calls(before, after, 'hset') / rows:.2f} HSETs/example)"
         )
         await store.redis.aclose()
 

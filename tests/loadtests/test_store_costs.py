@@ -28,4 +28,4 @@ def test_store_costs_prints_each_size_and_batch_size(
     ]
     assert all("us/feature" in line and "us CPU/feature" in line for line in lines[:2])
     assert all("us/HSET" in line for line in lines[:2])
-    assert all("ex/s" in line for line in lines[2:])
+    assert all("ex/s" in line and "HSETs/example" in line for line in lines[2:])
