@@ -12,11 +12,8 @@ from loadtests import memory_latency
 
 def test_a_chain_visits_every_slot_once_before_it_returns_to_the_start() -> None:
     chain = memory_latency.single_cycle(1_000, np.random.default_rng(3))
-    at, seen = 0, set()
-    for _ in range(1_000):
-        seen.add(at)
-        at = int(chain[at])
-    assert at == 0 and seen == set(range(1_000))
+    seen = {at_after(chain, steps) for steps in range(1_000)}
+    assert at_after(chain, 1_000) == 0 and seen == set(range(1_000))
     assert memory_latency.walk(chain, 1_000) == 0
     assert memory_latency.walk(chain, 7) == at_after(chain, 7)
 
