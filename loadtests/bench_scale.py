@@ -3,8 +3,10 @@
 Fills one model, through the real API and worker, to each size in turn (default 100k, 1M and
 10M tracked features) and measures there: the fill's rate, learning end to end, a worker's
 drain, single and batch ``/predict``, Redis bytes per feature and the processes' RSS
-(:mod:`loadtests.scale`). Prints a table row per size as it ends, then the ratios of the
-largest size's figures to the smallest's against their targets, and writes the report
+(:mod:`loadtests.scale`), each larger size side by side with a second service held at the
+smallest size (:mod:`loadtests.scale_run`). Prints a table row per size as it ends (and the
+smallest size's row measured beside it), then the ratios of the largest size's figures to the
+smallest's measured beside them, against their targets, and writes the report
 (``docs/benchmarks-scale.md``) with a plot (``docs/img/scale.png`` beside it).
 """
 
@@ -22,7 +24,8 @@ from loadtests import memory_latency, scale_report
 from loadtests.bench import ROOT, command_line, machine
 from loadtests.plots import Curve, Panel, panels_figure
 from loadtests.report import table
-from loadtests.scale import Scale, ScaleConfig, measure
+from loadtests.scale import Scale, ScaleConfig, SizeResult
+from loadtests.scale_run import measure
 
 MODULE = "loadtests.bench_scale"
 SIZES = (100_000, 1_000_000, 10_000_000)
@@ -148,6 +151,15 @@ def about_run(argv: Sequence[str]) -> dict[str, str]:
     return about
 
 
+def print_rows(result: SizeResult, beside: SizeResult | None) -> None:
+    """A size's table line, then the smallest size's measured beside it, if any."""
+    print(scale_report.row_line(result), flush=True)
+    if beside is not None:
+        print(
+            scale_report.row_line(beside, f"{beside.target:,} beside {result.target:,}"), flush=True
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -164,11 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     about = about_run(argv)
     started = time.perf_counter()
     print(table(scale_report.HEADER, []), flush=True)
-    scale = measure(config, lambda r: print(scale_report.row_line(r), flush=True))
+    scale = measure(config, print_rows)
     about["load average at end (1 min)"] = f"{os.getloadavg()[0]:.2f}"
     about["random load latency at end"] = memory_latency.describe()
     about["duration"] = f"{(time.perf_counter() - started) / 60:.1f} min"
-    found = scale_report.ratios(scale.results)
+    found = scale_report.ratios(scale.alongside[-1], scale.results[-1])
     print("\n" + scale_report.ratio_table(found), flush=True)
     report_dir = args.out.resolve().parent
     image = plot(scale, report_dir / "img" / "scale.png")

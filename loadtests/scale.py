@@ -1,36 +1,32 @@
-"""What the scale benchmark measures at each model size, through the real service.
+"""What the scale benchmark measures on one running service, and the figures it keeps.
 
-One Redis, one real ``online-ctr api`` and one real ``online-ctr worker``
-(:class:`loadtests.processes.Stack`). The model first learns the Criteo rows once, so
-``/predict`` reads real state and the later Criteo posts add no features; then, for each size
-in increasing order, new features are learned until ``features_tracked`` reaches it, and the
-costs are measured at that size (:func:`measure_size`).
+A service is one Redis, one real ``online-ctr api`` and one real ``online-ctr worker``
+(:class:`loadtests.processes.Stack`), with the Criteo rows to post (a :class:`Rig`). Each
+timing here is one run on one rig; :mod:`loadtests.scale_run` decides which rigs, at which
+sizes, take their turns.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import statistics
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import cycle, islice
 from pathlib import Path
 
-from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
+from loadtests.processes import Stack, wait_until
 from loadtests.scale_client import (
     BODY_EXAMPLES,
     WINDOW_BODY_EXAMPLES,
+    Fill,
     ModelClient,
     Row,
     UniqueFeatures,
-    criteo_rows,
     learn_bodies,
     predict_bodies,
 )
-from loadtests.sequential import Timing, timed, timing_tool
-from loadtests.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us, rss_bytes
+from loadtests.sequential import Timing, timed
+from loadtests.stats import CommandUsec, command_usec, cpu_seconds
 from octr.store.keys import ModelKeys
 
 MIB = 1024 * 1024
@@ -83,12 +79,15 @@ class SizeResult:
 
 @dataclass
 class Scale:
-    """A whole run: how ``/predict`` was timed, the model before the fills, and each size."""
+    """A whole run: how ``/predict`` was timed, the model before the fills, each size, and
+    the smallest size measured again beside each larger one (``alongside[i]`` beside
+    ``results[i + 1]``)."""
 
     tool: str
     warm_up_features: int
     baseline_bytes: int
     results: list[SizeResult] = field(default_factory=list)
+    alongside: list[SizeResult] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -141,20 +140,76 @@ def service_cpu(stack: Stack) -> tuple[float, float, float]:
     return redis, api, worker
 
 
-def median_of(rounds: int, timing: Callable[[], float]) -> tuple[float, tuple[float, ...]]:
-    """The median of ``rounds`` runs of ``timing``, and the runs."""
-    runs = tuple(timing() for _ in range(rounds))
-    return statistics.median(runs), runs
+@dataclass(frozen=True)
+class Rig:
+    """A running service, a client of its model, what is posted to it, and Redis's
+    ``used_memory`` while the model was empty."""
+
+    stack: Stack
+    client: ModelClient
+    bodies: Bodies
+    predict_url: str
+    empty_bytes: int
+
+    def check(self) -> None:
+        self.stack.check_alive()
 
 
-def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int) -> float:
+@dataclass
+class Windows:
+    """Timed fill windows of one rig at one size, and what Redis (its commands) and the
+    processes (CPU seconds of Redis, the API and the worker) spent in them."""
+
+    fills: list[Fill] = field(default_factory=list)
+    usec: CommandUsec = field(default_factory=dict)
+    cpu: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+    def time(self, rig: Rig, end: int, factory: UniqueFeatures) -> None:
+        """Fill the model to ``end`` tracked features in small bodies, timed until learned,
+        and wait for the apply (so the next timing starts from an idle worker)."""
+        before, cpu_before = redis_usec(rig.stack), service_cpu(rig.stack)
+        self.fills.append(rig.client.fill(end, factory, rig.check, WINDOW_BODY_EXAMPLES))
+        wait_until_applied(rig.stack)
+        after, cpu_after = redis_usec(rig.stack), service_cpu(rig.stack)
+        for name, (made, usec) in after.items():
+            made_before, usec_before = before.get(name, (0, 0))
+            so_far = self.usec.get(name, (0, 0))
+            self.usec[name] = (so_far[0] + made - made_before, so_far[1] + usec - usec_before)
+        for process, (a, b) in enumerate(zip(cpu_before, cpu_after, strict=True)):
+            self.cpu[process] += b - a
+
+    @property
+    def features(self) -> int:
+        return sum(f.features for f in self.fills)
+
+
+def start_again(rig: Rig, end: int, factory: UniqueFeatures) -> Fill:
+    """Delete the model (the service's own: it starts again empty), learn the Criteo rows
+    again and fill it to ``end``, untimed but for the fill's figure: the model a reference
+    window starts from, each time the same."""
+    rig.client.delete()
+    rig.client.learn_all(rig.bodies.learn, len(rig.bodies.learn), rig.check)
+    fill = rig.client.fill(end, factory, rig.check)
+    wait_until_applied(rig.stack)
+    return fill
+
+
+def learned(rig: Rig, count: int) -> float:
+    """Examples per second: ``count`` Criteo bodies posted, until learned and applied."""
+    seconds = rig.client.learn_all(rig.bodies.learn, count, rig.check)
+    wait_until_applied(rig.stack)
+    return count * BODY_EXAMPLES / seconds
+
+
+def drain(rig: Rig, count: int) -> float:
     """Stop the worker, post ``count`` bodies, start a worker: its learning rate, examples
     per second from the moment it holds the model's lease (it has started, imported and
     connected, which a running worker does not pay) until it has learned them all; its
     cache starts cold."""
+    stack, client = rig.stack, rig.client
     stack.stop(*stack.workers())
     target = client.progress().step + count * BODY_EXAMPLES
-    for body in islice(cycle(bodies), count):
+    for body in islice(cycle(rig.bodies.learn), count):
         client.learn(body)
     lease = ModelKeys("default").lease  # the model the benchmark fills
     with stack.client() as redis:
@@ -164,110 +219,21 @@ def drain(stack: Stack, client: ModelClient, bodies: Sequence[bytes], count: int
             stack.check_alive()
             time.sleep(0.001)
         leading = time.perf_counter()
-    return count * BODY_EXAMPLES / (client.wait_for_step(target, stack.check_alive) - leading)
+    seconds = client.wait_for_step(target, stack.check_alive) - leading
+    wait_until_applied(stack)
+    return count * BODY_EXAMPLES / seconds
 
 
-@dataclass(frozen=True)
-class Rig:
-    """The running service, a client of its model, and what is posted to it."""
-
-    stack: Stack
-    client: ModelClient
-    bodies: Bodies
-    predict_url: str
+def single_predict(rig: Rig, tool: str, duration_s: float) -> Timing:
+    """Single-example ``/predict`` one request at a time for ``duration_s``."""
+    return timed(tool, rig.predict_url, rig.bodies.single, duration_s)
 
 
-def measure_size(rig: Rig, config: ScaleConfig, scale: Scale, target: int) -> SizeResult:
-    """Fill the model to ``target`` tracked features, then measure every figure.
-
-    The fill's last ``config.rounds`` windows of ``fill_window`` features (fewer where the size
-    leaves no room for them) are timed one by one, each from an idle worker, so that every
-    size's fill rate covers the same amount of work; its figure is their median, and Redis's
-    own microseconds per HGET and HSET in them are read from ``INFO commandstats``. The other
-    timings are each the median of ``config.rounds`` runs too (the machine is shared: single
-    runs swing).
-    """
-    stack, client, bodies = rig.stack, rig.client, rig.bodies
-    factory = UniqueFeatures(config.per_example, seed=target)
-    # Whole windows only: as many as there is room for below the size (at least one).
-    room = (target - client.progress().tracked) // config.fill_window
-    timed = max(1, min(config.rounds, room))
-    bulk = client.fill(target - config.fill_window * timed, factory, stack.check_alive)
-    wait_until_applied(stack)  # each timing starts from a worker with nothing in flight
-    before, cpu_before = redis_usec(stack), service_cpu(stack)
-    windows = []
-    for left in reversed(range(timed)):
-        end = target - config.fill_window * left
-        windows.append(client.fill(end, factory, stack.check_alive, WINDOW_BODY_EXAMPLES))
-        wait_until_applied(stack)
-    after, cpu_after = redis_usec(stack), service_cpu(stack)
-    added = sum(w.features for w in windows)
-    redis_cpu, api_cpu, worker_cpu = (
-        (b - a) / added * 1e6 if added else math.nan
-        for a, b in zip(cpu_before, cpu_after, strict=True)
+def batch_predict(rig: Rig, tool: str, duration_s: float) -> float:
+    """Examples per second of batch ``/predict``, one request at a time."""
+    return timed(tool, rig.predict_url, rig.bodies.batch, duration_s).requests_per_s * (
+        BODY_EXAMPLES
     )
-    fill_runs = tuple(w.features_per_second for w in windows if w.features > 0)
-    tracked = client.progress().tracked
-    grown = used_memory(stack) - scale.baseline_bytes
-    count = math.ceil(config.examples / BODY_EXAMPLES)
-
-    def learned() -> float:
-        seconds = client.learn_all(bodies.learn, count, stack.check_alive)
-        wait_until_applied(stack)
-        return count * BODY_EXAMPLES / seconds
-
-    learned_rate, learned_runs = median_of(config.rounds, learned)
-    # The worker that did the fill and the timed learning: its state copies are the largest.
-    worker_rss = rss_bytes(stack.children[stack.workers()[0]].pid)
-    api_rss = rss_bytes(stack.children["api"].pid)
-    drain_rate, drain_runs = median_of(
-        config.rounds, lambda: drain(stack, client, bodies.learn, count)
-    )
-    single, batch = predict_timings(rig, config, scale.tool)
-    return SizeResult(
-        target=target,
-        tracked=tracked,
-        bulk_fill_features_per_s=bulk.features_per_second,
-        fill_window=min(w.features for w in windows),
-        fill_features_per_s=statistics.median(fill_runs) if fill_runs else math.nan,
-        learned_examples_per_s=learned_rate,
-        drain_examples_per_s=drain_rate,
-        predict_p50_ms=statistics.median(t.p50_ms for t in single),
-        predict_p99_ms=statistics.median(t.p99_ms for t in single),
-        batch_examples_per_s=statistics.median(batch),
-        redis_bytes_per_feature=grown / tracked,
-        worker_rss_mib=worker_rss / MIB,
-        api_rss_mib=api_rss / MIB,
-        load_1min=os.getloadavg()[0],
-        hget_us=per_call_us(before, after, "hget"),
-        hset_us=per_call_us(before, after, "hset"),
-        hgets_per_feature=calls(before, after, "hget") / added if added else math.nan,
-        redis_cpu_us=redis_cpu,
-        api_cpu_us=api_cpu,
-        worker_cpu_us=worker_cpu,
-        rounds={
-            "fill_features_per_s": fill_runs,
-            "learned_examples_per_s": learned_runs,
-            "drain_examples_per_s": drain_runs,
-            "predict_p99_ms": tuple(t.p99_ms for t in single),
-            "batch_examples_per_s": batch,
-        },
-    )
-
-
-def predict_timings(
-    rig: Rig, config: ScaleConfig, tool: str
-) -> tuple[list[Timing], tuple[float, ...]]:
-    """``config.rounds`` timings of single ``/predict`` (after a warm-up), and as many of
-    batch ``/predict`` in examples per second."""
-    url, bodies = rig.predict_url, rig.bodies
-    timed(tool, url, bodies.single, min(config.duration_s, 3.0))
-    single = [timed(tool, url, bodies.single, config.duration_s) for _ in range(config.rounds)]
-    batch = tuple(
-        timed(tool, url, bodies.batch, config.duration_s).requests_per_s * BODY_EXAMPLES
-        for _ in range(config.rounds)
-    )
-    return single, batch
 
 
 def write_bodies(folder: Path, rows: list[Row]) -> Bodies:
@@ -277,34 +243,3 @@ def write_bodies(folder: Path, rows: list[Row]) -> Bodies:
         single=predict_bodies(folder / "single.jsonl", rows, 1),
         batch=predict_bodies(folder / "batch.jsonl", rows, BODY_EXAMPLES),
     )
-
-
-def start(stack: Stack) -> str:
-    """The API and one worker; the API's URL once a worker's heartbeat made it ready."""
-    url = stack.start_api()
-    stack.start_workers(1)
-
-    def ready() -> bool:
-        stack.check_alive()
-        return http_ok(f"{url}/readyz")
-
-    wait_until(ready, 60, "a ready API (a worker heartbeat)")
-    return url
-
-
-def measure(config: ScaleConfig, on_result: Callable[[SizeResult], None]) -> Scale:
-    """Every size in increasing order on one model; ``on_result`` hears each as it ends."""
-    rows = criteo_rows(config.data_dir, limit=config.criteo_rows)
-    with scratch_dir("scale") as folder, Stack(Path(folder)) as stack:
-        url = start(stack)
-        scale = Scale(timing_tool(), 0, used_memory(stack))  # the empty model
-        rig = Rig(stack, ModelClient(url), write_bodies(Path(folder), rows), f"{url}/predict")
-        try:
-            rig.client.learn_all(rig.bodies.learn, len(rig.bodies.learn), stack.check_alive)
-            scale.warm_up_features = rig.client.progress().tracked
-            for target in sorted(config.sizes):
-                scale.results.append(measure_size(rig, config, scale, target))
-                on_result(scale.results[-1])
-        finally:
-            rig.client.close()
-    return scale

@@ -144,6 +144,10 @@ class ModelClient:
         info = answer.json()
         return Progress(info["global_step"], info["features_tracked"], info["stream_lag"])
 
+    def delete(self) -> None:
+        """``DELETE /models/{name}``: the service's own model starts again empty."""
+        self.http.delete(f"/models/{self.model}").raise_for_status()
+
     def learn(self, body: bytes) -> None:
         answer = self.http.post("/learn", content=body, headers=JSON)
         if answer.status_code != 202:

@@ -90,29 +90,48 @@ class Ratio:
         return self.ratio >= float(bound) if sign == ">=" else self.ratio <= float(bound)
 
 
-def ratios(results: Sequence[SizeResult]) -> list[Ratio]:
-    """Largest size over smallest, for every figure with a target, then the others."""
-    first, last = results[0], results[-1]
+def ratios(smallest: SizeResult, largest: SizeResult, shown: bool = True) -> list[Ratio]:
+    """``largest`` over ``smallest``, for every figure with a target, then (if ``shown``)
+    the others."""
     found = [
-        Ratio(name, getattr(first, key), getattr(last, key), f"{sign} {bound:g}")
+        Ratio(name, getattr(smallest, key), getattr(largest, key), f"{sign} {bound:g}")
         for key, (name, sign, bound) in TARGETS.items()
     ]
-    found += [Ratio(name, getattr(first, key), getattr(last, key)) for key, name in SHOWN.items()]
+    if shown:
+        found += [
+            Ratio(name, getattr(smallest, key), getattr(largest, key))
+            for key, name in SHOWN.items()
+        ]
     return found
 
 
-def row(result: SizeResult) -> list[Cell]:
-    """One size's cells, in :data:`HEADER` order."""
-    return [getattr(result, name) for name in COLUMNS.values()]
+def row(result: SizeResult, label: str = "") -> list[Cell]:
+    """One size's cells, in :data:`HEADER` order; ``label`` in place of its size if given."""
+    cells: list[Cell] = [getattr(result, name) for name in COLUMNS.values()]
+    return [label, *cells[1:]] if label else cells
 
 
-def row_line(result: SizeResult) -> str:
+def row_line(result: SizeResult, label: str = "") -> str:
     """One size's Markdown table line, to print under the header as the run goes."""
-    return table(HEADER, [row(result)], digits=2).splitlines()[-1]
+    return table(HEADER, [row(result, label)], digits=2).splitlines()[-1]
 
 
-def ratio_table(ratios: Sequence[Ratio]) -> str:
-    """Largest size over smallest, each with its target and verdict."""
+def beside_rows(scale: Scale) -> list[list[Cell]]:
+    """The smallest size's rows measured beside each larger size, labelled by that size."""
+    larger = scale.results[1:]
+    return [
+        row(r, f"{r.target:,} beside {at.target:,}")
+        for r, at in zip(scale.alongside, larger, strict=True)
+    ]
+
+
+def unpaired(scale: Scale) -> list[Ratio]:
+    """The targets' ratios of the largest size to the smallest size's first row."""
+    return ratios(scale.results[0], scale.results[-1], shown=False)
+
+
+def ratio_table(ratios: Sequence[Ratio], judged: bool = True) -> str:
+    """Largest size over smallest, each with its target and (if ``judged``) verdict."""
     rows: list[list[Cell]] = [
         [
             r.name,
@@ -120,21 +139,23 @@ def ratio_table(ratios: Sequence[Ratio]) -> str:
             r.largest,
             r.ratio,
             r.target or "none (shown)",
-            verdict(r.met) if r.target else "",
+            *([verdict(r.met) if r.target else ""] if judged else []),
         ]
         for r in ratios
     ]
     header = ["figure", "smallest size", "largest size", "largest / smallest", "target"]
-    return table([*header, "verdict"], rows, digits=2)
+    return table([*header, *(["verdict"] if judged else [])], rows, digits=2)
 
 
-def rounds_table(results: Sequence[SizeResult]) -> str:
-    """Per size, the runs behind each median."""
-    keys = [key for key in TARGETS if any(key in r.rounds for r in results)]
+def rounds_table(scale: Scale) -> str:
+    """Per size (and the smallest beside each larger one), the runs behind each median."""
+    labelled = [(f"{r.target:,}", r) for r in scale.results[:1]]
+    for beside, at in zip(scale.alongside, scale.results[1:], strict=True):
+        labelled += [(f"{beside.target:,} beside {at.target:,}", beside), (f"{at.target:,}", at)]
     rows: list[list[Cell]] = [
-        [f"{r.target:,}", TARGETS[key][0], ", ".join(_run(x) for x in r.rounds[key])]
-        for key in keys
-        for r in results
+        [label, name, ", ".join(_run(x) for x in r.rounds[key])]
+        for key, (name, _, _) in TARGETS.items()
+        for label, r in labelled
         if key in r.rounds
     ]
     return table(["target features", "figure", "runs (the table shows their median)"], rows)
@@ -169,11 +190,19 @@ def method(scale: Scale, config: ScaleConfig) -> str:
     bodies = math.ceil(config.examples / BODY_EXAMPLES)
     return "\n".join(
         [
-            f"- **Model**: one model, grown size after size. It first learned the first "
-            f"{config.criteo_rows:,} Criteo rows once ({scale.warm_up_features:,} features "
-            "tracked), so `/predict` reads real state and the timed Criteo posts add no "
-            "features. `features tracked` is `features_tracked` of `GET /models/default` after "
-            "the fill; it includes those Criteo features.",
+            "- **Two services, in turns**: each its own Redis, API and worker (the same "
+            "settings). The *reference* holds its model at the smallest size; the other's "
+            "model is grown size after size. The smallest size is measured first on the "
+            "reference alone (the first row); at each larger size, every timing below is run "
+            "on both services in turns, the reference first in odd rounds and second in even "
+            "ones, so that the smallest size's figures beside it come from the same minutes "
+            "(the machine's speed drifts from minute to minute: see Spread across runs). The "
+            "targets judge the largest size against the smallest size measured beside it.",
+            f"- **Model**: each model first learned the first {config.criteo_rows:,} Criteo "
+            f"rows once ({scale.warm_up_features:,} features tracked), so `/predict` reads "
+            "real state and the timed Criteo posts add no features. `features tracked` is "
+            "`features_tracked` of `GET /models/default` after the fill; it includes those "
+            "Criteo features.",
             f"- **bulk fill, fill features/s**: `/learn` bodies whose examples each carry "
             f"{config.per_example} features never seen before. The bulk of the fill (bodies of "
             f"{BODY_EXAMPLES:,} examples) stops {config.rounds} windows of "
@@ -183,7 +212,11 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             f"so), each window is posted in bodies of {WINDOW_BODY_EXAMPLES} examples and "
             "timed on its own, the next one once the worker has applied it (`fill "
             "features/s`, the figure judged, is the median of the windows: the same work at "
-            "every size, from an idle worker). Each: "
+            "every size, from an idle worker). The reference instead starts its model again "
+            "before each of its windows (`DELETE /models/default`, the Criteo rows learned "
+            f"again, a fill to {config.fill_window:,} features short of its size, untimed), "
+            "so that each of its windows ends at the smallest size; its bulk fill figure is "
+            "that last fill's. Each window: "
             "features added over the seconds from the first post until the worker had "
             "learned them all, this process building the bodies meanwhile on the same cores "
             f"and pausing while more than {MAX_LAG_ENTRIES} bodies await the worker (which "
@@ -259,12 +292,20 @@ def render(
                 method(scale, config),
                 "## Figures at each size",
                 table(HEADER, [row(r) for r in scale.results], digits=2),
+                "The smallest size again, measured on the reference service in turns with "
+                "each larger size's timings:",
+                table(HEADER, beside_rows(scale), digits=2),
                 "## Largest size over smallest",
                 "Targets: every throughput at the largest size at least 0.8x its value at "
-                "the smallest; single `/predict` p99 at most 1.25x.",
+                "the smallest; single `/predict` p99 at most 1.25x. The smallest size's "
+                "figures are the ones measured beside the largest size's, in the same minutes.",
                 ratio_table(ratios),
+                "The same targets against the smallest size's first row, measured alone "
+                "minutes earlier (shown, not judged: the machine's speed drifts between "
+                "minutes, which the turns cancel):",
+                ratio_table(unpaired(scale), judged=False),
                 "## Runs behind the medians",
-                rounds_table(scale.results),
+                rounds_table(scale),
                 figure(image, "Cost against model size", report_dir),
                 *([kept] if kept else []),
             ]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import bench_scale, scale, scale_client, scale_report, stats
+from loadtests import bench_scale, scale, scale_client, scale_report, scale_run, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT.parent / "shared" / "data"
@@ -71,7 +71,7 @@ def test_predict_bodies_single_and_batch(tmp_path: Path) -> None:
 def test_ratios_judge_throughput_and_latency_targets() -> None:
     small = scale.SizeResult(1, 1, 1.0, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
     large = dataclasses.replace(small, target=2, tracked=2, drain_examples_per_s=0.5)
-    verdicts = {r.name: r.met for r in scale_report.ratios([small, large])}
+    verdicts = {r.name: r.met for r in scale_report.ratios(small, large)}
     assert verdicts["worker-only drain, examples/s"] is False
     assert verdicts["single /predict p99, ms"] is True
     assert verdicts["Redis bytes per tracked feature"] is None  # shown, no target
@@ -95,7 +95,7 @@ def test_quick_run_reports_every_figure(
 ) -> None:
     if tool == "wrk" and shutil.which("wrk") is None:
         pytest.skip("apt-get install -y wrk")
-    monkeypatch.setattr(scale, "timing_tool", lambda: tool)
+    monkeypatch.setattr(scale_run, "timing_tool", lambda: tool)
     out = tmp_path / "report" / "scale.md"
     argv = ["--quick", "--duration-s", "0.5", "--out", str(out), "--data-dir", str(DATA_DIR)]
     assert bench_scale.main([*argv, "--rounds", "2"]) == 0  # two fill windows, and so on
@@ -107,15 +107,20 @@ def test_quick_run_reports_every_figure(
         cells = numbers(line)
         assert len(cells) == len(scale_report.HEADER) and all(map(math.isfinite, cells))
         assert cells[0] == size and cells[1] >= size  # target, then features tracked
+    small, large = bench_scale.QUICK_SIZES
+    beside = next(line for line in lines if line.startswith(f"| {small:,} beside {large:,} |"))
+    assert all(map(math.isfinite, numbers(beside.split("|", 2)[2])))  # every figure but its label
     for name, *_ in scale_report.TARGETS.values():
         assert any(line.startswith(f"| {name} |") and "met |" in line for line in lines)
     report = out.read_text()
-    assert all(line in report for line in [header, *rows])
+    assert all(line in report for line in [header, *rows, beside])
     assert "![Cost against model size](img/scale.png)" in report
     assert f"`{tool}`" in report or f"({tool})" in report
     fill_runs = [line for line in report.splitlines() if "| fill, features/s |" in line]
-    assert len(fill_runs) == len(bench_scale.QUICK_SIZES) + 1  # the ratio, then each size's
-    assert all(len(line.split("|")[3].split(", ")) == 2 for line in fill_runs[1:])
+    # The judged ratio and the one against the first row, then each size's runs and the
+    # smallest size's beside the larger: two windows each, the reference's each from its start.
+    assert len(fill_runs) == 2 + len(bench_scale.QUICK_SIZES) + 1
+    assert all(len(line.split("|")[3].split(", ")) == 2 for line in fill_runs[2:])
     image = out.parent / "img" / "scale.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
