@@ -76,6 +76,13 @@ class Committer:
             task, self._applying = self._applying, None
             await task
 
+    async def check(self) -> None:
+        """Raise the error the apply in flight ended with, if it has ended: a learner with
+        nothing more to learn would otherwise not hear of it, and leave the shards behind
+        until its next commit."""
+        if self._applying is not None and self._applying.done():
+            await self.settle()
+
     async def commit(self, learning: Learning, known: ExistenceFilter | None = None) -> Commit:
         """Finalize a learned group and have it applied; the cache takes its new state and
         the existence filter ``known`` (if any) the bits of its new features."""

@@ -110,7 +110,8 @@ class Worker:
                 await self.sweeper.sweep_if_due()
                 if await self._lead():
                     if not await self._step(block=True):
-                        self.auc.publish()  # idle: the last commits' AUC, when due
+                        await self.committer.check()  # idle: a failed apply recovers now
+                        self.auc.publish()  # the last commits' AUC, when due
                 else:
                     await asyncio.sleep(self.config.lease_ttl_ms / 4000)
             except (RedisError, OSError) as error:

@@ -1,6 +1,6 @@
 """Commits that finalize while an apply is in flight go out together, each feature once with
 its latest state, and the model is still exactly the replay's; an apply that fails with
-commits waiting loses none of them."""
+commits waiting loses none of them, nor does one that fails when nothing more comes."""
 
 from __future__ import annotations
 
@@ -124,3 +124,40 @@ async def test_an_apply_that_fails_with_commits_waiting_loses_none_of_them(
     # recovered replayed them from the redo log, and learned no example twice.
     assert held.applied[0][0] == 1 and len(held.finalized) == len(ROWS) // 100
     await assert_equals_replay(store, len(ROWS))
+
+
+async def test_an_idle_learner_whose_last_apply_failed_applies_it_without_more_feedback(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=16)
+    await send(store, ROWS[:200], per_entry=200)  # one entry: one group, one commit
+    apply = store.shards.apply
+    failed: list[tuple[int, Runs]] = []
+
+    async def failing_once(seq: int, runs: Runs) -> None:
+        if not failed:
+            failed.append((seq, runs))
+            raise ConnectionError("Redis went away in the test")
+        await apply(seq, runs)
+
+    store.shards.apply = failing_once  # type: ignore[method-assign]
+    worker = make_worker(store, batch_size=200, error_backoff_s=0.01, batch_wait_ms=20)
+    running = asyncio.create_task(worker.run())
+
+    async def shards_applied() -> bool:
+        if not failed:
+            return False
+        seq, runs = failed[0]
+        done = await store.redis.mget([store.keys.shard(shard).applied for shard, _ in runs])
+        return all(int(d or 0) >= seq for d in done)
+
+    try:
+        # One commit, whose apply fails; the stream stays empty after it. Before the idle
+        # learner checked its apply, the shards stayed behind until the next commit.
+        async with asyncio.timeout(10):
+            while not await shards_applied():
+                await asyncio.sleep(0.01)
+    finally:
+        worker.stop()
+        await running
+    await assert_equals_replay(store, 200)
