@@ -112,6 +112,7 @@ def wait_until_applied(stack: Stack) -> None:
     shards right after, while the worker waits for more. A timing started at the step would
     pay for the previous phase's last apply (a bulk fill's is 50,000 HSETs)."""
     keys = ModelKeys("default")  # the model the benchmark fills
+    seen = ["nothing read yet"]
 
     def applied() -> bool:
         stack.check_alive()
@@ -121,10 +122,16 @@ def wait_until_applied(stack: Stack) -> None:
                 return True
             entry_id, fields = last[0]
             seq = int(entry_id.split(b"-")[0])
-            shards = [keys.shard(int(name[1:])).applied for name in fields]
-            return all(int(done or 0) >= seq for done in redis.mget(shards))
+            names = [name.decode() for name in fields]
+            done = [int(d or 0) for d in redis.mget(keys.shard(int(n[1:])).applied for n in names)]
+            lagging = {n: d for n, d in zip(names, done, strict=True) if d < seq}
+            seen[0] = f"last commit {seq}, shards behind it (applied): {lagging}"
+            return not lagging
 
-    wait_until(applied, 60, "the last commit applied to every shard")
+    try:
+        wait_until(applied, 60, "the last commit applied to every shard")
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; {seen[0]}\n{stack.logs()}") from None
 
 
 def redis_usec(stack: Stack) -> CommandUsec:
