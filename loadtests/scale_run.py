@@ -94,8 +94,9 @@ def prepare_fill(side: Side, config: ScaleConfig) -> None:
     side.ends = [side.target - config.fill_window * left for left in reversed(range(timed))]
 
 
-def fill_window(side: Side, config: ScaleConfig, index: int) -> None:
-    """The side's window ``index``, if it has one."""
+def next_window(side: Side, config: ScaleConfig) -> None:
+    """The side's next timed window, if it has one left."""
+    index = len(side.windows.fills)
     if index >= len(side.ends):
         return
     if side.again:
@@ -107,9 +108,7 @@ def fill_windows(sides: Sequence[Side], config: ScaleConfig) -> None:
     """Each side's bulk fill, then its timed windows, in turns."""
     for side in sides:
         prepare_fill(side, config)
-    for index in range(config.rounds):
-        for side in sides if index % 2 == 0 else reversed(sides):
-            fill_window(side, config, index)
+    in_turns(config.rounds, [partial(next_window, side, config) for side in sides])
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,9 @@ class Committer:
     async def commit(self, learning: Learning, known: ExistenceFilter | None = None) -> Commit:
         """Finalize a learned group and have it applied; the cache takes its new state and
         the existence filter ``known`` (if any) the bits of its new features."""
-        ended = self._applying is not None and self._applying.done()
-        if ended or len(self._waiting) >= MOST_WAITING:
-            await self.settle()  # also raises the error an apply ended with
+        await self.check()  # the error an apply ended with, if any
+        if len(self._waiting) >= MOST_WAITING:
+            await self.settle()
         commit = await self.store.log.finalize(
             learning.change, self.lease.token, self.applied_through
         )
