@@ -121,6 +121,10 @@ def test_quick_run_reports_every_figure(
     # smallest size's beside the larger: two windows each, the reference's each from its start.
     assert len(fill_runs) == 2 + len(bench_scale.QUICK_SIZES) + 1
     assert all(len(line.split("|")[3].split(", ")) == 2 for line in fill_runs[2:])
+    first = scale_report.ROUNDS["learned_first_examples_per_s"]
+    warm_ups = [line.split("|")[3] for line in report.splitlines() if f"| {first} |" in line]
+    assert len(warm_ups) == len(bench_scale.QUICK_SIZES) + 1  # each size, and the beside row
+    assert all(numbers(runs)[0] > 0 for runs in warm_ups)  # one run each, a rate
     image = out.parent / "img" / "scale.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
