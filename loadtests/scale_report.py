@@ -257,8 +257,8 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "(a read of each new feature, then its write). A call costs more once the keyspace "
             "outgrows the CPU's caches: the key's dictionary entry, name, object and listpack "
             "are each a memory access that misses. **HGETs/feature**: calls per feature added: "
-            "the new features whose two bits in their shard's existence filter were both set "
-            "(by other features), which the learner reads; it skips the others.",
+            "the new features whose bit in their shard's existence filter was set (another "
+            "feature's), which the learner reads; it skips the others.",
             "- **Redis, API, worker CPU us/feature**: each process's CPU time (`/proc/<pid>/stat`, "
             "in clock ticks of 10 ms) over the timed fill windows and the waits between them, "
             "per feature added: where a larger size's extra time goes.",

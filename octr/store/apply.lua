@@ -1,5 +1,5 @@
 -- Apply one committed change (commit number ARGV[1]) to state shards: HSET of the touched
--- features' new values, and for the features new to the model their two bits in the shard's
+-- features' new values, and for the features new to the model their bit in the shard's
 -- existence filter (octr/store/layout.py). A shard that has already applied this commit or a
 -- later one skips it, so replaying the redo log after a crash, or a stale learner's late call,
 -- is harmless. KEYS: the 'applied' key of each shard. ARGV: 1 seq, 2 field bytes, 3 value
@@ -13,10 +13,6 @@ local record = 4 + field_bytes + value_bytes
 local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
 local call, unpack_record, byte, floor = redis.call, struct.unpack, string.byte, math.floor
 local NEW = 2147483648
--- A new feature's filter bits come from the field's first two bytes and its next two (the
--- first two again when it has at most two: with the bucket, they name the feature).
-local second = field_bytes > 2 and 3 or 1
-local function word(field, at) return byte(field, at) + 256 * (byte(field, at + 1) or 0) end
 
 -- BITFIELD SET of the bits in 'bits' (its first 'm' entries, four per bit), in a filter made
 -- when the model was: one that is gone stays gone (its shard is then read as before, see
@@ -39,11 +35,8 @@ for shard = 1, #KEYS do
       local bucket, field, value = unpack_record(format, records, (i - 1) * record + 1)
       if bucket >= NEW then
         bucket = bucket - NEW
-        local b = floor(bucket / shards)
-        bits[m + 1], bits[m + 2], bits[m + 4], bits[m + 5] = 'SET', 'u1', 1, 'SET'
-        bits[m + 3] = (b + within * word(field, 1)) % filter_bits
-        bits[m + 6], bits[m + 7] = 'u1', (b + within * word(field, second)) % filter_bits
-        bits[m + 8], m = 1, m + 8
+        local bit = (floor(bucket / shards) + within * (byte(field, 1) % 128)) % filter_bits
+        bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4], m = 'SET', 'u1', bit, 1, m + 4
         if m == 2000 then
           set_bits(filter, bits, m)
           m = 0

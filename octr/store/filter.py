@@ -1,17 +1,16 @@
 """The learner's copy of a model's existence filters: which features cannot be stored.
 
-Every shard keeps a bitmap in which each stored feature's two bits are set by the same script
-that stores it (``apply.lua``; the bits are in :mod:`octr.store.layout`). A clear bit proves
-the feature was never stored, so the learner takes it as new (zero state) without asking
-Redis; two set bits may be other features', and that feature is read as before. The learner
-loads the bitmaps when it takes the lease, after replaying the redo log, and sets the bits of
-its own commits as it makes them: while it holds the lease nobody else stores a feature.
+Every shard keeps a bitmap in which each stored feature's bit is set by the same script that
+stores it (``apply.lua``; the bits are in :mod:`octr.store.layout`). A clear bit proves the
+feature was never stored, so the learner takes it as new (zero state) without asking Redis;
+a set bit may be another feature's, and that feature is read as before. The learner loads the
+bitmaps when it takes the lease, after replaying the redo log, and sets the bits of its own
+commits as it makes them: while it holds the lease nobody else stores a feature.
 
 A shard's filter is made, at its full length, when the model is created or imported
 (:func:`make_filters`), and ``apply.lua`` never makes one: so a shard
-without its filter (a model stored by an older version, whose one-bit filter has another key
-that is never read, or a filter deleted with its model while a learner made the model again)
-is not trusted, and its features are read as before.
+without its filter (a model stored by an older version, or a filter deleted with its model
+while a learner made the model again) is not trusted, and its features are read as before.
 
 >>> from octr.store.layout import Layout
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
@@ -43,7 +42,6 @@ async def make_filters(redis: Any, keys: ModelKeys, layout: Layout, drop: int = 
     async with redis.pipeline(transaction=False) as pipe:
         for shard in range(drop):
             pipe.unlink(keys.shard(shard).filter)
-            pipe.unlink(keys.shard(shard).old_filter)
         for shard in range(layout.shards):
             pipe.setrange(keys.shard(shard).filter, layout.filter_bytes - 1, b"\0")
         await pipe.execute()
@@ -71,22 +69,16 @@ class ExistenceFilter:
             return cls(layout, await pipe.execute())
 
     def _where(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.int64], ...]:
-        """Each id's shard, then per bit its byte and its mask in that byte."""
         at = self.layout.filter_of(ids)
-        where = [at[:, 0]]
-        for bit in (at[:, 1], at[:, 2]):
-            where += [bit >> 3, np.left_shift(1, 7 - (bit & 7)).astype(np.uint8)]
-        return tuple(where)
+        return at[:, 0], at[:, 1] >> 3, np.left_shift(1, 7 - (at[:, 1] & 7)).astype(np.uint8)
 
     def maybe(self, ids: NDArray[np.uint64]) -> NDArray[np.bool_]:
         """False where a feature is surely not stored."""
-        shard, byte, mask, byte2, mask2 = self._where(ids)
-        both = ((self.bits[shard, byte] & mask) > 0) & ((self.bits[shard, byte2] & mask2) > 0)
-        found: NDArray[np.bool_] = both | ~self.trusted[shard]
+        shard, byte, mask = self._where(ids)
+        found: NDArray[np.bool_] = ((self.bits[shard, byte] & mask) > 0) | ~self.trusted[shard]
         return found
 
     def add(self, ids: NDArray[np.uint64]) -> None:
         """Set the bits of features just committed (their apply sets them in Redis)."""
-        shard, byte, mask, byte2, mask2 = self._where(ids)
+        shard, byte, mask = self._where(ids)
         np.bitwise_or.at(self.bits, (shard, byte), mask)
-        np.bitwise_or.at(self.bits, (shard, byte2), mask2)

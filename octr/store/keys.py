@@ -13,7 +13,7 @@ A feature id's low bits pick its bucket ``b = id mod buckets`` and the bucket it
 ``b mod shards``; the feature's state is one field of the bucket's hash, named by the id's
 remaining high bits, so per-feature records are read with HGET and written with HSET of only
 the touched fields (see :mod:`octr.store.layout` for the bytes). Each shard also has an
-existence filter, a bitmap with two bits set for every feature it stores
+existence filter, a bitmap with a bit set for every feature it stores
 (:mod:`octr.store.filter`).
 
 ================================  ======  ============================================
@@ -103,10 +103,6 @@ class ShardKeys:
     bucket_prefix: str
     #: The shard's existence filter (:mod:`octr.store.layout`): a bitmap string.
     filter: str
-    #: The filter of versions before the two-bit filter (one bit per feature, half as long,
-    #: at other positions): never read, so a model stored by them is read as if it had no
-    #: filter; deleted with the model, or when an import replaces the model.
-    old_filter: str
 
 
 @dataclass(frozen=True)
@@ -172,12 +168,7 @@ class ModelKeys:
     def shard(self, index: int) -> ShardKeys:
         """The keys of state shard ``index``."""
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
-        return ShardKeys(
-            applied=tag + "applied",
-            bucket_prefix=tag + "b:",
-            filter=tag + "known",
-            old_filter=tag + "filter",
-        )
+        return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:", filter=tag + "filter")
 
     @property
     def bucket_prefix_parts(self) -> tuple[str, str]:

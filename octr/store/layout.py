@@ -19,15 +19,13 @@ order) or ``u32 bucket | field | value`` (writes, grouped by shard and sorted by
 one). A write record of a feature not stored before has :data:`NEW` set in its bucket number.
 
 Each shard also has an *existence filter*: a bitmap of ``filter_bytes`` in which every stored
-feature has two bits set (a Bloom filter with two hashes), so that the learner reads from
-Redis only the new features whose two bits are both set (about one in nine at 10M features
-with 2^18 buckets, where one bit in two thirds of the room let through one in four) instead
-of every one, each a walk through memory that misses the CPU's caches. The bits are taken
-from the id's bits above the shard's: the bucket within the shard, then the field's first
-two bytes for one bit and its next two for the other, modulo the filter's bits. The bitmap
-is 24 bytes per bucket less 16 per shard, so that Redis's string and its header fill
-exactly one of the allocator's size classes (6 MiB with the default layout, made with the
-model: 0.63 bytes per feature at 10M, which with the state's 31.3 keeps a feature within 32).
+feature has its bit set (one bit per feature: a Bloom filter with one hash), so that the learner
+reads from Redis only the new features whose bit is set (about a quarter of them at 10M
+features with 2^18 buckets) instead of every one, each a walk through memory that misses the
+CPU's caches. Its bit is taken from the id's bits above the shard's: the bucket within the
+shard, then 7 bits of the field, modulo the filter's bits. The bitmap is 16 bytes per bucket
+less 16 per shard, so that Redis's string and its header fit exactly in a power-of-two
+allocation (0.42 bytes per feature at 10M features with the default layout).
 
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
 >>> ids = np.array([0x1234, 0xFFFF_FFFF_FFFF_FFF1], np.uint64)
@@ -37,7 +35,7 @@ model: 0.63 bytes per feature at 10M, which with the state's 31.3 keeps a featur
 >>> [(shard, len(blob)) for shard, blob in runs]
 [(0, 28), (1, 28)]
 >>> layout.filter_bytes, layout.filter_of(ids).tolist()
-(80, [[0, 525, 1], [1, 380, 380]])
+(48, [[0, 141], [1, 124]])
 >>> compact = Layout(1 << 4, 4, 64, 2, CompactCodec("ftrl", alpha=0.1, beta=1.0))
 >>> compact.value_bytes, compact.values(compact.records(ids[:1], np.zeros((1, 2)))[0][1][12:], 1)
 (4, array([[0., 0.]]))
@@ -56,7 +54,7 @@ from online_ctr.compact import CompactCodec
 Array = NDArray[np.float64]
 
 #: Set in a write record's bucket number when the feature was not stored before: the apply
-#: script sets its filter bits (buckets are below 2^24, far from it).
+#: script sets its filter bit (buckets are below 2^24, far from it).
 NEW = 1 << 31
 
 
@@ -94,29 +92,21 @@ class Layout:
 
     @property
     def filter_bytes(self) -> int:
-        """Bytes of a shard's existence filter: 24 a bucket, less 16 for Redis's string header
-        and terminator (so the allocation is exactly a size class: 3 * 2^k bytes, from 48
-        up), at least 16."""
-        return max(16, 24 * (self.buckets // self.shards) - 16)
+        """Bytes of a shard's existence filter: 16 a bucket, less 16 for Redis's string header
+        and terminator (so the allocation is exactly the power of two), at least 16."""
+        return max(16, 16 * (self.buckets // self.shards) - 16)
 
     def filter_of(self, ids: NDArray[np.uint64]) -> NDArray[np.int64]:
-        """Each id's shard and its two bits in the shard's filter (``SETBIT`` numbering), one
-        row each.
+        """Each id's shard and bit in the shard's filter (``SETBIT`` numbering), one row each.
 
-        A bit is ``(b + 2^w * g) mod (8 * filter_bytes)``, with ``b`` the bucket within the
-        shard (``w`` bits) and ``g`` the field's first two bytes (little-endian) for one bit
-        and its next two for the other; for a field of at most two bytes, the first two again
-        (with the bucket they name the feature). ``apply.lua`` computes the same from a
-        record."""
-        within = np.uint64(self.buckets // self.shards)
-        bucket = (ids >> np.uint64(self.shards.bit_length() - 1)) & (within - np.uint64(1))
-        high = ids >> np.uint64(self.bucket_bits)
-        second = high >> np.uint64(16) if self.field_bytes > 2 else high
-        bits = [
-            (bucket + (g & np.uint64(0xFFFF)) * within) % np.uint64(8 * self.filter_bytes)
-            for g in (high, second)
-        ]
-        return np.column_stack([self.shard_of(ids), *bits]).astype(np.int64)
+        The bit is ``(b + 2^w * (f mod 128)) mod (8 * filter_bytes)``, with ``b`` the bucket
+        within the shard (``w`` bits) and ``f`` the field's first byte: ``apply.lua`` computes
+        the same from a record."""
+        within = self.buckets // self.shards
+        bucket = (ids >> np.uint64(self.shards.bit_length() - 1)) & np.uint64(within - 1)
+        low = (ids >> np.uint64(self.bucket_bits)) & np.uint64(127)
+        bit = (bucket + low * np.uint64(within)) % np.uint64(8 * self.filter_bytes)
+        return np.column_stack([self.shard_of(ids), bit.astype(np.intp)]).astype(np.int64)
 
     def bucket_of(self, ids: NDArray[np.uint64]) -> NDArray[np.uint32]:
         return (ids & np.uint64(self.buckets - 1)).astype(np.uint32)

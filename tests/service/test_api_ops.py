@@ -221,7 +221,7 @@ def test_delete_removes_every_key_and_the_model_starts_again_empty(
     assert reply.status_code == 200 and reply.json()["name"] == "default"
     assert reply.json()["keys_deleted"] > len(ROWS) // 10
     # The own model is made again at once: its shards hold nothing but its empty filters.
-    filters = {f"octr:{{default/{shard}}}:known".encode() for shard in range(64)}
+    filters = {f"octr:{{default/{shard}}}:filter".encode() for shard in range(64)}
     assert settings.state_shards == 64 and set(plain.keys("octr:{default/*}:*")) == filters
     assert not any((plain.get(key) or b"").strip(b"\0") for key in filters)
     info = client.get("/models/default").json()

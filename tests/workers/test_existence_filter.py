@@ -1,6 +1,6 @@
 """The existence filter: made with the model, the apply script sets exactly the bits the learner
-computes, the learner asks Redis only for features whose two bits are set, and a shard without
-its filter (or with only an older version's) is read as before."""
+computes, the learner asks Redis only for features whose bit is set, and a shard without its
+filter is read as before."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def expected_bitmaps(layout: Layout, ids: np.ndarray) -> np.ndarray:
     """Each shard's filter bytes with the bits of ``ids`` set, in Redis's bit order."""
     bits = np.zeros((layout.shards, layout.filter_bytes * 8), np.uint8)
     at = layout.filter_of(ids)
-    bits[at[:, 0], at[:, 1]] = bits[at[:, 0], at[:, 2]] = 1
+    bits[at[:, 0], at[:, 1]] = 1
     return np.packbits(bits, axis=1)  # most significant bit first, as SETBIT numbers them
 
 
@@ -64,8 +64,7 @@ async def test_apply_sets_the_bits_of_new_features_only(
 async def test_a_learner_reads_no_new_feature_and_a_successor_trusts_the_filter(
     make_store: MakeStore,
 ) -> None:
-    # Few buckets, so that the filter, 32 bytes a bucket, lets some features through.
-    store = await make_store("ftrl", buckets=1 << 8, shards=16)
+    store = await make_store("ftrl", buckets=1 << 12, shards=16)
     layout = store.spec.layout
     rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
     await send(store, rows[:300], per_entry=50)
@@ -83,30 +82,25 @@ async def test_a_learner_reads_no_new_feature_and_a_successor_trusts_the_filter(
     await second.run_until_idle()
     assert second.known is not None
     # The second learner, which loaded the filter, read exactly the features of its group
-    # whose two bits the first group set: those it shares with it, and some more (bits
-    # other features set).
+    # whose bit the first group set: those it shares with it, and some more (another's bit).
     hasher = FeatureHasher(store.spec.hash_bits, numeric=store.spec.numeric)
     second_ids = np.unique(hasher.batch([x for x, _ in rows[300:]], [0.0] * 300).ids)
     at = layout.filter_of(second_ids)
     bitmaps = np.unpackbits(expected_bitmaps(layout, first_ids), axis=1)
-    expected = int((bitmaps[at[:, 0], at[:, 1]] & bitmaps[at[:, 0], at[:, 2]]).sum())
+    expected = int(bitmaps[at[:, 0], at[:, 1]].sum())
     shared = int(np.isin(second_ids, first_ids).sum())
     assert 0 < shared < expected < len(second_ids) / 2
     assert expected <= await hget_calls(store) <= expected + 10  # and the meta's few
 
 
-@pytest.mark.parametrize("old_filter", [False, True])
 async def test_a_shard_without_its_filter_is_read_as_before_and_stays_without(
-    make_store: MakeStore, old_filter: bool
+    make_store: MakeStore,
 ) -> None:
     store = await make_store("ftrl", buckets=256, shards=4)
     layout = store.spec.layout
-    # Here one of four shards lost its filter (deleted with its model while a learner made
-    # the model again), or has only an older version's one-bit filter, as every shard of a
-    # model stored by it has: an empty one, which read as a filter would say nothing is stored.
+    # A model stored by an older version has no filters; here one of four shards lost its
+    # own (deleted with its model while a learner made the model again).
     await store.redis.unlink(store.keys.shard(1).filter)
-    if old_filter:
-        await store.redis.setrange(store.keys.shard(1).old_filter, 16 * 64 - 17, b"\0")
     await send(store, itertools.islice(read_examples(CRITEO, "criteo"), 200))
     await store.redis.config_resetstat()
     worker = make_worker(store, batch_size=200)
@@ -118,6 +112,4 @@ async def test_a_shard_without_its_filter_is_read_as_before_and_stays_without(
     # empty, so none of theirs was.
     assert in_shard_1 <= await hget_calls(store) <= in_shard_1 + 10
     assert await store.redis.exists(store.keys.shard(1).filter) == 0  # apply made none
-    if old_filter:  # and it left the old one alone
-        assert await store.redis.get(store.keys.shard(1).old_filter) == bytes(16 * 64 - 16)
     assert (await loaded(store)).maybe(stored).all()
