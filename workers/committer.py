@@ -49,13 +49,13 @@ MOST_WAITING = 8
 @dataclass(frozen=True)
 class Waiting:
     """A finalized commit not applied yet: its number and records, its features with their
-    cache rows, and those of them it stores for the first time."""
+    cache rows, and those of them whose filter bit it sets (see :class:`Learning`)."""
 
     seq: int
     runs: Runs
     ids: NDArray[np.uint64]
     rows: NDArray[np.intp]
-    created: NDArray[np.uint64]
+    marked: NDArray[np.uint64]
 
 
 class Committer:
@@ -97,7 +97,7 @@ class Committer:
                 known.add(learning.created)
             self.cache.update(learning.rows, learning.learned.state)
             runs = learning.change.runs
-            waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.created)
+            waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.marked)
             self._waiting.append(waiting)
             if self._applying is None or self._applying.done():
                 # A task that ended during the finalize passes its error, if any, to the next.
@@ -138,5 +138,5 @@ class Committer:
             return last.seq, last.runs
         ids, first = np.unique(np.concatenate([w.ids for w in group]), return_index=True)
         rows = np.concatenate([w.rows for w in group])[first]
-        new = np.isin(ids, np.concatenate([w.created for w in group]))
+        new = np.isin(ids, np.concatenate([w.marked for w in group]))
         return last.seq, self.store.spec.layout.records(ids, self.cache.state(rows), new)

@@ -34,8 +34,10 @@ class Learning:
     ids: NDArray[np.uint64]
     rows: NDArray[np.intp]
     learned: Learned
-    #: The features the group stores for the first time.
+    #: The features the group stores for the first time, and those of them whose filter bit
+    #: its commit sets (the others' bit an earlier commit set).
     created: NDArray[np.uint64]
+    marked: NDArray[np.uint64]
     histogram: Histogram | None = None
 
 
@@ -83,6 +85,11 @@ async def learn_group(
     features = unique_features(batch)
     rows = await cached_rows(store, cache, features.ids, known)
     before, new = cache.state(rows), ~cache.stored(rows)
+    # A new feature whose filter bit an earlier commit set (another feature's) needs it set
+    # no more: the shards apply commits in order, so that one's bit is in Redis first. At 10M
+    # features that spares about one new feature in four (those the learner had to read) a
+    # BITFIELD op in Redis.
+    marked = new if known is None else new & ~known.maybe(features.ids)
     learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
@@ -92,22 +99,22 @@ async def learn_group(
         examples=len(batch),
         logloss_sum=_loss_sum(learned.losses, batch.labels, served),
         entries=entries,
-        runs=spec.layout.records(features.ids, learned.state, new),
+        runs=spec.layout.records(features.ids, learned.state, marked),
         leaving=nonzero.leaving,
         entering=nonzero.entering,
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
         tracked_delta=int(new.sum()),
     )
-    created = features.ids[new]
+    created, marked_ids = features.ids[new], features.ids[marked]
     if histogram is None:
-        return Learning(change, features.ids, rows, learned, created)
+        return Learning(change, features.ids, rows, learned, created, marked_ids)
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     calibrated = replace(change, calibration=calibration)
-    return Learning(calibrated, features.ids, rows, learned, created, histogram)
+    return Learning(calibrated, features.ids, rows, learned, created, marked_ids, histogram)
 
 
 def _loss_sum(

@@ -16,7 +16,8 @@ encodings would save nothing here: a 24-bit integer takes 5 bytes, as a 3-byte s
 
 A *record* as the Lua scripts take it is ``u16 shard | u32 bucket | field`` (reads, in any
 order) or ``u32 bucket | field | value`` (writes, grouped by shard and sorted by bucket within
-one). A write record of a feature not stored before has :data:`NEW` set in its bucket number.
+one). A write record has :data:`NEW` set in its bucket number where the feature's filter bit
+(below) is to be set: a feature not stored before, unless an earlier commit set its bit.
 
 Each shard also has an *existence filter*: a bitmap of ``filter_bytes`` in which every stored
 feature has its bit set (one bit per feature: a Bloom filter with one hash), so that the learner
@@ -53,8 +54,9 @@ from online_ctr.compact import CompactCodec
 
 Array = NDArray[np.float64]
 
-#: Set in a write record's bucket number when the feature was not stored before: the apply
-#: script sets its filter bit (buckets are below 2^24, far from it).
+#: Set in a write record's bucket number when the apply script must set the feature's filter
+#: bit: a feature not stored before, unless an earlier commit set that bit (another
+#: feature's). Buckets are below 2^24, far from it.
 NEW = 1 << 31
 
 

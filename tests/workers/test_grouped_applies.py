@@ -14,6 +14,7 @@ import pytest
 from redis.exceptions import ConnectionError
 
 from octr.store.commits import Commit, StateChange
+from octr.store.layout import NEW
 from octr.store.shards import Runs
 from octr.store.state import ModelStore
 from online_ctr.features import FeatureHasher
@@ -161,3 +162,39 @@ async def test_an_idle_learner_whose_last_apply_failed_applies_it_without_more_f
         worker.stop()
         await running
     await assert_equals_replay(store, 200)
+
+
+def marked(store: ModelStore, runs: Runs) -> int:
+    """Records of ``runs`` whose bucket number carries :data:`NEW` (their bit is to be set)."""
+    layout = store.spec.layout
+    size = 4 + layout.field_bytes + layout.value_bytes
+    blobs = [np.frombuffer(blob, np.uint8).reshape(-1, size) for _, blob in runs]
+    buckets = np.concatenate([b[:, :4].copy().view("<u4")[:, 0] for b in blobs])
+    return int((buckets >= NEW).sum())
+
+
+async def test_a_new_feature_whose_bit_an_earlier_commit_set_is_not_marked_again(
+    make_store: MakeStore,
+) -> None:
+    # One shard of 16 buckets: a filter of 1,920 bits, which Criteo's features soon fill.
+    store = await make_store("ftrl", buckets=16, shards=1)
+    changes: list[StateChange] = []
+    finalize: Callable[..., Awaitable[Commit]] = store.log.finalize
+
+    async def finalizing(change: StateChange, *args: Any) -> Commit:
+        changes.append(change)
+        return await finalize(change, *args)
+
+    store.log.finalize = finalizing  # type: ignore[method-assign]
+    half = len(ROWS) // 2
+    await send(store, ROWS[:half])
+    first = make_worker(store, "first", batch_size=100)
+    await first.run_until_idle()
+    await first.lease.release()
+    await send(store, ROWS[half:])
+    await make_worker(store, "second", batch_size=100).run_until_idle()
+    created = sum(change.tracked_delta for change in changes)
+    assert 0 < sum(marked(store, change.runs) for change in changes) < created / 2
+    # Yet every stored feature has its bit (a successor loaded the first's from Redis), and
+    # the model is the replay's.
+    await assert_equals_replay(store, len(ROWS))
