@@ -1,7 +1,7 @@
 """How long the learner's cache stops learning to trim itself: ``python -m loadtests.cache_trim``.
 
 A worker's cache (:class:`workers.cache.StateCache`) holds at most ``--features`` features
-(``OCTR_CACHE_FEATURES``, 2,000,000 by default); past it, the least recently used half goes,
+(``OCTR_WORKER_CACHE_FEATURES``, 2,000,000 by default); past it, the least recently used half goes,
 while the learner waits. Here a cache is filled with random features in groups of 5,000 (one
 ``update`` each, as commits do) until it passes the bound, then trimmed, ``--repeats`` times:
 printed, each trim's milliseconds, then the same for a *rebuild* baseline measured in the same
