@@ -137,7 +137,7 @@ def measure_sides(sides: Sequence[Side], config: ScaleConfig, tool: str) -> list
     def turns(timing: Callable[[Rig], T]) -> list[tuple[T, ...]]:
         return in_turns(config.rounds, [partial(timing, rig) for rig in rigs])
 
-    # An untimed-for-the-median first run on each side: a fill larger than the worker's cache
+    # A first run on each side, kept out of the medians: a fill larger than the worker's cache
     # (OCTR_WORKER_CACHE_FEATURES; the grown side's at 10M) has pushed the Criteo features out
     # of it, a fill within it (the reference's) has not. The timed runs then compare warm
     # caches on both sides; the drain is what compares cold ones.

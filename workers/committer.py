@@ -94,7 +94,7 @@ class Committer:
         )
         if commit.status == "ok":
             if known is not None:
-                known.add(learning.created)
+                known.add(learning.marked)
             self.cache.update(learning.rows, learning.learned.state)
             runs = learning.change.runs
             waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.marked)

@@ -34,9 +34,8 @@ class Learning:
     ids: NDArray[np.uint64]
     rows: NDArray[np.intp]
     learned: Learned
-    #: The features the group stores for the first time, and those of them whose filter bit
-    #: its commit sets (the others' bit an earlier commit set).
-    created: NDArray[np.uint64]
+    #: The features the group stores for the first time whose filter bit its commit sets:
+    #: the others' bit an earlier commit set, so this is every bit the group adds.
     marked: NDArray[np.uint64]
     histogram: Histogram | None = None
 
@@ -88,8 +87,10 @@ async def learn_group(
     # A new feature whose filter bit an earlier commit set (another feature's) needs it set
     # no more: the shards apply commits in order, so that one's bit is in Redis first. At 10M
     # features that spares about one new feature in four (those the learner had to read) a
-    # BITFIELD op in Redis.
-    marked = new if known is None else new & ~known.maybe(features.ids)
+    # BITFIELD op in Redis. Only the new features are looked up.
+    marked = new.copy()
+    if known is not None:
+        marked[new] = ~known.maybe(features.ids[new])
     learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
@@ -106,15 +107,14 @@ async def learn_group(
         stable_delta=nonzero.stable_delta,
         tracked_delta=int(new.sum()),
     )
-    created, marked_ids = features.ids[new], features.ids[marked]
     if histogram is None:
-        return Learning(change, features.ids, rows, learned, created, marked_ids)
+        return Learning(change, features.ids, rows, learned, features.ids[marked])
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     calibrated = replace(change, calibration=calibration)
-    return Learning(calibrated, features.ids, rows, learned, created, marked_ids, histogram)
+    return Learning(calibrated, features.ids, rows, learned, features.ids[marked], histogram)
 
 
 def _loss_sum(

@@ -1,12 +1,13 @@
 -- Apply one committed change (commit number ARGV[1]) to state shards: HSET of the touched
 -- features' new values, and for the features new to the model (those whose bit no earlier
--- commit set) their bit in the shard's existence filter (octr/store/layout.py). A shard that has already applied this commit or a
--- later one skips it, so replaying the redo log after a crash, or a stale learner's late call,
--- is harmless. KEYS: the 'applied' key of each shard. ARGV: 1 seq, 2 field bytes, 3 value
--- bytes, 4 the model's shard count, 5 buckets per shard, 6 filter bytes, then per shard in
--- KEYS order its bucket key prefix, its records (u32 bucket, with 2^31 added where the
--- feature's bit is to be set, field, value), sorted by bucket, and its filter key. Returns how many shards
--- applied it now. (bucket_key: buckets.lua.)
+-- commit set) their bit in the shard's existence filter (octr/store/layout.py). A shard that
+-- has already applied this commit or a later one skips it, so replaying the redo log after a
+-- crash, or a stale learner's late call, is harmless. KEYS: the 'applied' key of each shard.
+-- ARGV: 1 seq, 2 field bytes, 3 value bytes, 4 the model's shard count, 5 buckets per shard,
+-- 6 filter bytes, then per shard in KEYS order its bucket key prefix, its records (u32
+-- bucket, with 2^31 added where the feature's bit is to be set, field, value), sorted by
+-- bucket, and its filter key. Returns how many shards applied it now. (bucket_key:
+-- buckets.lua.)
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local shards, within, filter_bits = tonumber(ARGV[4]), tonumber(ARGV[5]), 8 * tonumber(ARGV[6])
 local record = 4 + field_bytes + value_bytes
