@@ -4,23 +4,15 @@
 -- has already applied this commit or a later one skips it, so replaying the redo log after a
 -- crash, or a stale learner's late call, is harmless. KEYS: the 'applied' key of each shard.
 -- ARGV: 1 seq, 2 field bytes, 3 value bytes, 4 the model's shard count, 5 buckets per shard,
--- 6 filter bytes, then per shard in KEYS order its bucket key prefix, its records (u32
--- bucket, with 2^31 added where the feature's bit is to be set, field, value), sorted by
--- bucket, and its filter key. Returns how many shards applied it now. (bucket_key:
--- buckets.lua.)
+-- then per shard in KEYS order its bucket key prefix, its records (u32 bucket, with 2^31
+-- added where the feature's bit is to be set, field, value), sorted by bucket, and its filter
+-- key. Returns how many shards applied it now. (bucket_key: buckets.lua.)
 local seq, field_bytes, value_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local shards, within, filter_bits = tonumber(ARGV[4]), tonumber(ARGV[5]), 8 * tonumber(ARGV[6])
+local shards, within = tonumber(ARGV[4]), tonumber(ARGV[5])
 local record = 4 + field_bytes + value_bytes
 local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
 local call, unpack_record, byte, floor = redis.call, struct.unpack, string.byte, math.floor
 local NEW = 2147483648
-
--- BITFIELD SET of the bits in 'bits' (its first 'm' entries, four per bit), in a filter made
--- when the model was: one that is gone stays gone (its shard is then read as before, see
--- octr/store/filter.py), since made again here it would lack the bits set before.
-local function set_bits(filter, bits, m)
-  if call('EXISTS', filter) == 1 then call('BITFIELD', filter, unpack(bits, 1, m)) end
-end
 
 -- One HSET per bucket: records are sorted by bucket, so a bucket's features are adjacent.
 -- Its field-value pairs go in 'args' (reused, its first 'n' entries count), at most 1000
@@ -29,18 +21,27 @@ local args, n, bits, m = {}, 0, {}, 0
 local applied = 0
 for shard = 1, #KEYS do
   if tonumber(call('GET', KEYS[shard]) or '0') < seq then
-    local at = 4 + 3 * shard
+    local at = 3 + 3 * shard
     local prefix, records, filter = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+    -- Where a bit goes follows from the filter's length (filter_spread in layout.py). A
+    -- filter is made with its model, never here: one that is gone (length 0) stays gone (its
+    -- shard is then read as before, see octr/store/filter.py), since made again here it
+    -- would lack the bits set before.
+    local filter_bits = 8 * call('STRLEN', filter)
+    local spread = filter_bits > 128 * within and 256 or 128
     local current
     for i = 1, #records / record do
       local bucket, field, value = unpack_record(format, records, (i - 1) * record + 1)
       if bucket >= NEW then
         bucket = bucket - NEW
-        local bit = (floor(bucket / shards) + within * (byte(field, 1) % 128)) % filter_bits
-        bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4], m = 'SET', 'u1', bit, 1, m + 4
-        if m == 2000 then
-          set_bits(filter, bits, m)
-          m = 0
+        if filter_bits > 0 then
+          local bit = (floor(bucket / shards) + within * (byte(field, 1) % spread)) % filter_bits
+          bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4] = 'SET', 'u1', bit, 1
+          m = m + 4
+          if m == 2000 then
+            call('BITFIELD', filter, unpack(bits, 1, m))
+            m = 0
+          end
         end
       end
       if bucket ~= current or n == 2000 then
@@ -50,7 +51,7 @@ for shard = 1, #KEYS do
       args[n + 1], args[n + 2], n = field, value, n + 2
     end
     if n > 0 then call('HSET', bucket_key(prefix, current), unpack(args, 1, n)) end
-    if m > 0 then set_bits(filter, bits, m) end
+    if m > 0 then call('BITFIELD', filter, unpack(bits, 1, m)) end
     n, m = 0, 0
     call('SET', KEYS[shard], ARGV[1])
     applied = applied + 1

@@ -12,9 +12,16 @@ A shard's filter is made, at its full length, when the model is created or impor
 without its filter (a model stored by an older version, or a filter deleted with its model
 while a learner made the model again) is not trusted, and its features are read as before.
 
+Where a feature's bit goes follows from its filter's length
+(:func:`octr.store.layout.filter_spread`): the learner takes the length most of the model's
+filters have (a model made before filters grew to 32 bytes per bucket keeps its shorter ones),
+and ``apply.lua`` reads each filter's length as it sets bits. A shard whose filter has another
+length is not trusted.
+
 >>> from octr.store.layout import Layout
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
->>> known = ExistenceFilter(layout, [b"", b"", b"", None])
+>>> empty = bytes(layout.filter_bytes)
+>>> known = ExistenceFilter(layout, [empty, empty, empty, None])
 >>> ids = np.array([0x1234, 0x5678, 0x567B], np.uint64)
 >>> known.maybe(ids).tolist()
 [False, False, True]
@@ -25,6 +32,7 @@ while a learner made the model again) is not trusted, and its features are read 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -49,16 +57,21 @@ async def make_filters(redis: Any, keys: ModelKeys, layout: Layout, drop: int = 
 
 class ExistenceFilter:
     """The bits of every shard's filter, one row of bytes per shard (Redis's bit order), and
-    which shards have one."""
+    which shards have one of the length the model's filters have."""
 
     def __init__(self, layout: Layout, bitmaps: list[bytes | None]) -> None:
         self.layout = layout
-        self.bits = np.zeros((layout.shards, layout.filter_bytes), np.uint8)
-        self.trusted = np.array([bitmap is not None for bitmap in bitmaps], np.bool_)
-        for shard, bitmap in enumerate(bitmaps):
-            if bitmap:  # (one of another layout may be longer: only false positives then)
-                row = np.frombuffer(bitmap, np.uint8)[: layout.filter_bytes]
-                self.bits[shard, : len(row)] = row
+        lengths = Counter(len(bitmap) for bitmap in bitmaps if bitmap)
+        #: The length most of the model's filters have (the longer of two as common); a new
+        #: filter's if none is there.
+        self.filter_bytes = max(lengths, key=lambda n: (lengths[n], n), default=layout.filter_bytes)
+        self.bits = np.zeros((layout.shards, self.filter_bytes), np.uint8)
+        self.trusted = np.array(
+            [bitmap is not None and len(bitmap) == self.filter_bytes for bitmap in bitmaps],
+            np.bool_,
+        )
+        for shard in np.flatnonzero(self.trusted).tolist():
+            self.bits[shard] = np.frombuffer(bitmaps[shard] or b"", np.uint8)
 
     @classmethod
     async def load(cls, redis: Any, keys: ModelKeys, layout: Layout) -> ExistenceFilter:
@@ -69,7 +82,7 @@ class ExistenceFilter:
             return cls(layout, await pipe.execute())
 
     def _where(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.int64], ...]:
-        at = self.layout.filter_of(ids)
+        at = self.layout.filter_of(ids, self.filter_bytes)
         return at[:, 0], at[:, 1] >> 3, np.left_shift(1, 7 - (at[:, 1] & 7)).astype(np.uint8)
 
     def maybe(self, ids: NDArray[np.uint64]) -> NDArray[np.bool_]:

@@ -158,5 +158,4 @@ class StateShards:
         layout = self.layout
         within = layout.buckets // layout.shards
         head = [seq, layout.field_bytes, layout.value_bytes, layout.shards, within]
-        head.append(layout.filter_bytes)
         await self._run(self.scripts.apply, head, [self._keys_args(c) for c in self._calls(runs)])

@@ -13,7 +13,9 @@ from octr.store.filter import ExistenceFilter
 from octr.store.layout import Layout
 from octr.store.state import ModelStore
 from online_ctr.features import FeatureHasher
+from online_ctr.model import InMemoryModel
 from online_ctr.readers import read_examples
+from online_ctr.replay import replay
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 
@@ -29,10 +31,14 @@ async def hget_calls(store: ModelStore) -> int:
     return int(stats.get("cmdstat_hget", {}).get("calls", 0))
 
 
-def expected_bitmaps(layout: Layout, ids: np.ndarray) -> np.ndarray:
-    """Each shard's filter bytes with the bits of ``ids`` set, in Redis's bit order."""
-    bits = np.zeros((layout.shards, layout.filter_bytes * 8), np.uint8)
-    at = layout.filter_of(ids)
+def expected_bitmaps(
+    layout: Layout, ids: np.ndarray, filter_bytes: int | None = None
+) -> np.ndarray:
+    """Each shard's filter bytes with the bits of ``ids`` set, in Redis's bit order; in
+    filters of ``filter_bytes`` (by default a new one's)."""
+    size = layout.filter_bytes if filter_bytes is None else filter_bytes
+    bits = np.zeros((layout.shards, size * 8), np.uint8)
+    at = layout.filter_of(ids, size)
     bits[at[:, 0], at[:, 1]] = 1
     return np.packbits(bits, axis=1)  # most significant bit first, as SETBIT numbers them
 
@@ -113,3 +119,47 @@ async def test_a_shard_without_its_filter_is_read_as_before_and_stays_without(
     assert in_shard_1 <= await hget_calls(store) <= in_shard_1 + 10
     assert await store.redis.exists(store.keys.shard(1).filter) == 0  # apply made none
     assert (await loaded(store)).maybe(stored).all()
+
+
+async def test_a_model_made_with_filters_half_as_long_keeps_them_and_their_bits(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=16)
+    layout = store.spec.layout
+    # Filters as a model made before they grew to 32 bytes per bucket has them: 16 per bucket.
+    old = 16 * (layout.buckets // layout.shards) - 16
+    for shard in range(layout.shards):
+        await store.redis.unlink(store.keys.shard(shard).filter)
+        await store.redis.setrange(store.keys.shard(shard).filter, old - 1, b"\0")
+    rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
+    await send(store, rows[:300], per_entry=50)
+    first = make_worker(store, "first", batch_size=300)
+    await first.run_until_idle()
+    assert first.known is not None and first.known.filter_bytes == old
+    await send(store, rows[300:], per_entry=50)
+    await first.lease.release()
+    second = make_worker(store, "second", batch_size=300)
+    await second.run_until_idle()
+    stored = await scan_state(store)
+    ids = np.array(list(stored), np.uint64)
+    # The bits went where a filter of that length puts them (not where a new one would), and
+    # the successor, which loaded them, found every stored feature's.
+    assert (layout.filter_of(ids, old) != layout.filter_of(ids)).any()
+    for shard, bitmap in enumerate(expected_bitmaps(layout, ids, old)):
+        assert await store.redis.get(store.keys.shard(shard).filter) == bitmap.tobytes()
+    assert second.known is not None and second.known.trusted.all()
+    assert second.known.maybe(ids).all()
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    replay(rows, model, FeatureHasher(), batch_size=1)
+    expected = model.snapshot()
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+
+
+def test_a_filter_of_another_length_than_most_is_not_trusted() -> None:
+    layout = Layout(buckets=1 << 6, shards=4, id_bits=64, width=2)
+    new, old = bytes(layout.filter_bytes), bytes(16 * 16 - 16)
+    known = ExistenceFilter(layout, [old, old, new, None])
+    assert known.filter_bytes == len(old) and known.trusted.tolist() == [True, True, False, False]
+    assert ExistenceFilter(layout, [None] * 4).filter_bytes == layout.filter_bytes
