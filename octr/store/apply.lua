@@ -12,11 +12,14 @@ local shards, within = tonumber(ARGV[4]), tonumber(ARGV[5])
 local record = 4 + field_bytes + value_bytes
 local format = '<I4c' .. field_bytes .. 'c' .. value_bytes
 local call, unpack_record, byte, floor = redis.call, struct.unpack, string.byte, math.floor
+local decimal = string.format
 local NEW = 2147483648
 
 -- One HSET per bucket: records are sorted by bucket, so a bucket's features are adjacent.
 -- Its field-value pairs go in 'args' (reused, its first 'n' entries count), at most 1000
--- fields per HSET, and at most 500 bits per BITFIELD: unpack() has a stack limit.
+-- fields per HSET, and at most 500 bits per BITFIELD: unpack() has a stack limit. A bit's
+-- offset goes as a string written with '%d': a number argument would be written by Redis
+-- with '%.17g', a floating-point conversion several times as dear.
 local args, n, bits, m = {}, 0, {}, 0
 local applied = 0
 for shard = 1, #KEYS do
@@ -36,7 +39,7 @@ for shard = 1, #KEYS do
         bucket = bucket - NEW
         if filter_bits > 0 then
           local bit = (floor(bucket / shards) + within * (byte(field, 1) % spread)) % filter_bits
-          bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4] = 'SET', 'u1', bit, 1
+          bits[m + 1], bits[m + 2], bits[m + 3], bits[m + 4] = 'SET', 'u1', decimal('%d', bit), '1'
           m = m + 4
           if m == 2000 then
             call('BITFIELD', filter, unpack(bits, 1, m))
