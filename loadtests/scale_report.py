@@ -12,6 +12,7 @@ from loadtests.report import Cell, figure, table, verdict
 from loadtests.scale import MIB, Scale, ScaleConfig, SizeResult
 from loadtests.scale_client import BODY_EXAMPLES, MAX_LAG_ENTRIES, POLL_S, WINDOW_BODY_EXAMPLES
 from octr.settings import Settings
+from octr.store.layout import Layout
 
 #: Sections other commands write into the report (``python -m loadtests.compact_cost``'s
 #: figures): a new report keeps them from the previous one.
@@ -50,6 +51,10 @@ TARGETS = {
 }
 #: The worker cache's size the benchmark's services run with (they set no other).
 CACHE_DEFAULT: int = Settings.model_fields["worker_cache_features"].default
+_BUCKETS: int = Settings.model_fields["state_buckets"].default
+_SHARDS: int = Settings.model_fields["state_shards"].default
+#: Bytes of a model's existence filters at the default layout (made with the model).
+FILTERS = Layout(_BUCKETS, _SHARDS, 64, 2).filter_bytes * _SHARDS
 #: Figures whose runs the runs table lists: the judged ones, and learning's first run after
 #: the fill (a warm-up, in no median).
 ROUNDS = {
@@ -264,7 +269,10 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "per feature added: where a larger size's extra time goes.",
             "- **Redis bytes/feature**: growth of `INFO memory` `used_memory` from the empty "
             f"model ({scale.baseline_bytes / MIB:.1f} MiB, API and worker up) to right after "
-            "the fill, over `features_tracked`: everything Redis holds counts.",
+            "the fill, over `features_tracked`: everything Redis holds counts but what the "
+            "model holds from its start at any size: its existence filters, "
+            f"{FILTERS / MIB:.0f} MiB at the default layout, made with it "
+            f"({FILTERS / 1e7:.2f} bytes a feature more at 10M).",
             "- **worker RSS, API RSS**: `VmRSS` of `/proc/<pid>/status` right after the "
             "learned ex/s timing; the worker is the one that did the fill and that timing.",
             "- **load**: the machine's 1-minute load average when the size's row ended (2 "
