@@ -31,7 +31,8 @@ for shard = 1, #KEYS do
     -- shard is then read as before, see octr/store/filter.py), since made again here it
     -- would lack the bits set before.
     local filter_bits = 8 * call('STRLEN', filter)
-    local spread = filter_bits > 128 * within and 256 or 128
+    local spread = 128
+    if filter_bits > 128 * within then spread = math.min(256, math.ceil(filter_bits / within)) end
     local current
     for i = 1, #records / record do
       local bucket, field, value = unpack_record(format, records, (i - 1) * record + 1)

@@ -14,7 +14,7 @@ while a learner made the model again) is not trusted, and its features are read 
 
 Where a feature's bit goes follows from its filter's length
 (:func:`octr.store.layout.filter_spread`): the learner takes the length most of the model's
-filters have (a model made before filters grew to 32 bytes per bucket keeps its shorter ones),
+filters have (a model made before filters grew to 24 bytes per bucket keeps its shorter ones),
 and ``apply.lua`` reads each filter's length as it sets bits. A shard whose filter has another
 length is not trusted.
 

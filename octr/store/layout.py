@@ -21,14 +21,16 @@ one). A write record has :data:`NEW` set in its bucket number where the feature'
 
 Each shard also has an *existence filter*: a bitmap in which every stored feature has its bit
 set (one bit per feature: a Bloom filter with one hash), so that the learner reads from Redis
-only the new features whose bit is set (about one in seven at 10M features with 2^18 buckets)
-instead of every one, each a walk through memory that misses the CPU's caches. Its bit is taken
-from the id's bits above the shard's: the bucket within the shard, then 8 bits of the field,
-modulo the filter's bits. A new filter is ``filter_bytes``: 32 bytes per bucket less 16 per
-shard, so that Redis's string and its header fit exactly in a power-of-two allocation (0.84
-bytes per feature at 10M features with the default layout). Filters made before were half as
-long and used 7 bits of the field (a quarter of the new features were read at 10M): where a
-bit goes follows from the filter's length (:func:`filter_spread`), so they keep working.
+only the new features whose bit is set (about one in five at 10M features with 2^18 buckets)
+instead of every one, each a walk through memory that misses the CPU's caches. Its bit is
+taken from the id's bits above the shard's: the bucket within the shard, then the field's
+first byte, modulo the filter's bits. A new filter is ``filter_bytes``: 24 bytes per bucket
+less 16 per shard, so that Redis's string and its header fit exactly in one of the
+allocator's size classes (0.63 bytes per feature at 10M features with the default layout,
+which keeps the state and its filters within 32 bytes a feature there). Filters made before
+were 16 bytes per bucket and used 7 bits of the field (a quarter of the new features were
+read at 10M): where a bit goes follows from the filter's length (:func:`filter_spread`), so
+they keep working.
 
 >>> layout = Layout(buckets=1 << 4, shards=4, id_bits=64, width=2)
 >>> ids = np.array([0x1234, 0xFFFF_FFFF_FFFF_FFF1], np.uint64)
@@ -38,7 +40,7 @@ bit goes follows from the filter's length (:func:`filter_spread`), so they keep 
 >>> [(shard, len(blob)) for shard, blob in runs]
 [(0, 28), (1, 28)]
 >>> layout.filter_bytes, layout.filter_of(ids).tolist()
-(112, [[0, 141], [1, 124]])
+(80, [[0, 141], [1, 380]])
 >>> compact = Layout(1 << 4, 4, 64, 2, CompactCodec("ftrl", alpha=0.1, beta=1.0))
 >>> compact.value_bytes, compact.values(compact.records(ids[:1], np.zeros((1, 2)))[0][1][12:], 1)
 (4, array([[0., 0.]]))
@@ -64,9 +66,10 @@ NEW = 1 << 31
 
 def filter_spread(filter_bits: int, within: int) -> int:
     """How many values of a field's first byte a filter of ``filter_bits`` spreads each
-    bucket's features over (``within`` buckets per shard): 256 where it has more bits than
-    128 per bucket (a filter of 32 bytes per bucket), else 128 (one of 16, made before)."""
-    return 256 if filter_bits > 128 * within else 128
+    bucket's features over (``within`` buckets per shard): as many as it has bits per bucket
+    (192 for a filter of 24 bytes per bucket), at most 256; but 128 for a filter of at most
+    128 bits per bucket (16 bytes, made before), as then."""
+    return min(256, -(-filter_bits // within)) if filter_bits > 128 * within else 128
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,10 @@ class Layout:
 
     @property
     def filter_bytes(self) -> int:
-        """Bytes of a new shard's existence filter: 32 a bucket, less 16 for Redis's string
-        header and terminator (so the allocation is exactly the power of two), at least 16."""
-        return max(16, 32 * (self.buckets // self.shards) - 16)
+        """Bytes of a new shard's existence filter: 24 a bucket, less 16 for Redis's string
+        header and terminator (so the allocation is exactly 3 * 2^k bytes, one of jemalloc's
+        size classes), at least 16."""
+        return max(16, 24 * (self.buckets // self.shards) - 16)
 
     def filter_of(
         self, ids: NDArray[np.uint64], filter_bytes: int | None = None
@@ -121,7 +125,7 @@ class Layout:
         filter_bits = 8 * (self.filter_bytes if filter_bytes is None else filter_bytes)
         spread = filter_spread(filter_bits, within)
         bucket = (ids >> np.uint64(self.shards.bit_length() - 1)) & np.uint64(within - 1)
-        low = (ids >> np.uint64(self.bucket_bits)) & np.uint64(spread - 1)
+        low = ((ids >> np.uint64(self.bucket_bits)) & np.uint64(255)) % np.uint64(spread)
         bit = (bucket + low * np.uint64(within)) % np.uint64(filter_bits)
         return np.column_stack([self.shard_of(ids), bit.astype(np.intp)]).astype(np.int64)
 

@@ -121,12 +121,12 @@ async def test_a_shard_without_its_filter_is_read_as_before_and_stays_without(
     assert (await loaded(store)).maybe(stored).all()
 
 
-async def test_a_model_made_with_filters_half_as_long_keeps_them_and_their_bits(
+async def test_a_model_made_with_filters_of_16_bytes_a_bucket_keeps_them_and_their_bits(
     make_store: MakeStore,
 ) -> None:
     store = await make_store("ftrl", buckets=4096, shards=16)
     layout = store.spec.layout
-    # Filters as a model made before they grew to 32 bytes per bucket has them: 16 per bucket.
+    # Filters as a model made before they grew to 24 bytes per bucket has them: 16 per bucket.
     old = 16 * (layout.buckets // layout.shards) - 16
     for shard in range(layout.shards):
         await store.redis.unlink(store.keys.shard(shard).filter)

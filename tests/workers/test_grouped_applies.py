@@ -190,7 +190,7 @@ def marked(store: ModelStore, runs: Runs) -> int:
 async def test_a_new_feature_whose_bit_an_earlier_commit_set_is_not_marked_again(
     make_store: MakeStore,
 ) -> None:
-    # One shard of 16 buckets: a filter of 3,968 bits, which Criteo's features soon fill.
+    # One shard of 16 buckets: a filter of 2,944 bits, which Criteo's features soon fill.
     store = await make_store("ftrl", buckets=16, shards=1)
     changes: list[StateChange] = []
     finalize: Callable[..., Awaitable[Commit]] = store.log.finalize
