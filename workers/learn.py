@@ -86,7 +86,7 @@ async def learn_group(
     before, new = cache.state(rows), ~cache.stored(rows)
     # A new feature whose filter bit an earlier commit set (another feature's) needs it set
     # no more: the shards apply commits in order, so that one's bit is in Redis first. At 10M
-    # features that spares about one new feature in four (those the learner had to read) a
+    # features that spares about one new feature in five (those the learner had to read) a
     # BITFIELD op in Redis. Only the new features are looked up.
     marked = new.copy()
     if known is not None:

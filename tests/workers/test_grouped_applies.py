@@ -65,21 +65,22 @@ class Held:
         store.shards.apply = applying  # type: ignore[method-assign]
 
 
-def features(store: ModelStore, runs: Runs) -> set[bytes]:
-    """The features ``runs`` write: each record's bucket (without :data:`NEW`) and field."""
+def table(store: ModelStore, runs: Runs) -> np.ndarray:
+    """The write records of ``runs``, a row of bytes each (u32 bucket, field, value)."""
     layout = store.spec.layout
     size = 4 + layout.field_bytes + layout.value_bytes
-    found: set[bytes] = set()
-    for _, blob in runs:
-        table = np.frombuffer(blob, np.uint8).reshape(-1, size).copy()
-        table[:, 3] &= 0x7F  # NEW is the top bit of the little-endian bucket number
-        found.update(row.tobytes() for row in table[:, : 4 + layout.field_bytes])
-    return found
+    return np.frombuffer(b"".join(blob for _, blob in runs), np.uint8).reshape(-1, size)
 
 
 def records(store: ModelStore, runs: Runs) -> int:
-    layout = store.spec.layout
-    return sum(len(blob) for _, blob in runs) // (4 + layout.field_bytes + layout.value_bytes)
+    return len(table(store, runs))
+
+
+def features(store: ModelStore, runs: Runs) -> set[bytes]:
+    """The features ``runs`` write: each record's bucket (without :data:`NEW`) and field."""
+    keys = table(store, runs)[:, : 4 + store.spec.layout.field_bytes].copy()
+    keys[:, 3] &= 0x7F  # NEW is the top bit of the little-endian bucket number
+    return {row.tobytes() for row in keys}
 
 
 async def assert_equals_replay(store: ModelStore, rows: int) -> None:
@@ -180,10 +181,7 @@ async def test_an_idle_learner_whose_last_apply_failed_applies_it_without_more_f
 
 def marked(store: ModelStore, runs: Runs) -> int:
     """Records of ``runs`` whose bucket number carries :data:`NEW` (their bit is to be set)."""
-    layout = store.spec.layout
-    size = 4 + layout.field_bytes + layout.value_bytes
-    blobs = [np.frombuffer(blob, np.uint8).reshape(-1, size) for _, blob in runs]
-    buckets = np.concatenate([b[:, :4].copy().view("<u4")[:, 0] for b in blobs])
+    buckets = table(store, runs)[:, :4].copy().view("<u4")[:, 0]
     return int((buckets >= NEW).sum())
 
 
