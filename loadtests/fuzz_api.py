@@ -1,6 +1,6 @@
-"""Schemathesis against the real API: every operation of its OpenAPI, every check, answered by
-the real ``online-ctr api`` process (and one worker, so ``/readyz`` can be ready) on a real
-redis-server.
+"""Schemathesis against the real API: every operation of its OpenAPI, every check, with joins
+on and a real API key, answered by the real ``online-ctr api`` process (and one worker, so
+``/readyz`` can be ready) on a real redis-server.
 
     python -m loadtests.fuzz_api                  # 700 per operation: over 2,000 cases
     python -m loadtests.fuzz_api --max-examples 30
@@ -9,6 +9,7 @@ redis-server.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -36,11 +37,17 @@ class FuzzResult:
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
+#: The one API key of a fuzz run, with every scope: requests reach the routes behind the key
+#: check, and the ``ignored_auth`` check sends them without it too (each must be a 401).
+API_KEY = "fuzz-" + "0123456789abcdef" * 2
+API_KEYS = json.dumps({API_KEY: ["predict", "learn", "admin"]})
+
+
 def schemathesis_command(api_url: str, max_examples: int, seed: int) -> list[str]:
-    """The ``schemathesis run`` command line, all checks on but one: deleting the service's
-    own model (OCTR_MODEL) empties it, and it is there again at once, by design (the service
-    always serves it), which the use-after-free check counts as a failure. Other deleted
-    models answer 404, as tests/service/test_api_models.py checks."""
+    """The ``schemathesis run`` command line, with the run's key and all checks on but one:
+    deleting the service's own model (OCTR_MODEL) empties it, and it is there again at once,
+    by design (the service always serves it), which the use-after-free check counts as a
+    failure. Other deleted models answer 404, as tests/service/test_api_models.py checks."""
     executable = Path(sys.executable).with_name("schemathesis")
     return [
         str(executable),
@@ -48,6 +55,8 @@ def schemathesis_command(api_url: str, max_examples: int, seed: int) -> list[str
         str(CONFIG),
         "run",
         f"{api_url}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {API_KEY}",
         "--checks",
         "all",
         "--exclude-checks",
@@ -77,7 +86,7 @@ def run(max_examples: int, seed: int = 1) -> FuzzResult:
     # is a 422 the schema cannot express), and the join paths are fuzzed too.
     joins = {"OCTR_JOIN_WINDOW_S": "600"}
     with scratch_dir("fuzz") as scratch, Stack(Path(scratch), **joins) as stack:
-        api_url = stack.start_api()
+        api_url = stack.start_api(OCTR_AUTH="on", OCTR_API_KEYS=API_KEYS)
         stack.start_workers(1)
         wait_until(lambda: http_ok(f"{api_url}/readyz"), 60, "a worker's heartbeat")
         finished = subprocess.run(
