@@ -160,6 +160,9 @@ class Settings(BaseSettings):
         86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."
     )
     body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
+    upload_timeout_s: float = Field(
+        600.0, gt=0, description="Longest a snapshot upload (PUT /models/{name}/snapshot) may take."
+    )
     worker_name: str | None = Field(None, description="Worker name; default host-pid.")
     heartbeat_interval_s: float = Field(2.0, gt=0, description="How often a worker says so.")
     ready_max_heartbeat_age_s: float = Field(
