@@ -1,12 +1,16 @@
 """The service's configuration: one pydantic-settings class, read once and passed down.
 
 Every variable has the prefix ``OCTR_`` (``OCTR_RULE=rda``); the Redis URL is also read from
-plain ``REDIS_URL``. Nothing else in the code reads the environment.
+plain ``REDIS_URL``. Nothing else in the code reads the environment. An ``OCTR_`` variable that
+is no setting (a misspelling) is refused, not ignored.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +39,12 @@ from online_ctr.rules import RULES, get_rule
 #: URL schemes redis-py connects with.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _VARIABLE_NAME = re.compile(rf"(?<![\w'])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
+#: ``OCTR_`` variables that are not settings: docker-compose.yml reads them (from ``.env``,
+#: deploy/env.example) to choose the image, the replicas and the published port and secret, and
+#: a shell that sources that file passes them on to whatever it runs next.
+COMPOSE_VARIABLES = frozenset(
+    {"OCTR_IMAGE", "OCTR_WORKER_REPLICAS", "OCTR_API_BIND", "OCTR_API_PORT", "OCTR_API_KEYS_SECRET"}
+)
 
 
 class Settings(BaseSettings):
@@ -169,6 +179,14 @@ class Settings(BaseSettings):
         15.0, gt=0, description="/readyz fails when the newest heartbeat is older."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_variables(cls, data: Any) -> Any:
+        # A misspelled variable would otherwise be ignored, and its setting left at the default
+        # without a word: checked first, as it may be what makes another value invalid.
+        check_variables(os.environ)
+        return data
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_level(cls, value: object) -> object:
@@ -282,6 +300,27 @@ class Settings(BaseSettings):
             join_window_s=self.join_window_s,
             unlabeled=self.unlabeled,
         )
+
+
+def setting_variables() -> frozenset[str]:
+    """The environment variable of every setting, and the aliases of the Redis URL's."""
+    names = {f"OCTR_{field.upper()}" for field in Settings.model_fields}
+    return frozenset(names | {"OCTR_REDIS_URL"})
+
+
+def check_variables(environ: Mapping[str, str]) -> None:
+    """Refuse an ``OCTR_`` variable that is neither a setting nor docker-compose's, naming the
+    closest setting (pydantic-settings, case-insensitive, would ignore it silently)."""
+    known = setting_variables()
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("OCTR_") or upper in known or upper in COMPOSE_VARIABLES:
+            continue
+        # Compared without the prefix, which every name shares and would make all look close.
+        suffixes = sorted(known_name.removeprefix("OCTR_") for known_name in known)
+        close = difflib.get_close_matches(upper.removeprefix("OCTR_"), suffixes, n=1)
+        hint = f" (did you mean OCTR_{close[0]}?)" if close else ""
+        raise ValueError(f"unknown setting {name}{hint}; unset it or fix its name")
 
 
 @lru_cache
