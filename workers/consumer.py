@@ -28,7 +28,7 @@ from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.joins import Sweeper
-from workers.learn import Learning, learn_group
+from workers.learn import Learning, NonFiniteError, learn_group
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class WorkerConfig:
     cache_features: int = 2_000_000
     auc_window: int = 100_000  # progressive predictions the AUC gauge covers
     auc_interval_s: float = 1.0  # the AUC sorts the window: set it at most this often
+    damaged_retry_s: float = 5.0  # a model whose meta refuses every commit: tried this often
 
 
 class Worker:
@@ -80,6 +81,8 @@ class Worker:
         self.known: ExistenceFilter | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
+        #: Why the model's meta refuses every commit ('': it does not), logged once.
+        self.damaged = ""
         self._stopping = False
         self._renewed = self._beat = 0.0
         self._label = {"model": store.spec.name}
@@ -112,6 +115,8 @@ class Worker:
                     if not await self._step(block=True):
                         await self.committer.check()  # idle: a failed apply recovers now
                         self.auc.publish()  # the last commits' AUC, when due
+                    if self.damaged:  # not a group a second: nothing commits until mended
+                        await asyncio.sleep(self.config.damaged_retry_s)
                 else:
                     await asyncio.sleep(self.config.lease_ttl_ms / 4000)
             except (RedisError, OSError) as error:
@@ -207,7 +212,7 @@ class Worker:
             await self._dead_letter(entry_id, reason)
         if group.batch is not None:
             await self._learn(group)
-        return True
+        return not self.damaged
 
     async def _give_up_on_head(self, group: Group, single: bool) -> None:
         """The head entry keeps coming back: learn one entry at a time, or if that is what
@@ -244,23 +249,56 @@ class Worker:
             )
         except (RedisError, OSError):
             raise
+        except NonFiniteError as error:
+            await self._failed(group, str(error), at_once=True)
+            return
         except Exception as error:  # bad data or a bug must not stop the worker: record it
             logger.exception("group of %d entries failed", len(group.entry_ids))
-            await self.stream.record_failures(dict.fromkeys(group.entry_ids, repr(error)))
-            self._single_left = max(self._single_left, len(group.entry_ids))
+            await self._failed(group, repr(error))
             return
         commit = await self.committer.commit(learning, self.known)
+        if commit.status == "refused":
+            await self._failed(group, commit.reason, at_once=True)
+            return
+        if commit.status == "damaged":
+            await self.stream.not_delivered(group.head)
         if commit.status != "ok":
             self._refused(commit)
             return
+        if self.damaged:
+            logger.info("model %r commits again", self.store.spec.name)
+            self.damaged = ""
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
 
+    async def _failed(self, group: Group, reason: str, at_once: bool = False) -> None:
+        """A group not learned (nothing of it committed): its entries are learned one at a
+        time from now on, so the others are learned once each. A failure that is its data's
+        (``at_once``: the same every time) dead-letters a lone entry now, not after
+        ``max_deliveries``."""
+        if at_once and len(group.entry_ids) == 1:
+            await self._dead_letter(group.entry_ids[0], reason)
+            self._single_left = max(0, self._single_left - 1)
+            return
+        await self.stream.record_failures(dict.fromkeys(group.entry_ids, reason))
+        self._single_left = max(self._single_left, len(group.entry_ids))
+
     def _refused(self, commit: Commit) -> None:
         """Fenced: another worker took the lease. Conflict: the model moved under us (it was
-        deleted and created again). Either way, start over from Redis."""
+        deleted and created again). Damaged: a value in the model's meta is not one a commit
+        can add to (said once; retried every ``damaged_retry_s``). Start over from Redis."""
+        if commit.status == "damaged":
+            if commit.reason != self.damaged:
+                logger.error(
+                    "model %r refuses every commit, nothing written: %s",
+                    self.store.spec.name,
+                    commit.reason,
+                )
+            self.damaged = commit.reason
+            self._reset()
+            return
         logger.warning("commit refused (%s); starting over", commit.status)
         self.metrics.commit_conflicts.labels(**self._label).inc()
         if commit.status == "fenced":

@@ -37,6 +37,8 @@ class Group:
     batch: Batch | None = None
     undecodable: dict[str, str] = field(default_factory=dict)
     head_deliveries: int = 0
+    #: The entry whose deliveries ``head_deliveries`` counts.
+    head: str = ""
     #: Per example the probability this model served (joined impressions), else NaN.
     served: NDArray[np.float64] | None = None
 
@@ -71,6 +73,7 @@ class FeedbackStream:
         deliveries = await self.redis.hincrby(self.keys.failures, messages[0][0], 1)
         group = _decode(messages, self.model)
         group.head_deliveries = int(deliveries)
+        group.head = messages[0][0].decode()
         return group
 
     async def _head(self, max_examples: int) -> list[Message]:
@@ -94,6 +97,11 @@ class FeedbackStream:
                 break
             start = "(" + page[-1][0].decode()
         return messages
+
+    async def not_delivered(self, entry_id: str) -> None:
+        """Take back the delivery ``next_group`` counted for a head entry that was not at fault
+        (its commit was refused for the model's sake): it must not be dead-lettered for it."""
+        await self.redis.hincrby(self.keys.failures, entry_id, -1)
 
     async def wait(self, wait_ms: int) -> None:
         """Block up to ``wait_ms`` until an entry newer than any seen arrives."""

@@ -7,6 +7,7 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,6 +24,11 @@ from online_ctr.nonzero import nonzero_change
 from online_ctr.sequential import Learned, learn_sequential
 from online_ctr.stream_metrics import log_loss
 from workers.cache import StateCache
+
+
+class NonFiniteError(ValueError):
+    """Learning a group gave a non-finite value (a feature's state or a log loss): it is never
+    committed, since Redis and every later example would take it as the model."""
 
 
 @dataclass(frozen=True)
@@ -92,13 +98,15 @@ async def learn_group(
     if known is not None:
         marked[new] = ~known.maybe(features.ids[new])
     learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
+    logloss_sum = _loss_sum(learned.losses, batch.labels, served)
+    check_finite(features.ids, before, learned, logloss_sum)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
     change = StateChange(
         t=t,
         epoch=epoch,
         examples=len(batch),
-        logloss_sum=_loss_sum(learned.losses, batch.labels, served),
+        logloss_sum=logloss_sum,
         entries=entries,
         runs=spec.layout.records(features.ids, learned.state, marked),
         leaving=nonzero.leaving,
@@ -125,3 +133,33 @@ def _loss_sum(
         return float(losses.sum())
     known = ~np.isnan(served)
     return float(np.where(known, log_loss(np.where(known, served, 0.5), labels), losses).sum())
+
+
+def check_finite(
+    ids: NDArray[np.uint64], before: NDArray[np.float64], learned: Learned, logloss_sum: float
+) -> None:
+    """Raise :class:`NonFiniteError` naming the first non-finite value of a learned group: a
+    feature's state as read (stored so), its log loss, or a feature's state after it (a huge
+    value within float range overflows an update: FTRL's ``n += (g x)^2`` with ``x = 1e300``).
+    One vectorized pass over the group's state: O(features), no per-example work."""
+    if np.isfinite(learned.state).all() and math.isfinite(logloss_sum):
+        return
+    stored = ~np.isfinite(before).all(axis=1)
+    if stored.any():
+        row = int(np.argmax(stored))
+        raise NonFiniteError(
+            f"stored state of feature {int(ids[row]):#x} is not finite: {before[row].tolist()}"
+        )
+    losses = ~np.isfinite(learned.losses)
+    if losses.any():
+        raise NonFiniteError(f"non-finite log loss at example {int(np.argmax(losses))}")
+    bad = ~np.isfinite(learned.state).all(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        examples = len(learned.losses)
+        after = "this example" if examples == 1 else f"these {examples} examples"
+        raise NonFiniteError(
+            f"non-finite state for feature {int(ids[row]):#x} after {after}: "
+            f"{learned.state[row].tolist()}"
+        )
+    raise NonFiniteError(f"non-finite log loss {logloss_sum!r}")

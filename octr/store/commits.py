@@ -45,7 +45,10 @@ class StateChange:
 
 @dataclass(frozen=True)
 class Commit:
-    """What the finalize script answered: ``ok``, ``conflict`` or ``fenced``."""
+    """What the finalize script answered: ``ok``, ``conflict``, ``fenced``, ``refused`` (an
+    argument was bad: the group's) or ``damaged`` (a value stored in the model's meta is not
+    one finalize writes: no commit applies until it is mended); ``reason`` says why for the
+    last two. Anything but ``ok`` wrote nothing."""
 
     status: str
     seq: int = 0
@@ -53,6 +56,7 @@ class Commit:
     nonzero_weights: int = 0
     features_tracked: int = 0
     logloss_sum: float = 0.0
+    reason: str = ""
 
 
 def _ids(ids: NDArray[np.uint64]) -> bytes:
@@ -94,6 +98,8 @@ class CommitLog:
             ],
         )
         status = reply[0].decode()
+        if status in ("refused", "damaged"):
+            return Commit(status, reason=reply[1].decode(errors="replace"))
         if status != "ok":
             return Commit(status)
         seq, t, nonzero, tracked, logloss = reply[1:]

@@ -11,7 +11,9 @@
 --       snapshot export pinned, see pins.lua), 13 the calibration fit refitted over the group
 --       ('': the model has none), 14 the histogram it was fitted on, then pairs (redo field
 --       's<shard>', that shard's records) for the redo entry.
--- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}.
+-- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
+-- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
+-- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
 local meta, stream, expiry, failures, redo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 -- Call command(prefix..., chunk of items) in chunks: unpack() has a stack limit.
@@ -25,30 +27,90 @@ local function each_chunk(items, size, command, ...)
   end
 end
 
+-- Every argument and every stored value the commit computes from, checked before its first
+-- write (checks.lua): a commit is applied whole or not at all. A stored value that is not what
+-- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
+-- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
+local function check_arguments()
+  if #ARGV < 14 then refuse('too few arguments', #ARGV) end
+  local a = {
+    t = whole('ARGV[2] expected t', ARGV[2], 0),
+    examples = whole('ARGV[4] examples learned', ARGV[4], 0),
+    logloss = finite('ARGV[5] log-loss sum', ARGV[5]),
+    stable = whole('ARGV[10] change of nnz_stable', ARGV[10]),
+    tracked = whole('ARGV[11] change of tracked', ARGV[11]),
+    through = whole('ARGV[12] last applied commit', ARGV[12], 0),
+    leaving = records_of('ARGV[7] ids leaving the expiry set', ARGV[7], 8),
+    entering = records_of('ARGV[8] ids entering the expiry set', ARGV[8], 8),
+    entries = {}, reasons = {}, fields = {}, scored = {},
+  }
+  if #ARGV[9] ~= #ARGV[8] then refuse('ARGV[9] has not one step per id entering', #ARGV[9]) end
+  for id in string.gmatch(ARGV[6], '%S+') do
+    if not string.find(id, '^%d+%-%d+$') then refuse('ARGV[6] has a bad stream entry id', id) end
+    a.entries[#a.entries + 1] = id
+    a.reasons[#a.reasons + 1] = id .. ':why'
+  end
+  for j = 1, #a.entering / 8 do
+    -- Steps are whole numbers below 2^53; '%.17g' writes them exactly.
+    local step = string.format('%.17g', struct.unpack('<d', ARGV[9], 8 * j - 7))
+    finite('ARGV[9] expiry step', step)
+    a.scored[2 * j - 1] = step
+    a.scored[2 * j] = string.sub(a.entering, 8 * j - 7, 8 * j)
+  end
+  if (#ARGV - 14) % 2 ~= 0 then refuse('ARGV[15..] are not pairs, their count is', #ARGV - 14) end
+  for i = 15, #ARGV, 2 do
+    if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
+    a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
+  end
+  return a
+end
+
+-- The meta's counters as finalize writes them, the keys' types, and the redo log's last
+-- entry (the commit's own must come after it).
+local function check_stored(a)
+  kind(meta, 'hash')
+  kind(stream, 'stream')
+  kind(expiry, 'zset')
+  kind(failures, 'hash')
+  kind(redo, 'stream')
+  local m = redis.call('HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked')
+  local s = {
+    t = whole('meta field t', m[1] or '0', 0),
+    seq = whole('meta field seq', m[2] or '0', 0),
+    logloss = finite('meta field logloss_sum', m[3] or '0'),
+    stable = whole('meta field nnz_stable', m[4] or '0'),
+    tracked = whole('meta field tracked', m[5] or '0'),
+  }
+  finite('log-loss sum after the commit', string.format('%.17g', s.logloss + a.logloss))
+  whole('t after the commit', string.format('%d', s.t + a.examples), 0)
+  local last = redis.call('XREVRANGE', redo, '+', '-', 'COUNT', 1)[1]
+  if last and tonumber(string.match(last[1], '^%d+')) > s.seq then
+    refuse('redo log has entry ' .. last[1] .. ' past meta field seq', s.seq)
+  end
+  if a.through ~= 0 then s.trim = trim_inputs(KEYS[6], meta) end
+  return s
+end
+
 local state = redis.call('HMGET', meta, 'fence', 't', 'epoch')
 if (state[1] or '0') ~= ARGV[1] then return {'fenced', state[1] or '0'} end
-local t = tonumber(state[2] or '0')
-if t ~= tonumber(ARGV[2]) or (state[3] or '') ~= ARGV[3] then
+local a, refused = checked('finalize', check_arguments)
+if refused then return {'refused', refused} end
+local s, damaged = checked('finalize', check_stored, a)
+if damaged then return {'damaged', damaged} end
+local t = s.t
+if t ~= a.t or (state[3] or '') ~= ARGV[3] then
   return {'conflict', tostring(t)}
 end
 
+if a.through ~= 0 then trim_redo(redo, KEYS[6], meta, a.through, s.trim) end
 local seq = redis.call('HINCRBY', meta, 'seq', 1)
-local fields = {}
-for i = 15, #ARGV do fields[#fields + 1] = ARGV[i] end
-if #fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(fields)) end
-if ARGV[12] ~= '0' then trim_redo(redo, KEYS[6], meta, tonumber(ARGV[12])) end
+if #a.fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(a.fields)) end
 
-local leaving, entering, steps = ARGV[7], ARGV[8], ARGV[9]
+local leaving = a.leaving
 local members = {}
 for j = 1, #leaving / 8 do members[j] = string.sub(leaving, 8 * j - 7, 8 * j) end
 each_chunk(members, 1000, 'ZREM', expiry)
-local scored = {}
-for j = 1, #entering / 8 do
-  -- Steps are whole numbers below 2^53; '%.17g' writes them exactly.
-  scored[#scored + 1] = string.format('%.17g', struct.unpack('<d', steps, 8 * j - 7))
-  scored[#scored + 1] = string.sub(entering, 8 * j - 7, 8 * j)
-end
-each_chunk(scored, 1000, 'ZADD', expiry)
+each_chunk(a.scored, 1000, 'ZADD', expiry)
 
 local new_t = t + tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))
@@ -59,13 +121,8 @@ end
 local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])
-local entries, reasons = {}, {}
-for id in string.gmatch(ARGV[6], '%S+') do
-  entries[#entries + 1] = id
-  reasons[#reasons + 1] = id .. ':why'
-end
-each_chunk(entries, 1000, 'XDEL', stream)
-each_chunk(entries, 1000, 'HDEL', failures)
-each_chunk(reasons, 1000, 'HDEL', failures)
+each_chunk(a.entries, 1000, 'XDEL', stream)
+each_chunk(a.entries, 1000, 'HDEL', failures)
+each_chunk(a.reasons, 1000, 'HDEL', failures)
 return {'ok', seq, string.format('%.17g', new_t), stable + redis.call('ZCARD', expiry),
   tracked, logloss}

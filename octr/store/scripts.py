@@ -12,9 +12,10 @@ def _source(name: str) -> str:
     return resources.files("octr.store").joinpath(name).read_text()
 
 
-#: Scripts that trim the redo log get the pin-aware ``trim_redo`` of ``pins.lua`` first; those
-#: that read or write buckets, ``bucket_key`` of ``buckets.lua``, and those that read them,
-#: ``read_records`` of ``reads.lua``.
+#: Every script gets the input checks of ``checks.lua`` first (each checks its inputs before
+#: its first write); those that trim the redo log, the pin-aware ``trim_redo`` of ``pins.lua``;
+#: those that read or write buckets, ``bucket_key`` of ``buckets.lua``, and those that read
+#: them, ``read_records`` of ``reads.lua``.
 _PRELUDE = {
     "finalize": ("pins.lua",),
     "trim": ("pins.lua",),
@@ -25,7 +26,8 @@ _PRELUDE = {
 
 
 def _script(name: str) -> str:
-    return "".join(_source(part) + "\n" for part in (*_PRELUDE.get(name, ()), f"{name}.lua"))
+    parts = ("checks.lua", *_PRELUDE.get(name, ()), f"{name}.lua")
+    return "".join(_source(part) + "\n" for part in parts)
 
 
 @dataclass(frozen=True)
