@@ -15,6 +15,11 @@ taken while the model learns writes what it scanned, then the commits it must ro
 and counters known. Each section has a CRC32 (a damaged chunk is named), the whole file a
 SHA-256 (a truncated or spliced file is caught). A reader holds at most one section in memory.
 
+A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
+So every field is checked against what a model can hold (a rule and its hyper-parameters, a
+state encoding it may use, every state row one that learning produces, steps and counts whole
+numbers below 2^53, a finite log-loss sum >= 0), and what is not is named.
+
 >>> header = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"))
 >>> writer = Writer()
 >>> blob = writer.start(header) + writer.rows(np.array([7], np.uint64), np.ones((1, 2)))
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -37,8 +43,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.calibration import CALIBRATIONS
+from online_ctr.compact import ENCODINGS, check_encoding
+from online_ctr.numeric import NUMERIC_HANDLINGS
 from online_ctr.rules import get_rule
-from online_ctr.rules.base import Array
+from online_ctr.rules.base import MAX_STEP, Array, Rule
 
 MAGIC = b"OCTRSNAP"
 VERSION = 1
@@ -155,52 +164,143 @@ def parse_header(payload: bytes) -> Header:
     try:
         header = Header(
             rule=str(body["rule"]),
-            params={str(k): _number(v) for k, v in body["params"].items()},
-            hash_bits=None if body["hash_bits"] is None else int(body["hash_bits"]),
+            params={str(k): _number(k, v) for k, v in body["params"].items()},
+            hash_bits=_hash_bits(body["hash_bits"]),
             fields=tuple(str(f) for f in body["fields"]),
             origin=str(body.get("origin", "")),
             source=dict(body.get("source") or {}),
-            encoding=str(body.get("encoding", "float64")),
-            numeric=str(body.get("numeric", "raw")),
-            calibration=str(body.get("calibration", "off")),
+            encoding=_choice(body, "encoding", ENCODINGS),
+            numeric=_choice(body, "numeric", NUMERIC_HANDLINGS),
+            calibration=_choice(body, "calibration", CALIBRATIONS),
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        check_encoding(header.encoding, header.rule)
+    except SnapshotError:
+        raise
+    except KeyError as error:
+        raise SnapshotError(f"the header has no {error} field") from None
+    except (TypeError, ValueError, AttributeError) as error:
         raise SnapshotError(f"the header is not a valid model description: {error}") from None
     if header.fields != rule.fields:
         raise SnapshotError(
             f"the header's state fields {list(header.fields)} are not rule "
             f"{rule.name!r}'s {list(rule.fields)}"
         )
-    if header.hash_bits is not None and not 1 <= header.hash_bits <= 64:
-        raise SnapshotError(f"the header's hash_bits {header.hash_bits} is not in 1..64")
     return header
 
 
 def parse_footer(payload: bytes) -> Footer:
+    """The footer section's JSON as a :class:`Footer`: a step, counts and a log-loss sum
+    that a model can have."""
     body = _load(payload, "footer")
     try:
         footer = Footer(
-            t=int(body["t"]),
-            logloss_sum=float(body["logloss_sum"]),
-            nonzero_weights=int(body["nonzero_weights"]),
-            features_tracked=int(body["features_tracked"]),
-            rows=int(body["rows"]),
+            t=_whole(body, "t", "a step"),
+            logloss_sum=_logloss(body["logloss_sum"]),
+            nonzero_weights=_whole(body, "nonzero_weights", "a count"),
+            features_tracked=_whole(body, "features_tracked", "a count"),
+            rows=_whole(body, "rows", "a count"),
             source=dict(body.get("source") or {}),
-            logloss_text=str(body.get("logloss_text") or ""),
+            logloss_text=_logloss_text(body.get("logloss_text")),
         )
-        float(footer.logloss_text or 0.0)  # a number, if given
-    except (KeyError, TypeError, ValueError) as error:
+    except SnapshotError:
+        raise
+    except KeyError as error:
+        raise SnapshotError(f"the footer has no {error} field") from None
+    except (TypeError, ValueError) as error:
         raise SnapshotError(f"the footer is not valid: {error}") from None
+    _check_counts(footer)
     return footer
 
 
-def _number(value: object) -> float:
+def _shown(value: object) -> str:
+    """A value as a message shows it: a file's values may be of any length."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _number(name: object, value: object) -> float:
     """A hyper-parameter as written: an int stays one (a period ``k`` is compared as such)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"hyper-parameter {value!r} is not a number")
+    if value != value:  # NaN passes no check of the rules' own (every comparison is False)
+        raise ValueError(f"hyper-parameter {name} is NaN")
     return value
+
+
+def _hash_bits(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise SnapshotError(f"the header's hash_bits {_shown(value)} is not in 1..64 (or null)")
+    return value
+
+
+def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    """One of a stored setting's values; absent, its first (what models had before it)."""
+    value = body.get(key, choices[0])
+    if value not in choices:
+        raise SnapshotError(
+            f"the header's {key} {_shown(value)} is not one of {', '.join(choices)}"
+        )
+    return str(value)
+
+
+def _whole(body: dict[str, Any], key: str, what: str) -> int:
+    """A step or a count: a whole number that a float64 (Lua's numbers) holds exactly."""
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_STEP:
+        raise SnapshotError(
+            f"the footer's {key} {_shown(value)} is not {what}: it must be a whole number in "
+            "0..2^53"
+        )
+    return value
+
+
+def _logloss(value: object) -> float:
+    """A sum of log losses: finite and >= 0 (Redis adds to it; NaN or inf poison every sum)."""
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            number = math.inf
+    if not 0 <= number < math.inf:
+        raise SnapshotError(
+            f"the footer's logloss_sum {_shown(value)} is not a sum of log losses: it must be "
+            "a finite number >= 0"
+        )
+    return number
+
+
+def _logloss_text(value: object) -> str:
+    """``logloss_sum``'s digits as Redis kept them, if given (checked against it later)."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) > 40:
+        raise SnapshotError(f"the footer's logloss_text {_shown(value)} is not a number")
+    return value
+
+
+def _check_counts(footer: Footer) -> None:
+    """The counts and the log-loss text agree with one another."""
+    if footer.logloss_text:
+        try:
+            same = float(footer.logloss_text) == footer.logloss_sum
+        except ValueError:
+            same = False
+        if not same:
+            raise SnapshotError(
+                f"the footer's logloss_text {_shown(footer.logloss_text)} is not its "
+                f"logloss_sum {footer.logloss_sum!r}"
+            )
+    if not footer.nonzero_weights <= footer.features_tracked <= footer.rows:
+        raise SnapshotError(
+            f"the footer counts {footer.nonzero_weights} nonzero weights, "
+            f"{footer.features_tracked} features and {footer.rows} rows: a feature is counted "
+            "once at most, a nonzero weight is a feature's, and a feature has a row"
+        )
 
 
 def _load(payload: bytes, what: str) -> dict[str, Any]:
@@ -208,6 +308,8 @@ def _load(payload: bytes, what: str) -> dict[str, Any]:
         body = json.loads(payload)
     except ValueError:
         raise SnapshotError(f"the {what} is not JSON") from None
+    except RecursionError:  # a section may nest arrays until the parser's stack runs out
+        raise SnapshotError(f"the {what} nests too deeply to be a {what}") from None
     if not isinstance(body, dict):
         raise SnapshotError(f"the {what} is not a JSON object")
     return body
@@ -222,8 +324,10 @@ class Reader:
         self.digest = hashlib.sha256()
         self.consumed = 0
         self.header: Header | None = None
+        self.rule: Rule | None = None
         self.footer: Footer | None = None
         self.rows_seen = 0
+        self.latest_step = 0.0  # the latest step a row says its feature was touched at
         self.chunks = 0
         self.done = False
 
@@ -285,7 +389,7 @@ class Reader:
             return None
         payload = self._take(SECTION.size + length)[SECTION.size :]
         if zlib.crc32(payload) != crc:
-            raise SnapshotError(f"the {self._name(kind)} is corrupt (its CRC32 does not match)")
+            raise SnapshotError(f"{self._name(kind)} is corrupt (its CRC32 does not match)")
         return self._parse(kind, size, payload)
 
     def _name(self, kind: bytes) -> str:
@@ -321,16 +425,17 @@ class Reader:
             return 8 * size * (1 + self.header.width)
         if size > MAX_JSON_BYTES:
             raise SnapshotError(
-                f"the {self._expecting()} claims {size} bytes (at most {MAX_JSON_BYTES})"
+                f"{self._expecting()} claims {size} bytes (at most {MAX_JSON_BYTES})"
             )
         return size
 
     def _parse(self, kind: bytes, size: int, payload: bytes) -> Item:
         if kind == b"H":
             self.header = parse_header(payload)
+            self.rule = get_rule(self.header.rule)
             return self.header
         if kind == b"F":
-            self.footer = parse_footer(payload)
+            self.footer = self._after_rows(parse_footer(payload))
             return self.footer
         assert self.header is not None
         self.chunks += 1
@@ -340,9 +445,32 @@ class Reader:
         bits = self.header.hash_bits or 64
         if bits < 64 and size and int(ids.max()) >> bits:
             raise SnapshotError(f"state chunk {self.chunks} has an id above {bits} hash bits")
-        if not np.isfinite(state).all():
-            raise SnapshotError(f"state chunk {self.chunks} has a non-finite state value")
-        return Rows(ids, state.reshape(size, self.header.width).astype(np.float64))
+        rows = Rows(ids, state.reshape(size, self.header.width).astype(np.float64))
+        self._check_state(rows)
+        return rows
+
+    def _check_state(self, rows: Rows) -> None:
+        """Every row is a state the rule's learning can produce (a negative ``n`` or a NaN
+        would make the model's answers NaN, or its later updates fail)."""
+        assert self.rule is not None
+        problem = self.rule.state_problem(rows.state)
+        if problem is not None:
+            row, name, must = problem
+            value = float(rows.state[row, self.rule.fields.index(name)])
+            raise SnapshotError(
+                f"state chunk {self.chunks} has a non-finite or impossible state value: feature "
+                f"{int(rows.ids[row])} has {name} {value!r}, which must be {must}"
+            )
+        self.latest_step = max(self.latest_step, self.rule.latest_step(rows.state))
+
+    def _after_rows(self, footer: Footer) -> Footer:
+        """The footer's step is not before any row's last touch."""
+        if self.latest_step > footer.t:
+            raise SnapshotError(
+                f"the footer's t {footer.t} is before step {self.latest_step:.0f}, at which "
+                "a row says its feature was last touched"
+            )
+        return footer
 
     def _end(self) -> Item | None:
         if self.footer is None:

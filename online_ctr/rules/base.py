@@ -25,6 +25,13 @@ Step = float | Array
 
 #: Largest step we ever schedule an expiry at: float64 represents every integer below it.
 NEVER = float("inf")
+#: Steps are kept as float64 (Redis's Lua writes them with '%.17g'): every whole number below
+#: this is exact, and no step a model can reach is above it.
+MAX_STEP = 2**53
+#: What a state field's name means, the same in every rule: ``n`` is a sum of squared
+#: gradients, ``t_last`` the step of the feature's last touch.
+SUMS_OF_SQUARES = frozenset({"n"})
+STEP_FIELDS = frozenset({"t_last"})
 
 
 def soft_threshold(v: Array, a: Step) -> Array:
@@ -117,6 +124,45 @@ class Rule:
     def zeros(self, k: int) -> Array:
         """The state of ``k`` features never seen before."""
         return np.zeros((k, len(self.fields)))
+
+    def state_problem(self, state: Array) -> tuple[int, str, str] | None:
+        """The first row of ``state`` that no learning can produce, as (row, field, what the
+        field must be); None if every row is one. Every value is finite, a sum of squares
+        ``>= 0``, a step a whole number in ``[0, 2^53)``.
+
+        >>> toy = Rule("toy", "", ("w", "n", "t_last"), object, *[never_expires] * 4)
+        >>> toy.state_problem(np.array([[0.5, 1.0, 3.0], [0.5, -1.0, 3.0]]))
+        (1, 'n', 'a sum of squared gradients, >= 0')
+        >>> toy.state_problem(np.array([[0.5, 1.0, 3.0]])) is None
+        True
+        """
+        first: tuple[int, str, str] | None = None
+        for column, name in enumerate(self.fields):
+            bad = ~_field_ok(name, state[:, column])
+            if bad.any() and (first is None or int(bad.argmax()) < first[0]):
+                first = (int(bad.argmax()), name, _FIELD_RULES.get(name, "a finite number"))
+        return first
+
+    def latest_step(self, state: Array) -> float:
+        """The latest step any row of ``state`` was touched at (0 if it keeps no steps)."""
+        columns = [i for i, name in enumerate(self.fields) if name in STEP_FIELDS]
+        return float(state[:, columns].max()) if columns and len(state) else 0.0
+
+
+_FIELD_RULES = {
+    **dict.fromkeys(SUMS_OF_SQUARES, "a sum of squared gradients, >= 0"),
+    **dict.fromkeys(STEP_FIELDS, "a step, a whole number in 0..2^53"),
+}
+
+
+def _field_ok(name: str, values: Array) -> NDArray[np.bool_]:
+    """Which ``values`` of the state field ``name`` can be: comparisons with NaN are False."""
+    ok: NDArray[np.bool_] = np.isfinite(values)
+    if name in SUMS_OF_SQUARES:
+        ok &= values >= 0
+    elif name in STEP_FIELDS:
+        ok &= (values >= 0) & (values < MAX_STEP) & (values == np.floor(values))
+    return ok
 
 
 def per_coordinate_rates(state: Array, t: int, params: Any) -> Array:

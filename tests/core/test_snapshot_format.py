@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import struct
 import zlib
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 from online_ctr.snapshot import (
+    MAX_JSON_BYTES,
     MAX_ROWS,
     PREAMBLE,
     SECTION,
@@ -23,14 +26,20 @@ from online_ctr.snapshot import (
 
 HEADER = Header("tg", {"alpha": 0.5, "beta": 1.0, "l1": 0.1, "theta": float("inf"), "k": 10},
                 16, ("w", "n", "t_last"))  # fmt: skip
-FOOTER = Footer(t=12345, logloss_sum=0.1 + 0.2, nonzero_weights=3, features_tracked=5,
-                logloss_text="8550.1234567890123")  # fmt: skip
+# logloss_text: the sum's 17 digits as Redis kept them (in long double), which float() rounds.
+FOOTER = Footer(t=12345, logloss_sum=float("8550.1234567890123"), nonzero_weights=2,
+                features_tracked=3, logloss_text="8550.1234567890123")  # fmt: skip
+
+EMPTY = Footer(t=0, logloss_sum=0.0, nonzero_weights=0, features_tracked=0)
 
 
 def snapshot(count: int = MAX_ROWS + 10, seed: int = 0) -> tuple[bytes, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, 1 << 16, count, dtype=np.uint64)
     state = rng.standard_normal((count, 3)) * 10.0 ** rng.integers(-300, 300, (count, 3))
+    # Every bit pattern a state can hold: n of any magnitude >= 0, t_last a step up to t.
+    state[:, 1] = np.abs(state[:, 1])
+    state[:, 2] = rng.integers(0, FOOTER.t + 1, count)
     writer = Writer()
     blob = writer.start(HEADER) + writer.rows(ids, state) + writer.finish(FOOTER)
     return blob, ids, state
@@ -53,7 +62,7 @@ def test_round_trip_is_bit_exact_whatever_the_pieces(piece: int) -> None:
     assert footer.rows == len(ids)
     assert (footer.t, footer.logloss_sum, footer.logloss_text) == (
         12345,
-        0.1 + 0.2,
+        8550.1234567890123,
         FOOTER.logloss_text,
     )
     got_ids = np.concatenate([r.ids for r in rows if isinstance(r, Rows)])
@@ -166,13 +175,131 @@ def test_the_stored_settings_travel_in_the_header() -> None:
     header = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"),
                     encoding="compact", numeric="log_bucket", calibration="power")  # fmt: skip
     writer = Writer()
-    blob = writer.start(header) + writer.finish(FOOTER)
+    blob = writer.start(header) + writer.finish(EMPTY)
     items, _ = read(blob)
     assert items[0] == header
     # Left unset, they are what models had before the settings existed.
     older = Writer()
     plain = Header("ftrl", header.params, None, ("z", "n"))
-    items, _ = read(older.start(plain) + older.finish(FOOTER))
+    items, _ = read(older.start(plain) + older.finish(EMPTY))
     got = items[0]
     assert isinstance(got, Header)
     assert (got.encoding, got.numeric, got.calibration) == ("float64", "raw", "off")
+
+
+def with_footer(footer: dict[str, object], state: np.ndarray | None = None) -> bytes:
+    """A file of HEADER whose footer is ``footer`` as given (checksums right): what a writer
+    that meant harm, or had a bug, could send."""
+    writer = Writer()
+    rows = np.zeros((1, 3)) if state is None else state
+    blob = writer.start(HEADER) + writer.rows(np.arange(len(rows), dtype=np.uint64), rows)
+    payload = json.dumps(footer).encode()
+    blob += SECTION.pack(b"F", len(payload), zlib.crc32(payload)) + payload + b"E"
+    return blob + hashlib.sha256(blob).digest()
+
+
+GOOD = {"t": 10, "logloss_sum": 1.5, "nonzero_weights": 0, "features_tracked": 1, "rows": 1}
+
+
+def test_a_footer_that_a_model_cannot_have_is_refused_naming_its_field() -> None:
+    # Issue 31: t -1000 imported as global_step -1000 (a negative log loss); 2^63 and 10^30
+    # dead-lettered every later example (OverflowError); a NaN sum half-applied every commit.
+    cases = [
+        ({"t": -1000}, "the footer's t -1000 is not a step: it must be a whole number in 0..2^53"),
+        ({"t": 2**63}, "t 9223372036854775808 is not a step"),
+        ({"t": 10**30}, "the footer's t 1000000000000000000000000000000 is not a step"),
+        ({"t": 2**53}, "is not a step"),
+        ({"t": 1.5}, "t 1.5 is not a step"),
+        ({"t": True}, "t True is not a step"),
+        ({"logloss_sum": float("nan")}, "logloss_sum nan is not a sum of log losses"),
+        ({"logloss_sum": float("inf")}, "logloss_sum inf is not a sum of log losses"),
+        ({"logloss_sum": -0.5}, "logloss_sum -0.5 is not a sum of log losses"),
+        ({"logloss_sum": 10**400}, "is not a sum of log losses"),
+        ({"logloss_text": "nan"}, "logloss_text 'nan' is not its logloss_sum 1.5"),
+        ({"logloss_text": "1.25"}, "logloss_text '1.25' is not its logloss_sum"),
+        ({"logloss_text": 1.5}, "logloss_text 1.5 is not a number"),
+        ({"rows": -1}, "the footer's rows -1 is not a count"),
+        ({"features_tracked": -1}, "features_tracked -1 is not a count"),
+        ({"nonzero_weights": 2}, "2 nonzero weights, 1 features and 1 rows"),
+        ({"t": 2}, "the footer's t 2 is before step 3, at which a row says"),
+    ]
+    state = np.array([[0.5, 1.0, 3.0]])
+    for change, message in cases:
+        with pytest.raises(SnapshotError, match=re.escape(message)):
+            read(with_footer(GOOD | change, state))
+    assert read(with_footer(GOOD | {"logloss_text": "1.5"}, state))[1].t == 10
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        (1, -1.0, "feature 0 has n -1.0, which must be a sum of squared gradients, >= 0"),
+        (1, np.inf, "has n inf"),
+        (0, np.nan, "has w nan, which must be a finite number"),
+        (0, -np.inf, "has w -inf"),
+        (2, -1.0, "has t_last -1.0, which must be a step, a whole number in 0..2^53"),
+        (2, 2.5, "has t_last 2.5"),
+        (2, 2.0**53, "has t_last 9007199254740992.0"),
+    ],
+)
+def test_a_state_row_that_learning_cannot_produce_is_refused(
+    column: int, value: float, message: str
+) -> None:
+    # Issue 31: a row with n < 0 was imported, and /predict then answered probability null.
+    state = np.array([[0.5, 1.0, 3.0]])
+    state[0, column] = value
+    with pytest.raises(SnapshotError, match="state chunk 1 has a non-finite or impossible"):
+        read(with_footer(GOOD, state))
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(with_footer(GOOD, state))
+
+
+def test_ftrl_state_needs_n_not_negative() -> None:
+    header = Header("ftrl", {}, None, ("z", "n"))
+    writer = Writer()
+    blob = writer.start(header) + writer.rows(np.array([7], np.uint64), np.array([[1.0, -4.0]]))
+    with pytest.raises(SnapshotError, match=re.escape("feature 7 has n -4.0")):
+        Reader().feed(blob)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"encoding": "evil"}, "the header's encoding 'evil' is not one of float64, compact"),
+        ({"numeric": "cubed"}, "the header's numeric 'cubed' is not one of log_bucket, raw"),
+        ({"calibration": 1}, "the header's calibration 1 is not one of off, power"),
+        ({"rule": "rda", "fields": ["z"], "encoding": "compact"}, "compact state encoding"),
+        ({"params": {"alpha": float("nan")}}, "hyper-parameter alpha is NaN"),
+        ({"hash_bits": True}, "hash_bits True is not in 1..64"),
+        ({"hash_bits": "12"}, "hash_bits '12' is not in 1..64"),
+        ({"params": None}, "not a valid model description"),
+    ],
+)
+def test_a_header_with_an_unknown_setting_is_refused(
+    change: dict[str, object], message: str
+) -> None:
+    # Issue 31: "encoding": "evil" was answered 500 (it failed when the model was written).
+    header = {"rule": "ftrl", "params": {}, "hash_bits": None, "fields": ["z", "n"], **change}
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        Reader().feed(rebuilt(header))
+
+
+def test_a_header_nested_beyond_the_parser_is_a_snapshot_error() -> None:
+    # Issue 31: 500k nested '[' raised RecursionError (a 500) instead of naming the header.
+    nested = b"[" * 500_000 + b"]" * 500_000
+    blob = (
+        PREAMBLE.pack(b"OCTRSNAP", 1) + SECTION.pack(b"H", len(nested), zlib.crc32(nested)) + nested
+    )
+    with pytest.raises(SnapshotError, match="the header nests too deeply"):
+        Reader().feed(blob)
+
+
+def test_messages_name_a_section_once() -> None:
+    # "the the header is corrupt": the section's name already has its article.
+    blob = bytearray(snapshot(count=3)[0])
+    blob[PREAMBLE.size + SECTION.size + 2] ^= 0x10
+    with pytest.raises(SnapshotError, match=r"^the header is corrupt"):
+        read(bytes(blob))
+    huge = PREAMBLE.pack(b"OCTRSNAP", 1) + SECTION.pack(b"H", MAX_JSON_BYTES + 1, 0)
+    with pytest.raises(SnapshotError, match=r"^the header claims"):
+        Reader().feed(huge)
