@@ -20,7 +20,7 @@ from octr.model_config import ModelConfig
 from octr.redis_types import RedisClient
 from octr.store.keys import ModelKeys
 from octr.store.registry import Registry
-from octr.store.state import ModelStore
+from octr.store.state import ModelMismatchError, ModelStore
 from online_ctr.sequential import warm_up
 from workers.consumer import Worker, WorkerConfig
 
@@ -105,8 +105,7 @@ class Fleet:
             del self._tasks[name]
             # Ended: deleted, or failed (then started again at the next sync).
             worker = self.workers.pop(name, None) or self._retired.pop(name)
-            if task.exception() is not None:
-                logger.error("learner of %r failed", name, exc_info=task.exception())
+            _log_failure(name, task.exception())
             if name not in self._names:
                 try:
                     await worker.store.delete()
@@ -124,6 +123,20 @@ class Fleet:
         for worker in self.workers.values():
             commits += await worker.run_until_idle()
         return commits
+
+
+def _log_failure(name: str, error: BaseException | None) -> None:
+    """Say why the learner of ``name`` ended, if it failed: a model deleted and created again
+    with other settings is ordinary operation (the next sync starts a learner of the new one),
+    worth one line; anything else a traceback."""
+    if isinstance(error, ModelMismatchError):
+        logger.warning(
+            "model %r in Redis is no longer the one its learner started with (deleted and "
+            "created again with other settings); the learner starts over with the new model",
+            name,
+        )
+    elif error is not None:
+        logger.error("learner of %r failed", name, exc_info=error)
 
 
 def _streams_of_group(name: str, config: ModelConfig, models: dict[str, ModelConfig]) -> list[str]:
