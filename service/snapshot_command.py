@@ -20,13 +20,13 @@ from typing import IO, Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from octr.model_config import ModelConfig, config_of
+from octr.model_config import ModelConfig
 from octr.process import StartupError, configure_logging, describe_settings_error
 from octr.settings import Settings
 from octr.store.keys import valid_model_name
 from octr.store.registry import Registry, RegistryError
 from octr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
-from octr.store.snapshot_import import ModelExistsError, SnapshotImport
+from octr.store.snapshot_import import ModelExistsError, SnapshotImport, check_name
 from octr.wiring import redis_client
 from online_ctr.snapshot import SnapshotError
 
@@ -153,20 +153,15 @@ async def _import(settings: Settings, file: str, name: str, replace: bool) -> An
     layout = (settings.state_buckets, settings.state_shards)
     registry = Registry(client, settings.max_models)
     try:
-        found = await registry.lookup(name)
-        if not isinstance(found, ModelConfig | None) or (found is not None and found.group):
-            raise RegistryError(
-                f"{name!r} is a group or a model of one; a snapshot is imported as a model of "
-                "no group"
-            )
-        importer = SnapshotImport(client, name, layout, replace)
+        # A model other than the service's own is recorded in the registry, servable by name;
+        # a full registry refuses it before anything is written.
+        register = name != settings.model
+        await check_name(registry, name, register)
+        recorder = registry if register else None
+        importer = SnapshotImport(client, name, layout, replace, None, recorder)
         if file == "-":
-            imported = await importer.run(_pieces(sys.stdin.buffer))
-        else:
-            with open(file, "rb") as stream:
-                imported = await importer.run(_pieces(stream))
-        if name != settings.model and importer.spec is not None:  # servable by name now
-            await registry.create(name, config_of(importer.spec), replace=True)
-        return imported
+            return await importer.run(_pieces(sys.stdin.buffer))
+        with open(file, "rb") as stream:
+            return await importer.run(_pieces(stream))
     finally:
         await client.aclose()

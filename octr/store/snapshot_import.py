@@ -16,7 +16,10 @@
    ``finish.lua`` then writes the meta (a new epoch, the file's step and log-loss sum).
 
 Anything failing after the claim deletes what was written: no half-imported model remains
-(with ``replace``, the old model is gone then too).
+(with ``replace``, the old model is gone then too). A model to be recorded in the registry
+(:func:`check_name` before the upload is read, :class:`SnapshotImport`'s ``registry``) is
+refused before the claim when the registry is full; if a race fills it during the import,
+the imported model is deleted: a refused import leaves no key behind.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
+from octr.model_config import ModelConfig, config_of
 from octr.store import snapshot_scan
 from octr.store.filter import make_filters
 from octr.store.keys import ModelKeys
+from octr.store.registry import Registry, RegistryError
 from octr.store.scripts import Scripts
 from octr.store.shards import StateShards
 from octr.store.state import ModelSpec, ModelStore
@@ -73,6 +79,25 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+async def check_name(registry: Registry, name: str, register: bool) -> None:
+    """Refuse, before anything is written, a name a snapshot cannot be imported as: a group, a
+    model of one, or (``register``: a model to be recorded) a new model in a full registry."""
+    found = await registry.lookup(name)
+    if not isinstance(found, ModelConfig | None) or (found is not None and found.group):
+        raise RegistryError(
+            f"{name!r} is a group or a model of one; a snapshot is imported as a model of no group"
+        )
+    # registry.lua refuses a new name at OCTR_MAX_MODELS; asked here too, the import's keys
+    # are never written only to be deleted (the refusal after the import stays for a race).
+    if not register or found is not None:
+        return
+    if await registry.redis.hlen(registry.keys.models) >= registry.max_models:
+        raise RegistryError(
+            f"the service holds its most models ({registry.max_models}, OCTR_MAX_MODELS): "
+            "delete one, or raise OCTR_MAX_MODELS"
+        )
+
+
 def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
     """How the file's rule, hyper-parameters and hashing differ from ``spec``'s, as settings."""
     wanted = {
@@ -100,7 +125,8 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
 
 class SnapshotImport:
     """One import into model ``name`` with ``buckets`` and ``shards``; ``expect``, if given,
-    is the spec the model must have (the model an API serves: it cannot serve another)."""
+    is the spec the model must have (the model an API serves: it cannot serve another);
+    ``registry``, if given, records the model there once imported (deleted if refused)."""
 
     def __init__(
         self,
@@ -109,6 +135,7 @@ class SnapshotImport:
         layout: tuple[int, int],
         replace: bool = False,
         expect: ModelSpec | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.redis = redis
         self.name = name
@@ -120,23 +147,35 @@ class SnapshotImport:
         self.scripts = Scripts.register(redis)
         self.spec: ModelSpec | None = None
         self.shards: StateShards | None = None
+        self.registry = registry
         self.seq = 0
         self.claimed = False
+        self.finished = False
 
     async def run(self, data: AsyncIterator[bytes]) -> Imported:
         """Read the file from ``data`` and import it; raises :class:`SnapshotError` for a bad
-        file, :class:`ModelExistsError`, :class:`SpecConflictError`."""
+        file, :class:`ModelExistsError`, :class:`SpecConflictError`, :class:`RegistryError`."""
         reader = Reader()
         try:
             async for piece in data:
                 for item in reader.feed(piece):
                     await self._take(item)
             footer = reader.close()
-            return await self._finish(footer)
+            imported = await self._finish(footer)
+            await self._register()
+            return imported
         except BaseException:
             if self.claimed:
                 await self._delete()
+            elif self.finished:  # a finished model the registry refused
+                assert self.spec is not None
+                await ModelStore(self.redis, self.spec).delete()
             raise
+
+    async def _register(self) -> None:
+        if self.registry is not None:
+            assert self.spec is not None
+            await self.registry.create(self.name, config_of(self.spec), replace=True)
 
     async def _take(self, item: Header | Rows | Footer) -> None:
         if isinstance(item, Header):
@@ -160,6 +199,11 @@ class SnapshotImport:
             header.numeric,  # type: ignore[arg-type]
             header.calibration,  # type: ignore[arg-type]
         )
+        try:  # what the registry will record: refused now, before anything is written
+            config_of(spec)
+        except ValidationError as error:
+            problems = "; ".join(str(e["msg"]) for e in error.errors())
+            raise SnapshotError(f"the header describes no model to create: {problems}") from None
         if self.expect is not None:
             differ = spec_differences(header, self.expect)
             if differ:
@@ -254,7 +298,7 @@ class SnapshotImport:
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):
             raise ModelExistsError(f"model {self.name!r} was claimed again during the import")
-        self.claimed = False
+        self.claimed, self.finished = False, True
         return Imported(
             self.name, self.spec.rule.name, footer.t, counts.tracked, nonzero, footer.rows
         )

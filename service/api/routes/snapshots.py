@@ -14,11 +14,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import StreamingResponse
 
-from octr.model_config import ModelConfig, config_of
+from octr.model_config import ModelConfig
 from octr.store.keys import MODEL_NAME
-from octr.store.registry import RegistryError
 from octr.store.snapshot_export import open_export
-from octr.store.snapshot_import import SnapshotImport
+from octr.store.snapshot_import import SnapshotImport, check_name
 from service.api.catalog import Catalog
 from service.api.deps import ServedDep
 from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
@@ -104,15 +103,13 @@ async def import_snapshot(
     expect = served.store.spec if name == served.name else None
     layout = (settings.state_buckets, settings.state_shards)
     catalog: Catalog = request.app.state.catalog
-    found = await catalog.registry.lookup(name)
-    if not isinstance(found, ModelConfig | None) or (found is not None and found.group):
-        raise RegistryError(
-            f"{name!r} is a group or a model of one; a snapshot is imported as a model of no group"
-        )
-    importer = SnapshotImport(served.store.redis, name, layout, replace, expect)
+    # A model this service does not serve is recorded in the registry, servable by name: a
+    # full registry refuses it here, before a byte of the upload is read or written.
+    registry = catalog.registry if name != served.name else None
+    await check_name(catalog.registry, name, register=registry is not None)
+    importer = SnapshotImport(served.store.redis, name, layout, replace, expect, registry)
     imported = await importer.run(request.stream())
-    if name != served.name and importer.spec is not None:  # servable by name from now on
-        await catalog.registry.create(name, config_of(importer.spec), replace=True)
+    if registry is not None:  # what was known of an older model of that name is stale
         catalog.forget(name)
     return SnapshotImportedResponse(
         name=imported.name,
