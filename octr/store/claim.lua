@@ -6,6 +6,15 @@
 -- KEYS: 1 meta, then the other log-side keys to delete. ARGV: 1 the import's token, 2
 -- 'replace' or ''. Returns {'ok', old seq, old shards, existed (0/1)}, {'exists'} or
 -- {'importing'}.
+-- The arguments, the meta's fence and the keys' types are checked first (checks.lua).
+local _, problem = checked('claim', function()
+  if ARGV[1] == nil or ARGV[1] == '' then refuse('ARGV[1] import token is empty', '') end
+  if ARGV[2] ~= 'replace' and ARGV[2] ~= '' then refuse('ARGV[2] is neither replace nor empty', ARGV[2]) end
+  kind(KEYS[1], 'hash')
+  whole('meta field fence', redis.call('HGET', KEYS[1], 'fence') or '0', 0)
+  return true
+end)
+if problem then return redis.error_reply(problem) end
 local meta = KEYS[1]
 local state = redis.call('HMGET', meta, 'epoch', 'importing', 'seq', 'shards')
 if ARGV[2] ~= 'replace' then

@@ -6,8 +6,26 @@
 --   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring}. 'release': drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
 -- needed may have been trimmed, so the export cannot be exact and must fail.
+-- The arguments, the stored seq, the export's pin and the keys' types are checked first
+-- (checks.lua).
 local meta, redo, pins, expiry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local what, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local WHAT = {pin = true, renew = true, close = true, release = true}
+local what, token = ARGV[1], ARGV[2]
+local ttl, problem = checked('snapshot_pin', function()
+  if not WHAT[what] then refuse('ARGV[1] is not pin, renew, close or release', what) end
+  local ms = whole('ARGV[3] TTL (ms)', ARGV[3], 1)
+  kind(meta, 'hash')
+  kind(redo, 'stream')
+  kind(pins, 'hash')
+  kind(expiry, 'zset')
+  whole('meta field seq', redis.call('HGET', meta, 'seq') or '0', 0)
+  local held = redis.call('HGET', pins, token)
+  if held and not string.find(held, '^%d+ %d+$') then
+    refuse('pin ' .. token .. ' is not "<seq> <deadline>"', held)
+  end
+  return ms
+end)
+if problem then return redis.error_reply(problem) end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 

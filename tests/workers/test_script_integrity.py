@@ -1,0 +1,218 @@
+"""Every script that writes checks its inputs before its first write (style rule 10): driven
+with a bad argument or a bad stored value, it is refused and every key it could touch is left
+byte for byte as it was (``DUMP`` of each key, and the set of keys, before and after)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.exceptions import ResponseError
+
+from octr.store.state import ModelStore
+from tests.workers.conftest import MakeStore, make_worker, send
+from workers.committer import MOST_WAITING
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+#: A script call on a model with some history: it answers, or raises ResponseError.
+Drive = Callable[[ModelStore], Awaitable[Any]]
+
+
+async def dumps(store: ModelStore) -> dict[bytes, bytes]:
+    """Every key of the Redis and its DUMP."""
+    keys = [key async for key in store.redis.scan_iter(count=1000)]
+    return {key: await store.redis.dump(key) for key in keys}
+
+
+async def with_history(store: ModelStore) -> None:
+    """A model that learned some groups, with one commit left in its redo log and a pin."""
+    await send(store, [({"a": str(i % 7), "b": str(i % 3)}, i % 2) for i in range(40)])
+    await make_worker(store, "w1", batch_size=10).run_until_idle()
+    await store.redis.hset(store.keys.pins, "export", "1 99999999999999")
+    assert await store.redis.xlen(store.keys.redo) <= 2 * MOST_WAITING
+
+
+def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list[Any]:
+    args: dict[str, Any] = {
+        "fence": fence, "t": t, "epoch": "", "examples": 1, "loss": "0.5", "ids": "",
+        "leaving": b"", "entering": b"", "steps": b"", "stable": 0, "tracked": 0,
+        "through": 1, "fit": "", "histogram": b"",
+    }  # fmt: skip
+    args.update(changed)
+    return [
+        *args.values(),
+        "s0",
+        b"\0" * (4 + store.spec.layout.field_bytes + store.spec.layout.value_bytes),
+    ]
+
+
+async def finalize(store: ModelStore, meta: dict[str, Any] | None = None, **args: Any) -> Any:
+    if meta:
+        pin = meta.pop("pin", None)
+        if pin is not None:
+            await store.redis.hset(store.keys.pins, "export", pin)
+        if meta:
+            await store.redis.hset(store.keys.meta, mapping=meta)
+    fence = (await store.redis.hget(store.keys.meta, "fence") or b"0").decode()
+    t, epoch = await store.version()
+    keys = store.keys
+    return await store.scripts.finalize(
+        keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo, keys.pins],
+        args=finalize_args(store, fence, t, epoch=epoch, **args),
+    )
+
+
+def apply(args: dict[int, Any]) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        layout = store.spec.layout
+        head = [99, layout.field_bytes, layout.value_bytes, layout.shards, 8]
+        shards = [store.keys.shard(i) for i in range(2)]
+        record = b"\0" * (4 + layout.field_bytes + layout.value_bytes)
+        call = [*head]
+        for shard in shards:
+            call += [shard.bucket_prefix, record, shard.filter]
+        for at, value in args.items():
+            call[at] = value
+        return await store.scripts.apply(keys=[s.applied for s in shards], args=call)
+
+    return drive
+
+
+async def set_then(store: ModelStore, key: str, field: str, value: str) -> None:
+    await store.redis.hset(key, field, value)
+
+
+def finalize_case(meta: dict[str, Any] | None = None, **args: Any) -> Drive:
+    return lambda store: finalize(store, meta, **args)
+
+
+def lease(ttl: Any, token: str = "", meta: dict[str, str] | None = None) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        await store.redis.delete(store.keys.lease)  # free: the call would take it
+        await store.redis.hset(store.keys.meta, mapping=meta or {"note": "free"})
+        keys = [store.keys.meta, store.keys.lease]
+        return await store.scripts.lease(keys=keys, args=["w9", ttl, token, ""])
+
+    return drive
+
+
+def trim(through: Any, pin: str | None = None) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        if pin is not None:
+            await store.redis.hset(store.keys.pins, "export", pin)
+        keys = [store.keys.redo, store.keys.pins, store.keys.meta]
+        return await store.scripts.trim(keys=keys, args=[through])
+
+    return drive
+
+
+def finish(*fields: str) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        await store.redis.hset(store.keys.meta, "importing", "tok")
+        return await store.scripts.finish(keys=[store.keys.meta], args=["tok", *fields])
+
+    return drive
+
+
+def claim(mode: str, fence: str | None = None) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        if fence is not None:
+            await store.redis.hset(store.keys.meta, "fence", fence)
+        return await store.scripts.claim(keys=store.keys.log_side(), args=["tok", mode])
+
+    return drive
+
+
+def dead_letter(entry: str) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        keys = store.keys
+        fence = (await store.redis.hget(keys.meta, "fence") or b"0").decode()
+        return await store.scripts.dead_letter(
+            keys=[keys.meta, keys.stream, keys.dead, keys.failures], args=[fence, entry, "why"]
+        )
+
+    return drive
+
+
+def snapshot_pin(what: str, ttl: Any, pin: str | None = None) -> Drive:
+    async def drive(store: ModelStore) -> Any:
+        if pin is not None:
+            await store.redis.hset(store.keys.pins, "tok", pin)
+        keys = store.keys
+        return await store.scripts.snapshot_pin(
+            keys=[keys.meta, keys.redo, keys.pins, keys.expiry], args=[what, "tok", ttl]
+        )
+
+    return drive
+
+
+CASES: dict[str, tuple[Drive, str]] = {
+    # finalize: the finding (a stored log-loss sum of NaN), each stored counter, each argument.
+    "finalize meta logloss_sum nan": (finalize_case({"logloss_sum": "nan"}), "logloss_sum"),
+    "finalize meta logloss_sum inf": (finalize_case({"logloss_sum": "inf"}), "logloss_sum"),
+    "finalize sum overflows": (finalize_case({"logloss_sum": "1.7e308"}, loss="1.7e308"), "after"),
+    "finalize meta seq": (finalize_case({"seq": "x"}), "seq"),
+    "finalize meta nnz_stable": (finalize_case({"nnz_stable": "1.5"}), "nnz_stable"),
+    "finalize meta tracked": (finalize_case({"tracked": ""}), "tracked"),
+    "finalize meta trimmed": (finalize_case({"trimmed": "nan"}), "trimmed"),
+    "finalize bad pin": (finalize_case({"pin": "x"}, through=5), "pin"),
+    "finalize loss nan": (finalize_case(loss="nan"), "ARGV[5]"),
+    "finalize loss inf": (finalize_case(loss="-inf"), "ARGV[5]"),
+    "finalize examples": (finalize_case(examples="1.5"), "ARGV[4]"),
+    "finalize entry id": (finalize_case(ids="1-0 x"), "ARGV[6]"),
+    "finalize leaving": (finalize_case(leaving=b"1234567"), "ARGV[7]"),
+    "finalize steps": (finalize_case(entering=b"\0" * 8, steps=b"\0" * 4), "ARGV[9]"),
+    "finalize step nan": (finalize_case(entering=b"\0" * 8, steps=b"\0" * 6 + b"\xf8\x7f"), "step"),
+    "finalize stable": (finalize_case(stable="nan"), "ARGV[10]"),
+    "apply seq": (apply({0: "1e3"}), "ARGV[1]"),
+    "apply records": (apply({6: b"\0" * 5}), "records"),
+    "apply arguments": (apply({4: 0}), "ARGV[5]"),
+    "lease ttl": (lease("soon"), "TTL"),
+    "lease ttl zero": (lease(0), "TTL"),
+    "lease stored fence": (lease(100, meta={"fence": "x"}), "fence"),
+    "trim through": (trim("nan"), "ARGV[1]"),
+    "trim pin": (trim(5, pin="garbage"), "pin"),
+    "finish logloss_sum nan": (finish("t", "5", "logloss_sum", "nan"), "logloss_sum"),
+    "finish t": (finish("t", "5.5"), "meta field t"),
+    "finish odd fields": (finish("t"), "pairs"),
+    "claim mode": (claim("sure"), "ARGV[2]"),
+    "claim stored fence": (claim("replace", fence="x"), "fence"),
+    "dead_letter id": (dead_letter("nope"), "ARGV[2]"),
+    "snapshot_pin what": (snapshot_pin("grab", 1000), "ARGV[1]"),
+    "snapshot_pin ttl": (snapshot_pin("pin", "1s"), "TTL"),
+    "snapshot_pin bad pin": (snapshot_pin("renew", 1000, pin="x y"), "pin"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_a_refused_script_call_changes_no_key(make_store: MakeStore, case: str) -> None:
+    drive, named = CASES[case]
+    store = await make_store()
+    await with_history(store)
+    # The bad stored value is set by the case itself, before it calls the script: so the
+    # keys are compared from the instant before the call, stored value included.
+    before: dict[bytes, bytes] = {}
+    original_hset = store.redis.hset
+
+    async def hset_then_dump(*args: Any, **kwargs: Any) -> Any:
+        done = await original_hset(*args, **kwargs)
+        before.clear()
+        before.update(await dumps(store))
+        return done
+
+    before.update(await dumps(store))
+    store.redis.hset = hset_then_dump  # type: ignore[method-assign]
+    try:
+        reply = await drive(store)
+    except ResponseError as error:
+        reply = [b"error", str(error).encode()]
+    finally:
+        store.redis.hset = original_hset  # type: ignore[method-assign]
+    status, why = reply[0], reply[1].decode()
+    assert status in (b"error", b"refused", b"damaged"), reply
+    assert named in why, why
+    after = await dumps(store)
+    assert after.keys() == before.keys()
+    assert after == before
