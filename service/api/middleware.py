@@ -1,5 +1,5 @@
 """The one middleware: it checks API keys, counts every HTTP answer and guards request bodies
-(size limit, encoding, read timeout).
+(size limit, encoding, read timeout); a client gone mid-request is logged in one line.
 
 A plain ASGI class rather than ``BaseHTTPMiddleware`` (no task or stream per request), and one
 layer rather than several (or FastAPI's own ``max_body_size``, which nests a limiter per
@@ -9,14 +9,20 @@ router): each layer costs per request, and ``/predict`` is benchmarked against a
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import sys
 from typing import Any
 
 from prometheus_client import Counter
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from octr.store.keys import MODEL_NAME
 from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal
+
+logger = logging.getLogger(__name__)
 
 #: Methods counted by name; anything else a client sends is ``other`` (labels stay bounded).
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -25,6 +31,10 @@ UNMATCHED = "unmatched"
 _DOCS_ASSETS = DOCS_ASSETS_URL + "/"
 #: Content-Encoding values that leave the body as sent.
 _IDENTITY = (b"", b"identity")
+#: The one route whose body is streamed, not size-limited: a snapshot upload to a valid name.
+_SNAPSHOT_PATH = re.compile(rf"/models/{MODEL_NAME.pattern.strip('^$')}/snapshot")
+#: The status counted for a request whose client went away before its answer (nginx's).
+CLIENT_GONE = 499
 
 
 class BodyTooLargeError(HTTPException):
@@ -45,6 +55,17 @@ class BodyTimeoutError(HTTPException):
         super().__init__(status_code=408, detail=detail, headers={"Connection": "close"})
 
 
+class UploadTimeoutError(HTTPException):
+    """A streamed upload that kept arriving but did not end within its overall deadline."""
+
+    def __init__(self, timeout_s: float) -> None:
+        detail = (
+            f"the upload did not complete within {timeout_s:g}s (OCTR_UPLOAD_TIMEOUT_S); "
+            "send it faster, or ask for a longer OCTR_UPLOAD_TIMEOUT_S"
+        )
+        super().__init__(status_code=408, detail=detail, headers={"Connection": "close"})
+
+
 def encoded_body_error(encoding: bytes) -> HTTPException:
     """The 415 for a compressed (or otherwise encoded) body."""
     shown = encoding.decode("latin-1")[:40]
@@ -58,6 +79,12 @@ def unrouted_template(path: str) -> str:
     """The route label of an answer without a route: the docs assets' mount, or unmatched."""
     # A mount sets no route in the scope, and its files' paths must not become labels.
     return DOCS_ASSETS_URL if path.startswith(_DOCS_ASSETS) else UNMATCHED
+
+
+def route_template(scope: Scope) -> str:
+    """The request's route as declared (``/models/{name}/snapshot``), never the raw path."""
+    route = scope.get("route")
+    return getattr(route, "path", None) or unrouted_template(scope["path"])
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -79,36 +106,50 @@ def content_encoding(scope: Scope) -> bytes:
 def streamed_upload(scope: Scope) -> bool:
     """Whether the request uploads a snapshot (``PUT /models/{name}/snapshot``): a body read
     as a stream, of any size, which must keep arriving rather than arrive whole in time."""
-    path: str = scope["path"]
-    return scope["method"] == "PUT" and path.startswith("/models/") and path.endswith("/snapshot")
+    # Exactly the route, with a name it accepts: any other path (``/models/snapshot`` is
+    # ``PUT /models/{name}``, a JSON body) keeps the size limit.
+    return scope["method"] == "PUT" and _SNAPSHOT_PATH.fullmatch(scope["path"]) is not None
+
+
+def upload_timeout_s(scope: Scope) -> float:
+    """The application's OCTR_UPLOAD_TIMEOUT_S (its settings are on the app in the scope)."""
+    return float(scope["app"].state.settings.upload_timeout_s)
 
 
 class BodyGuard:
     """``receive`` for one request: checks the headers at the first call, then counts the
     bytes against the size limit and waits for them no longer than the body deadline. With
-    ``rolling``, the deadline is for each piece of the body rather than the whole."""
+    ``total_s`` (a streamed upload), each piece must come within ``timeout_s`` and the whole
+    body within ``total_s``."""
 
     __slots__ = (
         "deadline",
+        "end",
         "expired",
         "limit",
         "received",
-        "rolling",
         "scope",
         "source",
         "timeout_s",
+        "total_s",
     )
 
     def __init__(
-        self, scope: Scope, source: Receive, limit: int, timeout_s: float, rolling: bool = False
+        self,
+        scope: Scope,
+        source: Receive,
+        limit: int,
+        timeout_s: float,
+        total_s: float | None = None,
     ) -> None:
-        self.rolling = rolling
         self.scope = scope
         self.source = source
         self.limit = limit
         self.timeout_s = timeout_s
+        self.total_s = total_s
         self.received = -1  # -1: headers not checked yet
         self.deadline = 1.0  # set at the first receive; 0: the body is complete
+        self.end = 0.0  # when the whole body must have arrived
         self.expired = False
 
     def _expire(self, task: asyncio.Task[Any]) -> None:
@@ -122,7 +163,15 @@ class BodyGuard:
         if encoding not in _IDENTITY:
             raise encoded_body_error(encoding)
         self.received = 0
-        self.deadline = asyncio.get_running_loop().time() + self.timeout_s
+        now = asyncio.get_running_loop().time()
+        self.end = now + (self.total_s or self.timeout_s)
+        self.deadline = min(now + self.timeout_s, self.end)
+
+    def _timeout(self) -> HTTPException:
+        """The 408 for the deadline that passed: the whole body's, or one piece's."""
+        if self.total_s is not None and self.deadline >= self.end:
+            return UploadTimeoutError(self.total_s)
+        return BodyTimeoutError(self.timeout_s)
 
     async def receive(self) -> Message:
         if self.received < 0:
@@ -141,13 +190,13 @@ class BodyGuard:
             if not self.expired:
                 raise
             task.uncancel()
-            raise BodyTimeoutError(self.timeout_s) from None
+            raise self._timeout() from None
         finally:
             timer.cancel()
         if not message.get("more_body", False):
             self.deadline = 0.0
-        elif self.rolling:
-            self.deadline = asyncio.get_running_loop().time() + self.timeout_s
+        elif self.total_s is not None:  # the next piece has its own wait, within the whole's
+            self.deadline = min(asyncio.get_running_loop().time() + self.timeout_s, self.end)
         self.received += len(message.get("body", b""))
         if self.received > self.limit:
             raise BodyTooLargeError
@@ -158,7 +207,9 @@ class EdgeMiddleware:
     """Refuses requests without a key of the needed scope (401/403); counts
     ``http_requests{method, route, status_class}`` once per response; refuses a body over
     ``max_body_bytes`` by its Content-Length or by the bytes received (413), a body with a
-    Content-Encoding (415), and a body that takes longer than ``body_timeout_s`` (408).
+    Content-Encoding (415), and a body that takes longer than ``body_timeout_s`` (408); a
+    snapshot upload has no size limit, but each piece must come within ``body_timeout_s`` and
+    the whole within OCTR_UPLOAD_TIMEOUT_S.
 
     Body errors are raised from ``receive`` as HTTP errors: the route is then known (for the
     route label), and the application's error handler writes the answer.
@@ -192,8 +243,9 @@ class EdgeMiddleware:
                 self._series_for(scope, template, refused[0]["status"] // 100).inc()
                 return
         status = 500  # if the app raises before answering, the server answers 500
-        if streamed_upload(scope):  # a snapshot: no size limit, each piece within the timeout
-            guarded = BodyGuard(scope, receive, sys.maxsize, self.body_timeout_s, rolling=True)
+        if streamed_upload(scope):  # a snapshot: no size limit, one deadline for the whole
+            total_s = upload_timeout_s(scope)
+            guarded = BodyGuard(scope, receive, sys.maxsize, self.body_timeout_s, total_s)
         else:
             guarded = BodyGuard(scope, receive, self.max_body_bytes, self.body_timeout_s)
 
@@ -205,10 +257,18 @@ class EdgeMiddleware:
 
         try:
             await self.app(scope, guarded.receive, send_counted)
+        except ClientDisconnect:
+            # Nobody to answer, and nothing wrong with the service: one line, not the server's
+            # "Exception in ASGI application" traceback (the route has undone its work).
+            status = CLIENT_GONE
+            logger.info(
+                "%s %s: the client disconnected before the request ended (%d body bytes read)",
+                scope["method"],
+                route_template(scope),
+                max(guarded.received, 0),
+            )
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or unrouted_template(scope["path"])
-            self._series_for(scope, template, status // 100).inc()
+            self._series_for(scope, route_template(scope), status // 100).inc()
 
     def _series_for(self, scope: Scope, template: str, status_class: int) -> Any:
         """The counter child for this answer, created once per label combination."""
