@@ -5,11 +5,13 @@ byte for byte as it was (``DUMP`` of each key, and the set of keys, before and a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any
 
 import pytest
 from redis.exceptions import ResponseError
 
+from octr.store.keys import FeedbackKeys
 from octr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, send
 from workers.committer import MOST_WAITING
@@ -148,6 +150,24 @@ def snapshot_pin(what: str, ttl: Any, pin: str | None = None) -> Drive:
     return drive
 
 
+def sweep(impression: dict[str, str], policy: str = "negative", count: Any = 10) -> Drive:
+    """sweep.lua (registered by ImpressionLog, here from its source) over two due impressions,
+    the second one ``impression``: the first would be closed before it."""
+
+    async def drive(store: ModelStore) -> Any:
+        source = resources.files("octr.store").joinpath("sweep.lua").read_text()
+        script = store.redis.register_script(source)
+        keys = FeedbackKeys.of(store.spec.name, None)
+        good = {"s": "pending", "b": "entry", "p": "0.5", "m": "default"}
+        await store.redis.zadd(keys.pending, {"i1": 1, "i2": 2})
+        await store.redis.hset(keys.impression("i1"), mapping=good)
+        await store.redis.hset(keys.impression("i2"), mapping=impression)
+        args = [keys.impression(""), count, policy, 1000]
+        return await script(keys=[keys.pending, store.keys.stream], args=args)
+
+    return drive
+
+
 CASES: dict[str, tuple[Drive, str]] = {
     # finalize: the finding (a stored log-loss sum of NaN), each stored counter, each argument.
     "finalize meta logloss_sum nan": (finalize_case({"logloss_sum": "nan"}), "logloss_sum"),
@@ -183,6 +203,9 @@ CASES: dict[str, tuple[Drive, str]] = {
     "snapshot_pin what": (snapshot_pin("grab", 1000), "ARGV[1]"),
     "snapshot_pin ttl": (snapshot_pin("pin", "1s"), "TTL"),
     "snapshot_pin bad pin": (snapshot_pin("renew", 1000, pin="x y"), "pin"),
+    "sweep impression without entry": (sweep({"s": "pending", "p": "0.5"}), "lacks"),
+    "sweep policy": (sweep({"s": "pending"}, policy="keep"), "ARGV[3]"),
+    "sweep count": (sweep({"s": "pending"}, count="all"), "ARGV[2]"),
 }
 
 
