@@ -19,6 +19,7 @@ from octr.wiring import model_spec
 from online_ctr.readers import read_examples
 from tests.conftest import CRITEO
 from tests.service.test_commands import ROOT, assert_one_line
+from tests.service.test_snapshot_refusals import keys_of
 from tests.workers.conftest import scan_state, send
 from workers.consumer import Worker, WorkerConfig
 
@@ -100,3 +101,16 @@ def test_failures_are_one_line(redis_url: str, tmp_path: Path) -> None:
     assert_one_line((bad_url[0], bad_url[2]), "--redis-url (OCTR_REDIS_URL)")
     bad_name = online_ctr("import", "bad.octr", "no/slash", cwd=tmp_path, **env)
     assert_one_line((bad_name[0], bad_name[2]), "invalid model name")
+
+
+def test_an_import_refused_at_the_model_limit_leaves_no_key(redis_url: str, tmp_path: Path) -> None:
+    # Issue 31: `online-ctr import` wrote the whole model before the registry refused it.
+    asyncio.run(learned_store(redis_url, "limited"))
+    exported = online_ctr("export", "limited", "m.octr", "--redis-url", redis_url, cwd=tmp_path)
+    assert exported[0] == 0, exported[2]
+    env = {"OCTR_REDIS_URL": redis_url, "OCTR_MAX_MODELS": "1"}
+    first = online_ctr("import", "m.octr", "only", cwd=tmp_path, **env)
+    assert first[0] == 0, first[2]
+    refused = online_ctr("import", "m.octr", "one-too-many", cwd=tmp_path, **env)
+    assert_one_line((refused[0], refused[2]), "most models (1, OCTR_MAX_MODELS)")
+    assert keys_of(redis_url, "one-too-many") == []

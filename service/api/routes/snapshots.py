@@ -45,14 +45,17 @@ _EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
 _IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {
         "model": ErrorResponse,
-        "description": "The name is taken (pass `replace=true`), is being imported, or is the "
-        "model this service serves and the file's rule or hyper-parameters differ.",
+        "description": "The name is taken (pass `replace=true`), is being imported, is a "
+        "group's, or is the model this service serves and the file's rule or hyper-parameters "
+        "differ; or the service holds its most models (`OCTR_MAX_MODELS`). Nothing is left "
+        "in Redis.",
     },
     422: {
         "model": ErrorResponse,
         "description": "Not a valid snapshot: wrong magic or format version, truncated, a "
-        "corrupt chunk (CRC32) or file (SHA-256), an unknown rule or invalid "
-        "hyper-parameters; `detail` says which. Nothing is imported.",
+        "corrupt chunk (CRC32) or file (SHA-256), an unknown rule, invalid hyper-parameters "
+        "or settings, or a step, count, log-loss sum or state row no model can have; "
+        "`detail` names the field. Nothing is left in Redis.",
     },
     **error_responses(408, 415, 503),
 }
