@@ -32,7 +32,8 @@ from redis.exceptions import MovedError, ResponseError
 from octr.process import StartupError
 from octr.redis_types import RedisClient
 from octr.settings import Settings
-from octr.store.state import ModelSpec, spec_from
+from octr.store.registry import Registry, RegistryError
+from octr.store.state import ModelMismatchError, ModelSpec, ModelStore, spec_from
 
 
 class ClusterModeError(ResponseError):
@@ -124,6 +125,25 @@ async def check_topology(settings: Settings) -> None:
             "OCTR_REDIS_CLUSTER is set but the Redis in OCTR_REDIS_URL is not a cluster node: "
             "unset OCTR_REDIS_CLUSTER (or point OCTR_REDIS_URL at a cluster node)"
         )
+
+
+async def prepare_redis(settings: Settings, client: RedisClient) -> None:
+    """Every startup step of the API and the worker that talks to Redis: its cluster mode,
+    then the own model, created or checked (:meth:`ModelStore.ensure`) and recorded in the
+    registry as the settings describe it now. A refusal is one :class:`StartupError` line;
+    Redis going away raises the Redis error, which :func:`octr.startup.on_redis` waits out."""
+    try:
+        await check_topology(settings)
+    except ValueError as error:  # its cluster mode is not what OCTR_REDIS_CLUSTER says
+        raise StartupError(str(error)) from None
+    try:
+        await ModelStore(client, model_spec(settings)).ensure()
+        registry = Registry(client, settings.max_models)
+        # The settings may have changed since the last run (ensure refused a model they no
+        # longer describe): the registry says what they are now.
+        await registry.create(settings.model, settings.default_model(), replace=True)
+    except (ModelMismatchError, RegistryError) as error:
+        raise StartupError(str(error)) from None
 
 
 def model_spec(settings: Settings) -> ModelSpec:

@@ -3,7 +3,9 @@
 Nothing happens at import time. The app starts even when Redis is down (the model is created
 in Redis on first use) and recovers by itself when Redis comes back; only a model in Redis
 that was created with other settings, or a Redis whose cluster mode is not what
-``OCTR_REDIS_CLUSTER`` says, stops it from starting.
+``OCTR_REDIS_CLUSTER`` says, stops it from starting. ``online-ctr api`` waits for Redis and
+checks both before uvicorn starts (:func:`octr.startup.prepare_before_serving`), so that a
+refusal is one line and not a traceback of the lifespan.
 """
 
 from __future__ import annotations

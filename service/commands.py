@@ -3,7 +3,8 @@
 Configuration comes from the environment (``OCTR_*``, see :mod:`octr.settings`) with the flags
 overriding it (:mod:`octr.flags`), read once. A configuration or environment that cannot work
 (invalid settings, a port in use, no Redis) stops the command with one line on stderr and a
-non-zero exit status.
+non-zero exit status. Like the worker, both wait up to ``OCTR_REDIS_WAIT_S`` for a Redis that is
+not up yet (:func:`octr.startup.on_redis`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from octr.flags import add_parser, settings_from_args
 from octr.process import StartupError, configure_logging
-from octr.startup import check_port
+from octr.startup import check_port, prepare_before_serving
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ def api(args: argparse.Namespace) -> int:
     app = create_app(settings, freeze_gc=True)
     check_port(settings.host, settings.port, "OCTR_PORT", "--port")
     configure_logging(settings.log_level)
+    # Before uvicorn: a refusal there would be a traceback of its lifespan, not one line.
+    prepare_before_serving(settings)
     logger.info("%s", describe(settings))
     uvicorn.run(
         app, host=settings.host, port=settings.port, access_log=False, log_level=settings.log_level

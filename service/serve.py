@@ -1,10 +1,11 @@
 """``online-ctr serve``: the API and one worker as child processes, like a deployment would
 run them, plus an embedded Redis when no ``OCTR_REDIS_URL``/``REDIS_URL`` is set.
 
-Everything that can be checked is checked before anything starts (ports, the data directory's
-lock, a redis-server to run, Redis answering), so a failure is one line and nothing to clean
-up. Ctrl-C stops the API and the worker first (the worker finishes its batch), Redis last:
-the children run in sessions of their own, so the terminal's SIGINT reaches only this process.
+Everything that can be checked is checked before anything starts (ports, the data directory's lock,
+a redis-server to run, Redis answering, the model stored as the settings describe it), so a failure
+is one line and nothing to clean up. Ctrl-C stops the API and the worker first (the worker finishes
+its batch), Redis last: the children run in sessions of their own, so the terminal's SIGINT reaches
+only this process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import FrameType
 
 from octr.process import StartupError
 from octr.settings import Settings
-from octr.startup import check_port, wait_for_redis
+from octr.startup import check_port, prepare_before_serving
 from service.api.auth import describe
 from service.embedded import RedisNotFoundError, RedisServer, die_with_parent, find_redis_server
 from service.local import local_api_keys, lock_data_dir, redis_password, save_record
@@ -111,8 +112,10 @@ def serve(settings: Settings) -> int:
         url = redis.url
     else:
         url = settings.redis_url
-        wait_for_redis(url, settings.redis_wait_s, settings.redis_timeout_s)
     try:
+        # What the API and the workers would each refuse (a model stored with other
+        # settings), refused once here before they start, and Redis waited for as they would.
+        prepare_before_serving(settings.model_copy(update={"redis_url": url}))
         api_env, worker_envs = child_environments(settings, url)
         logger.info("%s", auth_line(settings, api_env))
         children = [_spawn("service", api_env), *(_spawn("workers", e) for e in worker_envs)]
