@@ -8,7 +8,23 @@
 -- model is gone (deleted meanwhile): nothing is appended then. The check, the XADDs and the
 -- record are one atomic step, so a retry can never append a second time, even when the first
 -- attempt's answer was lost (a client timeout while Redis stalled).
-local n = tonumber(ARGV[4])
+-- The arguments are checked before the first write (checks.lua), and so are the types of the
+-- streams after the first: an XADD to a key of another type failed after the XADDs before it,
+-- and a window of 0 failed the SET after every XADD (a retry appended again). The first
+-- stream and the record need no TYPE: their command fails before anything is written.
+local n, problem = checked('append', function()
+  if #ARGV ~= 5 then refuse('not 5 arguments, but', #ARGV) end
+  local count = whole('ARGV[4] n', ARGV[4], 1)
+  if #KEYS ~= 2 * count + 1 then refuse('not 2n + 1 keys for n = ' .. count .. ', but', #KEYS) end
+  if ARGV[5] ~= '0' and ARGV[5] ~= '1' then refuse('ARGV[5] is neither 0 nor 1', ARGV[5]) end
+  if ARGV[5] == '1' then
+    whole('ARGV[3] window (s)', ARGV[3], 1)
+    if ARGV[2] == '' then refuse('ARGV[2] record is empty', '') end
+  end
+  for i = count + 3, 2 * count + 1 do kind(KEYS[i], 'stream') end
+  return count
+end)
+if problem then return redis.error_reply(problem) end
 local keyed = ARGV[5] == '1'
 if keyed then
     local seen = redis.call('GET', KEYS[1])

@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
 from octr.joins import JoinPolicy
 from octr.redis_types import RedisClient
 from octr.store.keys import FeedbackKeys
+from octr.store.scripts import register
 
 #: Most windows one sweep call closes: bounds how long Redis is busy with it.
 SWEEP_COUNT = 2000
@@ -65,9 +65,9 @@ class Impressions:
         self.keys = keys
         self.streams = streams
         self.policy = policy
-        self._log = redis.register_script(_source("impressions_log.lua"))
-        self._join = redis.register_script(_source("join.lua"))
-        self._sweep = redis.register_script(_source("sweep.lua"))
+        self._log = register(redis, "impressions_log")
+        self._join = register(redis, "join")
+        self._sweep = register(redis, "sweep")
 
     async def log(
         self,
@@ -125,7 +125,3 @@ class Impressions:
         )
         negatives = int(closed) if self.policy.unlabeled == "negative" else 0
         return Swept(int(taken), int(closed), negatives, int(expired))
-
-
-def _source(name: str) -> str:
-    return resources.files("octr.store").joinpath(name).read_text()

@@ -4,28 +4,62 @@
 -- pass, ARGV[3 + 1 .. 3 + R] their example counts, then per example: id, entry, probability
 -- Returns the (0-based) examples whose id was already used (pending, labelled or swept, or
 -- twice in this pass): their request logs nothing; the others' requests are logged.
-local window = tonumber(ARGV[1])
-local requests = tonumber(ARGV[3])
-local first = 4 + requests  -- ARGV index of example 0's id
-local refused, clashes, seen = {}, {}, {}
-local j = 0
-for r = 1, requests do
-    for _ = 1, tonumber(ARGV[3 + r]) do
-        local id = ARGV[first + 3 * j]
-        if seen[id] or redis.call('EXISTS', KEYS[2 + j]) == 1 then
-            refused[r] = true
-            clashes[#clashes + 1] = j
-        end
-        seen[id] = true
-        j = j + 1
+-- Every argument is checked before the first write (checks.lua), in the pass that looks for
+-- clashes: a window that is no whole number of ms failed the PEXPIRE after the first HSET,
+-- and a pending set of another type the ZADD after every impression. An impression key that
+-- exists, of any type, is a clash and is not written; only the pending set needs its TYPE.
+local checks = function()
+  if #ARGV < 3 then refuse('fewer than 3 arguments', #ARGV) end
+  local a = {
+    window = whole('ARGV[1] window (ms)', ARGV[1], 1),
+    requests = whole('ARGV[3] R', ARGV[3], 0),
+    sizes = {}, refused = {}, clashes = {},
+  }
+  if ARGV[2] == '' then refuse('ARGV[2] model is empty', '') end
+  if #ARGV < 3 + a.requests then refuse('fewer example counts than R, arguments', #ARGV) end
+  local examples = 0
+  for r = 1, a.requests do
+    a.sizes[r] = whole('ARGV[' .. (3 + r) .. '] example count', ARGV[3 + r], 0)
+    examples = examples + a.sizes[r]
+  end
+  a.first = 4 + a.requests  -- ARGV index of example 0's id
+  if #ARGV ~= a.first - 1 + 3 * examples then
+    refuse('not (id, entry, probability) for the ' .. examples .. ' examples counted, arguments', #ARGV)
+  end
+  if #KEYS ~= 1 + examples then refuse('not one key per example and the pending set, but', #KEYS) end
+  kind(KEYS[1], 'zset')
+  local seen = {}
+  local j = 0
+  for r = 1, a.requests do
+    for _ = 1, a.sizes[r] do
+      local at = a.first + 3 * j
+      local id, entry, p = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+      if id == '' then refuse('id of example ' .. j .. ' is empty', '') end
+      if entry == '' then refuse('entry of ' .. id .. ' is empty', '') end
+      if #p ~= 8 then refuse('probability of ' .. id .. ' is not 8 bytes, but', #p) end
+      local value = struct.unpack('<d', p)
+      if not (value >= 0 and value <= 1) then
+        refuse('probability of ' .. id .. ' is not in [0, 1]', value)
+      end
+      if seen[id] or redis.call('EXISTS', KEYS[2 + j]) == 1 then
+        a.refused[r] = true
+        a.clashes[#a.clashes + 1] = j
+      end
+      seen[id] = true
+      j = j + 1
     end
+  end
+  return a
 end
+local a, problem = checked('impressions_log', checks)
+if problem then return redis.error_reply(problem) end
+local window, first, refused = a.window, a.first, a.refused
 local now = redis.call('TIME')
 local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + window
 local scored = {}
-j = 0
-for r = 1, requests do
-    for _ = 1, tonumber(ARGV[3 + r]) do
+local j = 0
+for r = 1, a.requests do
+    for _ = 1, a.sizes[r] do
         if not refused[r] then
             local at = first + 3 * j
             redis.call('HSET', KEYS[2 + j], 'b', ARGV[at + 1], 'p', ARGV[at + 2],
@@ -44,4 +78,4 @@ end
 if #scored > 0 then
     redis.call('ZADD', KEYS[1], unpack(scored))
 end
-return clashes
+return a.clashes

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from importlib import resources
 
 from octr.redis_types import RedisClient
 from octr.store import codec
 from octr.store.keys import FeedbackKeys, ModelKeys
+from octr.store.scripts import register
 from online_ctr.features import Batch
 
 
@@ -50,8 +50,7 @@ class FeedbackLog:
         self.feedback = feedback
         self.models = models
         self.window_s = window_s
-        script = resources.files("octr.store").joinpath("append.lua").read_text()
-        self._append = redis.register_script(script)
+        self._append = register(redis, "append")
 
     async def append(self, batch: Batch, key: str | None = None) -> Appended:
         """Append a labelled batch as one entry; with ``key``, at most once per window."""

@@ -8,38 +8,81 @@
 -- (no impression), '2' repeated (already labelled), '3'/'4' late (learned as a negative /
 -- dropped at window close, or about to be). Returns {1, outcomes}, or {0, stored record}
 -- when the key was seen: a retry never appends twice.
+-- Every argument, the keys' types and every impression it labels are checked before the first
+-- write (checks.lua): Redis never rolls a script back, and a bad label, a hash without its
+-- entry or a key of another type late in the list failed after the ids before it had been
+-- appended and closed. The impressions are read once, in a first pass (the read they needed
+-- anyway: no command more per id), then labelled from what was read.
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local checks = function()
+  if #ARGV < 5 or (#ARGV - 5) % 2 ~= 0 then
+    refuse('not 5 arguments and (id, label) pairs, but', #ARGV)
+  end
+  local a = {
+    streams = whole('ARGV[1] S', ARGV[1], 0),
+    window = whole('ARGV[2] window (ms)', ARGV[2], 1),
+    n = (#ARGV - 5) / 2,
+    read = {}, deadlines = {},
+  }
+  if ARGV[3] ~= '' then whole('ARGV[3] idempotency window (s)', ARGV[3], 1) end
+  if ARGV[5] ~= '3' and ARGV[5] ~= '4' then refuse('ARGV[5] is neither 3 nor 4', ARGV[5]) end
+  if #KEYS ~= 2 + a.streams + a.n then
+    refuse('not 2 + S keys and one per id, but', #KEYS)
+  end
+  kind(KEYS[1], 'zset')
+  if ARGV[3] ~= '' then kind(KEYS[2], 'string') end  -- without a key, the pending set again
+  for s = 1, a.streams do kind(KEYS[2 + s], 'stream') end
+  for j = 1, a.n do
+    local id, label = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
+    if label ~= '0' and label ~= '1' then refuse('label of ' .. id .. ' is neither 0 nor 1', label) end
+    local fields = redis.call('HMGET', KEYS[2 + a.streams + j], 's', 'b', 'p', 'm')
+    if fields[1] == 'pending' then
+      local deadline = redis.call('ZSCORE', KEYS[1], id)
+      if not (deadline and tonumber(deadline) <= now_ms) then
+        -- The label byte sits right after the 10-byte header (see codec.py).
+        if not (fields[2] and #fields[2] > 10 and fields[3] and fields[4]) then
+          refuse('pending impression lacks its entry, probability or model', id)
+        end
+      end
+      a.deadlines[j] = deadline
+    end
+    a.read[j] = fields
+  end
+  return a
+end
 local keyed = ARGV[3] ~= ''
 if keyed then
-    local seen = redis.call('GET', KEYS[2])
-    if seen then
+    -- Read first: a retry is answered as the first attempt was, whatever it carries.
+    local ok, seen = pcall(redis.call, 'GET', KEYS[2])
+    if ok and seen then
         return {0, seen}
     end
 end
-local streams = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local a, problem = checked('join', checks)
+if problem then return redis.error_reply(problem) end
+local streams, window = a.streams, a.window
 local late = {negative = '3', dropped = '4'}
-local outcomes = {}
-local n = (#ARGV - 5) / 2
-for j = 1, n do
+local outcomes, labelled = {}, {}
+for j = 1, a.n do
     local id, label = ARGV[4 + 2 * j], ARGV[5 + 2 * j]
     local key = KEYS[2 + streams + j]
-    local fields = redis.call('HMGET', key, 's', 'b', 'p', 'm')
+    local fields = a.read[j]
     local state = fields[1]
     local outcome
-    if not state then
+    if labelled[key] then
+        outcome = '2'  -- twice in this request: labelled by its first time
+    elseif not state then
         outcome = '1'
     elseif state == 'labelled' then
         outcome = '2'
     elseif state ~= 'pending' then
         outcome = late[state] or '3'
     else
-        local deadline = redis.call('ZSCORE', KEYS[1], id)
+        local deadline = a.deadlines[j]
         if deadline and tonumber(deadline) <= now_ms then
             outcome = ARGV[5]  -- closed, not swept yet: the sweep will do the rest
         else
-            -- The label byte sits right after the 10-byte header (see codec.py).
             local b = string.sub(fields[2], 1, 10) .. (label == '1' and '\1' or '\0')
                 .. string.sub(fields[2], 12)
             for s = 1, streams do
@@ -50,6 +93,7 @@ for j = 1, n do
             redis.call('HSET', key, 's', 'labelled')
             redis.call('PEXPIRE', key, window)
             redis.call('ZREM', KEYS[1], id)
+            labelled[key] = true
             outcome = '0'
         end
     end

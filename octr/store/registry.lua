@@ -22,6 +22,81 @@ local function contains(list, item)
     return false
 end
 
+-- Every argument, the keys' types and every stored record the operation reads are checked
+-- before its first write (checks.lua): a configuration or a split that is no JSON object, a
+-- limit that is no number, a stored group or model record that does not decode (or lacks its
+-- models) is refused with nothing written, where cjson.decode or a comparison raised a bare
+-- Lua error; a configuration stored here always decodes, since delete reads its group.
+local function object(what, raw)
+  local ok, value = pcall(cjson.decode, raw)
+  if not ok or type(value) ~= 'table' then refuse(what .. ' is no JSON object', raw) end
+  return value
+end
+
+-- A stored group record as create, delete and serve read it.
+local function group_record(group, raw)
+  local g = object('group ' .. group, raw)
+  if type(g.models) ~= 'table' or type(g.split) ~= 'table' or type(g.serving) ~= 'string'
+      or type(g.shared) ~= 'string' then
+    refuse('group ' .. group .. ' lacks its models, split, serving model or shared settings', raw)
+  end
+  for _, member in ipairs(g.models) do
+    if type(member) ~= 'string' then refuse('group ' .. group .. ' has a model that is no name', raw) end
+  end
+  return g
+end
+
+local function name(what, value)
+  if type(value) ~= 'string' or value == '' then refuse(what .. ' is empty', tostring(value)) end
+  return value
+end
+
+local function check()
+  kind(KEYS[1], 'hash')
+  kind(KEYS[2], 'hash')
+  local a = {}
+  if op == 'create' then
+    if #ARGV ~= 7 then refuse('create takes 6 arguments, not', #ARGV - 1) end
+    name('ARGV[2] model name', ARGV[2])
+    object('ARGV[3] configuration', ARGV[3])
+    whole('ARGV[5] most models', ARGV[5], 0)
+    if ARGV[6] ~= '0' and ARGV[6] ~= '1' then refuse('ARGV[6] replace is neither 0 nor 1', ARGV[6]) end
+    object('ARGV[7] shared settings', ARGV[7])
+    if ARGV[4] ~= '' then
+      local raw = redis.call('HGET', KEYS[2], ARGV[4])
+      if raw then a.group = group_record(ARGV[4], raw) end
+    end
+  elseif op == 'delete' then
+    if #ARGV ~= 2 then refuse('delete takes 1 argument, not', #ARGV - 1) end
+    local raw = redis.call('HGET', KEYS[1], name('ARGV[2] model name', ARGV[2]))
+    if raw then
+      a.group = object('model ' .. ARGV[2], raw).group
+      if type(a.group) == 'string' then
+        local graw = redis.call('HGET', KEYS[2], a.group)
+        if graw then a.record = group_record(a.group, graw) end
+      end
+    end
+  elseif op == 'serve' then
+    if #ARGV ~= 4 then refuse('serve takes 3 arguments, not', #ARGV - 1) end
+    name('ARGV[2] group name', ARGV[2])
+    name('ARGV[3] serving model', ARGV[3])
+    a.split = object('ARGV[4] split', ARGV[4])
+    for member, weight in pairs(a.split) do
+      if type(member) ~= 'string' or type(weight) ~= 'number' or weight ~= weight
+          or weight < 0 or weight == math.huge then
+        refuse('ARGV[4] split has a weight that is no finite number >= 0', ARGV[4])
+      end
+    end
+    local raw = redis.call('HGET', KEYS[2], ARGV[2])
+    if raw then a.group = group_record(ARGV[2], raw) end
+  else
+    refuse('unknown registry operation', op)
+  end
+  return a
+end
+local a, problem = checked('registry', check)
+if problem then return redis.error_reply(problem) end
+
 if op == 'create' then
     local name, config, group = ARGV[2], ARGV[3], ARGV[4]
     if redis.call('HEXISTS', KEYS[2], name) == 1 then return {'name_is_group', name} end
@@ -37,7 +112,7 @@ if op == 'create' then
         local raw = redis.call('HGET', KEYS[2], group)
         local g
         if raw then
-            g = cjson.decode(raw)
+            g = a.group
             if g.shared ~= ARGV[7] then return {'shared_differs', raw} end
         else
             g = {models = {}, serving = name, split = {}, shared = ARGV[7]}
@@ -51,11 +126,11 @@ elseif op == 'delete' then
     local name = ARGV[2]
     local raw = redis.call('HGET', KEYS[1], name)
     if not raw then return {'unknown', name} end
-    local group = cjson.decode(raw).group
+    local group = a.group
     if type(group) == 'string' then
         local graw = redis.call('HGET', KEYS[2], group)
         if graw then
-            local g = cjson.decode(graw)
+            local g = a.record
             if g.serving == name and #g.models > 1 then return {'serving', group} end
             remove(g.models, name)
             g.split[name] = nil
@@ -72,8 +147,8 @@ elseif op == 'serve' then
     local group, serving = ARGV[2], ARGV[3]
     local raw = redis.call('HGET', KEYS[2], group)
     if not raw then return {'unknown', group} end
-    local g = cjson.decode(raw)
-    local split = cjson.decode(ARGV[4])
+    local g = a.group
+    local split = a.split
     if not contains(g.models, serving) then return {'not_member', serving} end
     for member, _ in pairs(split) do
         if not contains(g.models, member) then return {'not_member', member} end
@@ -83,4 +158,3 @@ elseif op == 'serve' then
     redis.call('HSET', KEYS[2], group, cjson.encode(g))
     return {'served', cjson.encode(g)}
 end
-return redis.error_reply('unknown registry operation ' .. tostring(op))

@@ -18,7 +18,7 @@ from typing import Any
 
 from octr.model_config import JoinConfig, ModelConfig
 from octr.store.keys import RegistryKeys
-from octr.store.scripts import Scripts
+from octr.store.scripts import register
 
 
 class RegistryError(ValueError):
@@ -89,7 +89,7 @@ class Registry:
         self.redis = redis
         self.keys = RegistryKeys()
         self.max_models = max_models
-        self._script = Scripts.register(redis).registry
+        self._script = register(redis, "registry")
 
     async def _run(self, *args: object) -> tuple[str, str]:
         outcome, detail = await self._script(keys=[self.keys.models, self.keys.groups], args=args)

@@ -30,6 +30,13 @@ def _script(name: str) -> str:
     return "".join(_source(part) + "\n" for part in parts)
 
 
+def register(redis: Any, name: str) -> Any:
+    """The script ``name.lua`` with its prelude, registered on ``redis``: the one way every
+    script of the store is registered, those of :class:`Scripts` and the feedback side's
+    (``append``, ``impressions_log``, ``join``, ``sweep``) alike."""
+    return redis.register_script(_script(name))
+
+
 @dataclass(frozen=True)
 class Scripts:
     """Every script, registered on one client."""
@@ -50,4 +57,4 @@ class Scripts:
     @classmethod
     def register(cls, redis: Any) -> Scripts:
         names = [field.name for field in fields(cls)]
-        return cls(**{name: redis.register_script(_script(name)) for name in names})
+        return cls(**{name: register(redis, name) for name in names})

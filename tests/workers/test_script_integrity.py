@@ -5,13 +5,13 @@ byte for byte as it was (``DUMP`` of each key, and the set of keys, before and a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from importlib import resources
 from typing import Any
 
 import pytest
 from redis.exceptions import ResponseError
 
-from octr.store.keys import FeedbackKeys
+from octr.store.keys import FeedbackKeys, RegistryKeys
+from octr.store.scripts import register
 from octr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, send
 from workers.committer import MOST_WAITING
@@ -151,12 +151,11 @@ def snapshot_pin(what: str, ttl: Any, pin: str | None = None) -> Drive:
 
 
 def sweep(impression: dict[str, str], policy: str = "negative", count: Any = 10) -> Drive:
-    """sweep.lua (registered by ImpressionLog, here from its source) over two due impressions,
+    """sweep.lua (registered by Impressions, here alone) over two due impressions,
     the second one ``impression``: the first would be closed before it."""
 
     async def drive(store: ModelStore) -> Any:
-        source = resources.files("octr.store").joinpath("sweep.lua").read_text()
-        script = store.redis.register_script(source)
+        script = register(store.redis, "sweep")
         keys = FeedbackKeys.of(store.spec.name, None)
         good = {"s": "pending", "b": "entry", "p": "0.5", "m": "default"}
         await store.redis.zadd(keys.pending, {"i1": 1, "i2": 2})
@@ -166,6 +165,100 @@ def sweep(impression: dict[str, str], policy: str = "negative", count: Any = 10)
         return await script(keys=[keys.pending, store.keys.stream], args=args)
 
     return drive
+
+
+def append(window: Any = 60, n: Any = 1, keyed: str = "1", second: str | None = None) -> Drive:
+    """append.lua (registered by FeedbackLog, here alone) for the model, or with ``second``
+    (its stream's type: 'string' for another type) for a group of two."""
+
+    async def drive(store: ModelStore) -> Any:
+        keys = FeedbackKeys.of(store.spec.name, None)
+        metas, streams = [store.keys.meta], [store.keys.stream]
+        if second is not None:
+            other = store.keys.meta + ":other"
+            await store.redis.set(other + ":stream", "not a stream")
+            await store.redis.hset(other, "t", "0")
+            metas.append(other)
+            streams.append(other + ":stream")
+        script = register(store.redis, "append")
+        args = [b"\1" * 16, "digest 1", window, n, keyed]
+        return await script(keys=[keys.idempotency("k"), *metas, *streams], args=args)
+
+    return drive
+
+
+GOOD_IMPRESSION = {"s": "pending", "b": b"\0" * 12, "p": b"\0" * 8, "m": "default"}
+
+
+def join(
+    label: str = "1",
+    impression: dict[str, Any] | None = None,
+    window: Any = 1000,
+    key_window: Any = "",
+    string_stream: bool = False,
+) -> Drive:
+    """join.lua over two pending impressions, labelling the first '1' and the second
+    ``label`` (``impression``, if given): the first would be appended before the second."""
+
+    async def drive(store: ModelStore) -> Any:
+        keys = FeedbackKeys.of(store.spec.name, None)
+        streams = [store.keys.stream]
+        if string_stream:
+            await store.redis.set(store.keys.stream + ":other", "not a stream")
+            streams.append(store.keys.stream + ":other")
+        await store.redis.zadd(keys.pending, {"i1": 2**50, "i2": 2**50})  # not due
+        await store.redis.hset(keys.impression("i1"), mapping=GOOD_IMPRESSION)
+        await store.redis.hset(keys.impression("i2"), mapping=impression or GOOD_IMPRESSION)
+        script = register(store.redis, "join")
+        record = keys.idempotency("k") if key_window != "" else keys.pending
+        ids = [keys.impression("i1"), keys.impression("i2")]
+        args = [len(streams), window, key_window, "digest", "3", "i1", "1", "i2", label]
+        return await script(keys=[keys.pending, record, *streams, *ids], args=args)
+
+    return drive
+
+
+def impressions_log(
+    window: Any = 1000,
+    sizes: tuple[Any, ...] = (2,),
+    probability: bytes = b"\0" * 8,
+    pending_string: bool = False,
+) -> Drive:
+    """impressions_log.lua logging two impressions, the second with ``probability``: the
+    first would be written before the second."""
+
+    async def drive(store: ModelStore) -> Any:
+        keys = FeedbackKeys.of(store.spec.name, None)
+        if pending_string:
+            await store.redis.set(keys.pending, "not a zset")
+        script = register(store.redis, "impressions_log")
+        args = [window, "default", len(sizes), *sizes]
+        args += ["i1", b"\0" * 12, b"\0" * 8, "i2", b"\0" * 12, probability]
+        ids = [keys.impression("i1"), keys.impression("i2")]
+        return await script(keys=[keys.pending, *ids], args=args)
+
+    return drive
+
+
+def registry(*args: Any, group: str | None = None, model: str | None = None) -> Drive:
+    """registry.lua with ``args``, its groups holding 'g' as ``group`` (and the model 'm' as
+    ``model``) and a model 'a' of group 'g' as the API would have recorded them."""
+
+    async def drive(store: ModelStore) -> Any:
+        keys = RegistryKeys()
+        await store.redis.hset(keys.models, "a", '{"group": "g"}')
+        if model is not None:
+            await store.redis.hset(keys.models, "m", model)
+        good = '{"models": ["a"], "serving": "a", "split": {}, "shared": "{}"}'
+        await store.redis.hset(keys.groups, "g", good if group is None else group)
+        script = register(store.redis, "registry")
+        return await script(keys=[keys.models, keys.groups], args=list(args))
+
+    return drive
+
+
+def create(config: str = "{}", group: str = "g", most: Any = 10, shared: str = "{}") -> tuple:
+    return ("create", "b", config, group, most, 0, shared)
 
 
 CASES: dict[str, tuple[Drive, str]] = {
@@ -206,7 +299,47 @@ CASES: dict[str, tuple[Drive, str]] = {
     "sweep impression without entry": (sweep({"s": "pending", "p": "0.5"}), "lacks"),
     "sweep policy": (sweep({"s": "pending"}, policy="keep"), "ARGV[3]"),
     "sweep count": (sweep({"s": "pending"}, count="all"), "ARGV[2]"),
+    # append: the XADDs came before the record's SET, each stream's before the next one's.
+    "append window zero": (append(window=0), "ARGV[3]"),
+    "append window not whole": (append(window="1.5"), "ARGV[3]"),
+    "append second stream a string": (append(n=2, second="string"), "is a string"),
+    "append keyed flag": (append(keyed="yes"), "ARGV[5]"),
+    "append n beyond keys": (append(n=2), "keys"),
+    # join: the first id is appended, closed and unpended before the second is read.
+    "join label": (join(label="yes"), "label of i2"),
+    "join impression without entry": (join(impression={"s": "pending", "p": "x"}), "lacks"),
+    "join short entry": (join(impression={**GOOD_IMPRESSION, "b": b"\0" * 4}), "lacks"),
+    "join window": (join(window="soon"), "ARGV[2]"),
+    "join idempotency window zero": (join(key_window=0), "ARGV[3]"),
+    "join second stream a string": (join(string_stream=True), "is a string"),
+    # impressions_log: every impression is written before the pending set's ZADD.
+    "impressions_log window fraction": (impressions_log(window="0.3"), "ARGV[1]"),
+    "impressions_log pending a string": (impressions_log(pending_string=True), "is a string"),
+    "impressions_log counts": (impressions_log(sizes=(1,)), "examples counted"),
+    "impressions_log count negative": (impressions_log(sizes=(3, -1)), "example count"),
+    "impressions_log probability bytes": (impressions_log(probability=b"\0" * 4), "8 bytes"),
+    "impressions_log probability nan": (
+        impressions_log(probability=b"\0" * 6 + b"\xf8\x7f"),
+        "[0, 1]",
+    ),
+    # registry: what it stores must decode (delete reads a model's group from its config).
+    "registry create config not json": (registry(*create(config="{oops")), "ARGV[3]"),
+    "registry create most": (registry(*create(most="lots")), "ARGV[5]"),
+    "registry create stored group": (registry(*create(), group="{oops"), "group g"),
+    "registry create group without models": (
+        registry(*create(), group='{"serving": "a", "split": {}, "shared": "{}"}'),
+        "lacks",
+    ),
+    "registry delete model record": (registry("delete", "m", model="[oops"), "model m"),
+    "registry delete stored group": (registry("delete", "a", group='"g"'), "group g"),
+    "registry serve split": (registry("serve", "g", "a", "{oops"), "ARGV[4]"),
+    "registry serve weight": (registry("serve", "g", "a", '{"a": -1}'), "weight"),
+    "registry operation": (registry("rename", "a"), "unknown"),
 }
+
+
+#: The writes a case makes to set up its keys; the keys are compared from after the last one.
+SETUP = ("hset", "set", "zadd")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -214,25 +347,30 @@ async def test_a_refused_script_call_changes_no_key(make_store: MakeStore, case:
     drive, named = CASES[case]
     store = await make_store()
     await with_history(store)
-    # The bad stored value is set by the case itself, before it calls the script: so the
-    # keys are compared from the instant before the call, stored value included.
+    # The bad stored value is set by the case itself, before it calls the script (SETUP): so
+    # the keys are compared from the instant before the call, stored value included.
     before: dict[bytes, bytes] = {}
-    original_hset = store.redis.hset
+    originals = {name: getattr(store.redis, name) for name in SETUP}
 
-    async def hset_then_dump(*args: Any, **kwargs: Any) -> Any:
-        done = await original_hset(*args, **kwargs)
-        before.clear()
-        before.update(await dumps(store))
-        return done
+    def then_dump(write: Any) -> Any:
+        async def write_then_dump(*args: Any, **kwargs: Any) -> Any:
+            done = await write(*args, **kwargs)
+            before.clear()
+            before.update(await dumps(store))
+            return done
+
+        return write_then_dump
 
     before.update(await dumps(store))
-    store.redis.hset = hset_then_dump  # type: ignore[method-assign]
+    for name, write in originals.items():
+        setattr(store.redis, name, then_dump(write))
     try:
         reply = await drive(store)
     except ResponseError as error:
         reply = [b"error", str(error).encode()]
     finally:
-        store.redis.hset = original_hset  # type: ignore[method-assign]
+        for name, write in originals.items():
+            setattr(store.redis, name, write)
     status, why = reply[0], reply[1].decode()
     assert status in (b"error", b"refused", b"damaged"), reply
     assert named in why, why
