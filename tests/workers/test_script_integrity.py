@@ -72,7 +72,7 @@ def apply(args: dict[int, Any]) -> Drive:
         head = [99, layout.field_bytes, layout.value_bytes, layout.shards, 8]
         shards = [store.keys.shard(i) for i in range(2)]
         record = b"\0" * (4 + layout.field_bytes + layout.value_bytes)
-        call = [*head]
+        call: list[Any] = [*head]
         for shard in shards:
             call += [shard.bucket_prefix, record, shard.filter]
         for at, value in args.items():
@@ -257,7 +257,9 @@ def registry(*args: Any, group: str | None = None, model: str | None = None) -> 
     return drive
 
 
-def create(config: str = "{}", group: str = "g", most: Any = 10, shared: str = "{}") -> tuple:
+def create(
+    config: str = "{}", group: str = "g", most: Any = 10, shared: str = "{}"
+) -> tuple[Any, ...]:
     return ("create", "b", config, group, most, 0, shared)
 
 
