@@ -21,7 +21,7 @@ from octr.metrics import Metrics
 from octr.store.commits import Commit
 from octr.store.filter import ExistenceFilter
 from octr.store.lease import Lease
-from octr.store.state import ModelGoneError, ModelStore
+from octr.store.state import ModelDamagedError, ModelGoneError, ModelStore
 from online_ctr.calibration import Histogram
 from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
@@ -123,6 +123,9 @@ class Worker:
                 logger.warning("redis unavailable (%s); retrying", error)
                 self._reset()
                 await asyncio.sleep(self.config.error_backoff_s)
+            except ModelDamagedError as error:  # its step: as a commit refused 'damaged'
+                self._damaged(str(error))
+                await asyncio.sleep(self.config.damaged_retry_s)
             except ModelGoneError:
                 logger.info("model %r was deleted; its learner stops", self.store.spec.name)
                 self._stopping = True
@@ -290,19 +293,21 @@ class Worker:
         deleted and created again). Damaged: a value in the model's meta is not one a commit
         can add to (said once; retried every ``damaged_retry_s``). Start over from Redis."""
         if commit.status == "damaged":
-            if commit.reason != self.damaged:
-                logger.error(
-                    "model %r refuses every commit, nothing written: %s",
-                    self.store.spec.name,
-                    commit.reason,
-                )
-            self.damaged = commit.reason
-            self._reset()
+            self._damaged(commit.reason)
             return
         logger.warning("commit refused (%s); starting over", commit.status)
         self.metrics.commit_conflicts.labels(**self._label).inc()
         if commit.status == "fenced":
             self.lease.token = ""
+        self._reset()
+
+    def _damaged(self, reason: str) -> None:
+        """The model's meta holds a value no commit can add to: said once, then retried."""
+        if reason != self.damaged:
+            logger.error(
+                "model %r refuses every commit, nothing written: %s", self.store.spec.name, reason
+            )
+        self.damaged = reason
         self._reset()
 
     async def _heartbeat_if_due(self) -> None:

@@ -42,6 +42,11 @@ class ModelGoneError(LookupError):
     """The model was deleted (and is not one that is created on first use)."""
 
 
+class ModelDamagedError(ValueError):
+    """A value stored in the model's meta is not one it can hold (a step that is no whole
+    number): nothing can be learned until it is mended. The message is one line naming it."""
+
+
 class ModelImportingError(TryAgainError):
     """The model is being imported from a snapshot: not there yet, so try again shortly (a
     TRYAGAIN, so the API answers 503 with Retry-After and a worker waits, as for Redis)."""
@@ -231,7 +236,12 @@ class ModelStore:
     async def version(self) -> tuple[int, str]:
         """The model's step and epoch (which changes if it is deleted and created again)."""
         t, epoch = await self.redis.hmget(self.keys.meta, "t", "epoch")
-        return int(t or 0), _text(epoch or b"")
+        raw = t or b"0"
+        step = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        # As finalize.lua reads it (checks.lua's whole): digits only, no sign, spaces or '_'.
+        if not (step.isascii() and step.isdigit()) or int(step) > 2**53:
+            raise ModelDamagedError(f"meta field t is not a whole number: {step}")
+        return int(step), _text(epoch or b"")
 
     async def delete(self) -> int:
         """Delete every key of the model (its log side and every shard's keys, found with
