@@ -20,7 +20,6 @@ from pydantic import (
     StringConstraints,
     Tag,
     TypeAdapter,
-    model_validator,
 )
 
 from online_ctr.features import Example
@@ -147,7 +146,8 @@ class PredictItem(BaseModel):
     prediction_id: PredictionId | None = Field(
         None,
         description="With joins on (OCTR_JOIN_WINDOW_S > 0): this prediction's id, new per "
-        "impression; without one the service makes one. Send it to /learn with the label.",
+        "impression (one used before, or twice in a batch, is a 409); without one the service "
+        "makes one. Send it to /learn with the label.",
     )
 
 
@@ -195,13 +195,6 @@ class PredictBatch(BaseModel):
         """The caller's prediction ids (None where it sent none), or None if it sent none."""
         ids = [example.prediction_id for example in self.examples]
         return None if all(i is None for i in ids) else ids
-
-    @model_validator(mode="after")
-    def _distinct_ids(self) -> PredictBatch:
-        given = [example.prediction_id for example in self.examples if example.prediction_id]
-        if len(set(given)) != len(given):
-            raise ValueError("a prediction_id appears twice; use a new id per impression")
-        return self
 
 
 class LearnExample(BaseModel):
@@ -530,7 +523,7 @@ ERROR_MEANINGS = {
     408: "The body did not arrive within OCTR_BODY_TIMEOUT_S (e.g. shorter than its "
     "Content-Length).",
     409: "The Idempotency-Key was used for other examples; or (joins) a prediction_id "
-    "already used for a prediction, or a label repeated or too late.",
+    "already used for a prediction or twice in one batch, or a label repeated or too late.",
     413: "The body is larger than OCTR_MAX_BODY_BYTES.",
     415: "The body is not declared JSON, or has a Content-Encoding (send it uncompressed).",
     422: "Invalid request: not UTF-8, not JSON, nested too deeply, a lone surrogate, not "

@@ -226,14 +226,16 @@ def test_mixing_labels_by_id_with_features_is_422(client: TestClient) -> None:
     ]
 
 
-def test_invalid_and_repeated_caller_ids_are_422(client: TestClient) -> None:
+def test_invalid_caller_ids_are_422_and_repeated_ones_409(client: TestClient, plain: Any) -> None:
     bad = predict(client, {"features": FEATURES, "prediction_id": "é"})
     assert bad.status_code == 422
     assert bad.json()["errors"][0]["field"] == "prediction_id"
+    # A conflict, as an id an earlier request used: the body itself is as its schema says.
     twice = {"examples": [{"features": FEATURES, "prediction_id": "a"}] * 2}
     reply = predict(client, twice)
-    assert reply.status_code == 422
-    assert "appears twice" in reply.json()["detail"]
+    assert reply.status_code == 409
+    assert "examples[1] 'a' (as examples[0])" in reply.json()["detail"]
+    assert plain.zcard(KEYS.feedback.pending) == 0  # nothing of it was logged
 
 
 def test_a_model_without_joins_says_how_to_turn_them_on(redis_url: str, plain: Any) -> None:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.fastjson import FastJSONRoute
 from service.api.groups import ServedGroup
-from service.api.joins import used_error
+from service.api.joins import PredictionIdUsedError, used_error
 from service.api.schemas import (
     PredictBatchResponse,
     PredictRequest,
@@ -42,8 +42,33 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     rows = body.rows()
     single = body.single
     lists = model.limits.check(rows, single)
-    scores = await model.predict(rows, lists, body.uncertainty, body.ids())
+    ids = body.ids()
+    model.joins.check(ids)  # ids without joins: a 422 that says how to turn them on
+    refuse_repeated(ids)
+    scores = await model.predict(rows, lists, body.uncertainty, ids)
     return answer(model, scores, single, started)
+
+
+def refuse_repeated(ids: list[str | None] | None) -> None:
+    """A 409 for a batch that gives two examples one prediction id, as for an id an earlier
+    request used: one impression per id. Not a 422, which would say the body breaks its
+    schema, when JSON Schema cannot say that ids in an array of objects are distinct."""
+    first: dict[str, int] = {}
+    repeated: list[str] = []
+    for index, prediction_id in enumerate(ids or ()):
+        if prediction_id is None:
+            continue
+        if prediction_id in first:
+            repeated.append(
+                f"examples[{index}] {prediction_id!r} (as examples[{first[prediction_id]}])"
+            )
+        else:
+            first[prediction_id] = index
+    if repeated:
+        raise PredictionIdUsedError(
+            f"prediction_ids repeated in this request: {', '.join(repeated)}; use a new id per "
+            "impression (nothing of this request was logged)"
+        )
 
 
 def answer(model: ServedModel, scores: Scores, single: bool, started: float) -> Response:
