@@ -2,7 +2,8 @@
 
 River's ``LogisticRegression`` learns its intercept apart from the optimizer (plain SGD at
 ``intercept_lr``), so the intercept is switched off and a constant feature named ``""`` (our
-:data:`online_ctr.features.BIAS`) goes through FTRL like every other feature, as our bias does.
+:data:`online_ctr.learning.features.BIAS`) goes through FTRL like every other feature, as our bias
+does.
 ``l2=0`` keeps River's own L2 term out: FTRL's ``l2`` is the only one. River's FTRL is still not
 Algorithm 1 exactly (``docs/algorithms.md``): it predicts with the weights from before each
 feature's previous update, one step behind ours (which gives 0.5, 0.5156, 0.5291 here):
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.features import BIAS
+from online_ctr.learning.features import BIAS
 
 Value = str | float | int | Sequence[str]
 Example = Mapping[str, Value]

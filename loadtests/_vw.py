@@ -1,7 +1,7 @@
 """Vowpal Wabbit as an external reference for FTRL-Proximal: our examples in VW's text format,
 VW's ``--ftrl`` driven example by example, and whole ``-d`` runs over a text file.
 
-What makes VW compute the same thing as :mod:`online_ctr.rules.ftrl` (checked in
+What makes VW compute the same thing as :mod:`online_ctr.learning.rules.ftrl` (checked in
 ``tests/core/test_vw_oracle.py``):
 
 - one VW feature per feature of ours: ``field=value`` with x = 1, a numeric ``field`` with its

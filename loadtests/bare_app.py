@@ -37,8 +37,8 @@ def main() -> None:
     """Serve the bare app with the same uvicorn settings as ``online-ctr api``."""
     import uvicorn
 
-    from octr.process import freeze_startup_objects
-    from octr.settings import get_settings
+    from online_ctr.config.settings import get_settings
+    from online_ctr.process import freeze_startup_objects
 
     settings = get_settings()
     freeze_startup_objects()  # as `online-ctr api` does

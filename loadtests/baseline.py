@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from online_ctr.learner import log_loss
+from online_ctr.learning.learner import log_loss
 
 #: What a broken row says instead of a rank or a ratio.
 WORSE = "worse than the mean"

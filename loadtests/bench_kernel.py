@@ -3,7 +3,8 @@
 Run ``python -m loadtests.bench_kernel [--examples 200000] [--rules all] [--repeats 3]``.
 
 - kernel: the Criteo head, parsed and hashed once, repeated up to ``--examples`` and handed to
-  :func:`online_ctr.sequential.learn_sequential` as one batch. Timed: that call (the kernel,
+  :func:`online_ctr.learning.sequential.learn_sequential` as one batch. Timed: that call (the
+  kernel,
   the copy of the state, the log losses and counts). Reported as feature-updates per CPU second
   (one update per stored (example, feature) pair) and examples per CPU second. Compilation (or
   loading it from numba's cache) happens in a warm-up call, not timed.
@@ -33,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from loadtests.bench_replay import CRITEO, _rules
-from online_ctr.compact import ENCODINGS
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.learner import unique_features
-from online_ctr.readers import read_examples
-from online_ctr.rules import RULES, get_rule
-from online_ctr.sequential import learn_sequential
+from online_ctr.learning.compact import ENCODINGS
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.learner import unique_features
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.sequential import learn_sequential
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +91,7 @@ def time_kernel(
 
 def time_replay(rule: str, flags: Sequence[str], source: Path, repeats: int) -> dict[str, Any]:
     """Median wall and child-CPU seconds of the whole ``online-ctr replay`` process."""
-    command = [sys.executable, "-m", "online_ctr.cli", "replay", str(CRITEO)]
+    command = [sys.executable, "-m", "online_ctr.cli.main", "replay", str(CRITEO)]
     command += ["--format", "criteo", "--rule", rule, *flags]
     environment = {**os.environ, "PYTHONPATH": str(source)}
     subprocess.run(command, cwd=source, env=environment, capture_output=True, check=True)

@@ -1,7 +1,8 @@
 """Replay throughput: our rules in-process, next to River and Vowpal Wabbit on the same examples.
 
 Run ``python -m loadtests.bench_replay [--examples 200000] [--batch-sizes 1,256,1024]
-[--rules all]``. The Criteo head file is parsed once (``online_ctr.readers``) and repeated up to
+[--rules all]``. The Criteo head file is parsed once (``online_ctr.learning.readers``) and repeated
+up to
 ``--examples``; every system starts from those ``field -> value`` dicts in memory, learns them
 in order and scores each example before learning it (progressive validation). What each timing
 includes is in :data:`MODES`; River and VW run FTRL-Proximal with our FTRL's hyper-parameters.
@@ -37,20 +38,21 @@ from typing import Any
 import numpy as np
 
 from loadtests import _river, _vw
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import log_loss, sigmoid
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import RULES, get_rule
-from online_ctr.rules.ftrl import FTRLParams
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import log_loss, sigmoid
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.rules.ftrl import FTRLParams
 
 CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
 WARM_UP_EXAMPLES = 10_000
 
 #: Every timed mode, by name, and what its time includes.
 MODES = {
-    "replay": "online_ctr.replay.replay: FeatureHasher.batch from the dicts, InMemoryModel.learn, "
+    "replay": "online_ctr.learning.replay.replay: FeatureHasher.batch from the dicts, "
+    "InMemoryModel.learn, "
     "metric sums, and its end-of-run AUC and nonzero recount (~1.5%)",
     "river": "per dict: build {'field=value': 1.0, '': 1.0}, predict_proba_one, learn_one",
     "pyvw-text": "per dict: build a VW text line, Workspace.parse (VW hashes the names), learn; "

@@ -6,7 +6,7 @@ while the learner waits. Here a cache is filled with random features in groups o
 ``update`` each, as commits do) until it passes the bound, then trimmed, ``--repeats`` times:
 printed, each trim's milliseconds, then the same for a *rebuild* baseline measured in the same
 run, the kept half put into a new table of ``max_features`` rows (how trims were done before
-:meth:`online_ctr.table.StateTable.keep`). The ratio is baseline over trim. No targets.
+:meth:`online_ctr.learning.table.StateTable.keep`). The ratio is baseline over trim. No targets.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from online_ctr.commands.args import integer
-from online_ctr.table import StateTable, warm_up
+from online_ctr.cli.args import integer
+from online_ctr.learning.table import StateTable, warm_up
 from workers.cache import StateCache
 
 GROUP = 5_000

@@ -33,12 +33,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from loadtests.report import table
-from online_ctr.detect import detect_format
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import log_loss
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import Row, read_examples
-from online_ctr.rules import RULES, get_rule
+from online_ctr.learning.detect import detect_format
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import log_loss
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import Row, read_examples
+from online_ctr.learning.rules import RULES, get_rule
 
 Array = NDArray[np.float64]
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -25,7 +25,7 @@ import redis
 
 from loadtests.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, audit
 from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
-from service.embedded import free_port
+from online_ctr.cli.embedded import free_port
 
 REDIS_TIMEOUT_S = 0.5
 #: How much later than the Redis timeout a 503 may come (a loaded machine's scheduling).
@@ -114,7 +114,7 @@ class Chaos:
         self.names[slot] = f"w{slot}-{self.generation}"
         self.stack.spawn(
             f"worker{slot}",
-            [sys.executable, "-m", "online_ctr.cli", "worker"],
+            [sys.executable, "-m", "online_ctr.cli.main", "worker"],
             OCTR_WORKER_METRICS_PORT=str(free_port()),
             OCTR_WORKER_NAME=self.names[slot],
         )

@@ -23,10 +23,10 @@ import httpx
 import numpy as np
 import redis
 
-from octr.store.keys import ModelKeys
-from octr.store.layout import Layout
-from online_ctr.features import FeatureHasher
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.layout import Layout
 
 #: Values of the Criteo-like categorical features beside the tag.
 _VALUES = [f"{value:08x}" for value in range(40)]

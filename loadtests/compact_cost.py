@@ -25,15 +25,15 @@ from pathlib import Path
 import numpy as np
 import redis.asyncio as aioredis
 
-from octr.store.state import ModelStore, spec_from
-from online_ctr.compact import RULES, WEIGHT_MAX, WEIGHT_MIN, CompactCodec
-from online_ctr.detect import FormatError, detect_format
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import get_rule
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.learning.compact import RULES, WEIGHT_MAX, WEIGHT_MIN, CompactCodec
+from online_ctr.learning.detect import FormatError, detect_format
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import get_rule
+from online_ctr.store.state import ModelStore, spec_from
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data"
 #: (encoding, hash bits) of each filled model.

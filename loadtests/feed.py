@@ -1,7 +1,7 @@
 """Feedback for the benchmarks: the Criteo head file as stream entries, written to Redis the
 way ``POST /learn`` writes them, and waiting for the workers to apply them.
 
->>> from octr.store.codec import decode_entry
+>>> from online_ctr.store.codec import decode_entry
 >>> blob = entries([({"C1": "68fd1e64"}, 1)])[0]
 >>> decode_entry(blob).labels.tolist()
 [1.0]
@@ -17,10 +17,10 @@ from pathlib import Path
 import redis
 
 from loadtests.processes import wait_until
-from octr.store.codec import encode_entry
-from octr.store.keys import ModelKeys
-from online_ctr.features import Example, FeatureHasher
-from online_ctr.readers import read_examples
+from online_ctr.learning.features import Example, FeatureHasher
+from online_ctr.learning.readers import read_examples
+from online_ctr.store.codec import encode_entry
+from online_ctr.store.keys import ModelKeys
 
 #: ``../shared/data`` beside the repository, where the data README says it is.
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -24,12 +24,12 @@ import redis.asyncio as aioredis
 
 from loadtests.feed import DATA_DIR, Row, criteo_rows, cycled
 from loadtests.processes import Stack
-from octr.joins import JoinPolicy
-from octr.store import codec
-from octr.store.impressions import Impressions
-from octr.store.keys import ModelKeys
-from online_ctr.features import FeatureHasher
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.store import codec
+from online_ctr.store.impressions import Impressions
+from online_ctr.store.keys import ModelKeys
 
 PASS = 1000
 KEYS = ModelKeys("default")

@@ -34,7 +34,7 @@ from loadtests import _vw, baseline, bench_replay, feed
 from loadtests.bench_replay import Job, Measurement, Run, Stopwatch
 from loadtests.drain import DrainRun, run_learner
 from loadtests.processes import ROOT, Stack, scratch_dir
-from online_ctr.rules.ftrl import FTRLParams
+from online_ctr.learning.rules.ftrl import FTRLParams
 
 #: Entry sizes of the drain: a single-example ``/learn`` each, and 1,000-example bodies.
 ENTRY_SIZES = (1, 1000)
@@ -81,7 +81,7 @@ def write_rows(source: Path, path: Path, count: int) -> Path:
 
 def run_replay(path: Path, examples: int) -> Run:
     """The whole ``online-ctr replay FILE`` process at its defaults, from start to exit."""
-    command = [sys.executable, "-m", "online_ctr.cli", "replay", str(path)]
+    command = [sys.executable, "-m", "online_ctr.cli.main", "replay", str(path)]
     watch = Stopwatch()
     done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
     run = watch.stop(None)

@@ -28,7 +28,7 @@ from typing import Any
 
 from locust import FastHttpUser, between, events, task
 
-from online_ctr.readers import read_examples
+from online_ctr.learning.readers import read_examples
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILES = (

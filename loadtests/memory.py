@@ -1,7 +1,8 @@
 """Section 5, memory: Redis bytes per tracked feature after a real worker learned the Criteo
 head file (all 10,000 rows).
 
-State layout (``octr/store/keys.py``, ``octr/store/layout.py``): a feature is one field of
+State layout (``online_ctr/store/keys.py``, ``online_ctr/store/layout.py``): a feature is one field
+of
 one of ``OCTR_STATE_BUCKETS`` Redis hashes, named by the id's bits above the bucket bits
 (6 bytes at the default 2^18 buckets, 7 at 64), its value the rule's fields as float64 (FTRL:
 ``z``, ``n``), so 22 (or 23) bytes of payload per feature. What Redis adds is per entry (a

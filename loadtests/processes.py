@@ -22,7 +22,7 @@ import httpx
 import redis
 
 from loadtests import tools
-from service.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ class Stack:
     def start_api(self, **env: str) -> str:
         """The real ``online-ctr api``; returns its URL once ``/healthz`` answers."""
         port = free_port()
-        argv = [sys.executable, "-m", "online_ctr.cli", "api"]
+        argv = [sys.executable, "-m", "online_ctr.cli.main", "api"]
         self.spawn("api", argv, OCTR_PORT=str(port), **env)
         url = f"http://127.0.0.1:{port}"
         self._wait_http("api", f"{url}/healthz")
@@ -118,7 +118,7 @@ class Stack:
             name = f"worker{index}"
             port = free_port()
             self.worker_metrics[name] = f"http://127.0.0.1:{port}/metrics"
-            argv = [sys.executable, "-m", "online_ctr.cli", "worker"]
+            argv = [sys.executable, "-m", "online_ctr.cli.main", "worker"]
             env_of_worker = {"OCTR_WORKER_METRICS_PORT": str(port), "OCTR_WORKER_NAME": name}
             started.append(self.spawn(name, argv, **env_of_worker, **env))
         return started

@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 
 from loadtests import _river, _vw, baseline
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import log_loss, sigmoid
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import BatchProgress, replay
-from online_ctr.rules import get_rule
-from online_ctr.stream_metrics import StreamMetrics
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import log_loss, sigmoid
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import BatchProgress, replay
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.stream_metrics import StreamMetrics
 
 #: Dataset -> (file under the data folder, reader format).
 DATASETS = {

@@ -27,7 +27,7 @@ from loadtests.scale_client import (
 )
 from loadtests.sequential import Timing, timed
 from loadtests.stats import CommandUsec, command_usec, cpu_seconds
-from octr.store.keys import ModelKeys
+from online_ctr.store.keys import ModelKeys
 
 MIB = 1024 * 1024
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from online_ctr.readers import read_examples
+from online_ctr.learning.readers import read_examples
 
 #: The Criteo head file, under the data folder.
 CRITEO = Path("criteo/criteo_kaggle_train_head10k.tsv")

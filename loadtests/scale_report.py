@@ -11,8 +11,8 @@ from pathlib import Path
 from loadtests.report import Cell, figure, table, verdict
 from loadtests.scale import MIB, Scale, ScaleConfig, SizeResult
 from loadtests.scale_client import BODY_EXAMPLES, MAX_LAG_ENTRIES, POLL_S, WINDOW_BODY_EXAMPLES
-from octr.settings import Settings
-from octr.store.layout import Layout
+from online_ctr.config.settings import Settings
+from online_ctr.store.layout import Layout
 
 #: Sections other commands write into the report (``python -m loadtests.compact_cost``'s
 #: figures): a new report keeps them from the previous one.

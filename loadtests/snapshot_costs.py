@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import redis.asyncio as aioredis
 
-from octr.store.snapshot_export import open_export
-from octr.store.snapshot_import import SnapshotImport
-from online_ctr.rules import get_rule
-from online_ctr.snapshot import MAX_ROWS, Footer, Header, Writer
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.snapshot import MAX_ROWS, Footer, Header, Writer
+from online_ctr.store.snapshot_export import open_export
+from online_ctr.store.snapshot_import import SnapshotImport
 
 SIZES = (250_000, 1_000_000)
 

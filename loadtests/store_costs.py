@@ -33,14 +33,14 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from loadtests.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us
-from octr.metrics import Metrics
-from octr.store import codec
-from octr.store.state import ModelStore, spec_from
-from online_ctr.features import FeatureHasher
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
-from online_ctr.sequential import warm_up
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.sequential import warm_up
+from online_ctr.metrics import Metrics
+from online_ctr.store import codec
+from online_ctr.store.state import ModelStore, spec_from
 from workers.consumer import Worker, WorkerConfig
 
 SIZES = (0, 100_000, 1_000_000, 10_000_000)

@@ -4,7 +4,7 @@ Nothing happens at import time. The app starts even when Redis is down (the mode
 in Redis on first use) and recovers by itself when Redis comes back; only a model in Redis
 that was created with other settings, or a Redis whose cluster mode is not what
 ``OCTR_REDIS_CLUSTER`` says, stops it from starting. ``online-ctr api`` waits for Redis and
-checks both before uvicorn starts (:func:`octr.startup.prepare_before_serving`), so that a
+checks both before uvicorn starts (:func:`online_ctr.startup.prepare_before_serving`), so that a
 refusal is one line and not a traceback of the lifespan.
 """
 
@@ -20,12 +20,13 @@ from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.process import StartupError, freeze_startup_objects
-from octr.settings import Settings, get_settings
-from octr.store.registry import Registry
-from octr.wiring import check_topology, redis_client
-from online_ctr import grouping
+from online_ctr.config.settings import Settings, get_settings
+from online_ctr.learning import grouping
+from online_ctr.metrics import Metrics
+from online_ctr.process import StartupError, freeze_startup_objects
+from online_ctr.store.model_config import own_config
+from online_ctr.store.registry import Registry
+from online_ctr.wiring import check_topology, redis_client
 from service.api import errors, scan
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
@@ -53,7 +54,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     redis = redis_client(settings)
     try:
         registry = Registry(redis, settings.max_models)
-        own = settings.default_model()
+        own = own_config(settings)
 
         async def register() -> None:
             # The settings may have changed since the last run (ensure refused a model
@@ -87,10 +88,10 @@ def create_app(
     """The API for ``settings`` (default: from the environment), its metrics in ``registry``.
 
     Tests pass a private registry; the default one can hold only one app's metrics. A
-    serving process sets ``freeze_gc`` (:func:`~octr.process.freeze_startup_objects` once
+    serving process sets ``freeze_gc`` (:func:`~online_ctr.process.freeze_startup_objects` once
     started up); tests, which build many apps in one process, do not.
     A configuration it cannot serve (no Redis URL, API keys on but none given) is a
-    :class:`~octr.process.StartupError`.
+    :class:`~online_ctr.process.StartupError`.
     """
     settings = settings or get_settings()
     if settings.redis_url is None:

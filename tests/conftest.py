@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
 from tests.local_cluster import LocalCluster
 
 #: The shared real CTR data, beside the repository (never copied into it).

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from service.embedded import find_redis_server
+from online_ctr.cli.embedded import find_redis_server
 
 #: Redis puts a node's cluster bus on its port plus this.
 BUS_OFFSET = 10_000

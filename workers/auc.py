@@ -16,7 +16,7 @@ from collections.abc import Callable
 from numpy.typing import ArrayLike
 from prometheus_client import Gauge
 
-from online_ctr.window_auc import AucWindow
+from online_ctr.learning.window_auc import AucWindow
 
 
 class ProgressiveAuc:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.rules.base import Array
-from online_ctr.table import Rows, StateTable
+from online_ctr.learning.rules.base import Array
+from online_ctr.learning.table import Rows, StateTable
 
 
 class StateCache:

@@ -1,7 +1,7 @@
 """Committing learned groups, with the writes to the shards overlapping the learning.
 
 A commit finalizes on the model's log side, then applies its values to the shards
-(:mod:`octr.store.commits`). Applies run in a task of their own while the worker fetches and
+(:mod:`online_ctr.store.commits`). Applies run in a task of their own while the worker fetches and
 learns the next groups: Redis and the worker's Python work at the same time. Commits that
 finalize while an apply is in flight wait for it and then go out together, in one apply under
 the last one's number: each feature they touched once, with its latest state. Criteo's rows
@@ -22,7 +22,7 @@ for several commits instead of once for each. That is exact because:
 At most :data:`MOST_WAITING` commits wait; past that the learner waits until everything is
 applied. So the shards (which ``/predict`` reads directly on Redis Cluster) lag at most twice
 that many commits (a group being written and the next one waiting), and a serving copy's
-catch-up stays within :data:`octr.store.replica.MOST_COMMITS`.
+catch-up stays within :data:`online_ctr.store.replica.MOST_COMMITS`.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from octr.store.commits import Commit
-from octr.store.filter import ExistenceFilter
-from octr.store.lease import Lease
-from octr.store.shards import Runs
-from octr.store.state import ModelStore
+from online_ctr.store.commits import Commit
+from online_ctr.store.filter import ExistenceFilter
+from online_ctr.store.lease import Lease
+from online_ctr.store.shards import Runs
+from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
-from workers.learn import Learning
+from workers.learn_group import Learning
 
 #: Commits that may wait for the apply in flight before the learner waits too.
 MOST_WAITING = 8

@@ -1,8 +1,8 @@
 """The learner loop: hold the lease, take the next group off the stream, learn it, commit it.
 
-One worker per model learns at a time (:mod:`octr.store.lease`); the others stand by and take
+One worker per model learns at a time (:mod:`online_ctr.store.lease`); the others stand by and take
 over within about the lease TTL when it dies. A worker that takes the lease first replays the
-redo log (:mod:`octr.store.commits`), so every committed change is in the shards before it
+redo log (:mod:`online_ctr.store.commits`), so every committed change is in the shards before it
 reads any state. :meth:`Worker.stop` (SIGTERM) stops intake, the group in flight still
 commits, and the lease is released so a standby takes over at once.
 """
@@ -16,19 +16,19 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from octr.joins import JOINS_OFF, JoinPolicy
-from octr.metrics import Metrics
-from octr.store.commits import Commit
-from octr.store.filter import ExistenceFilter
-from octr.store.lease import Lease
-from octr.store.state import ModelDamagedError, ModelGoneError, ModelStore
-from online_ctr.calibration import Histogram
+from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
+from online_ctr.learning.calibration import Histogram
+from online_ctr.metrics import Metrics
+from online_ctr.store.commits import Commit
+from online_ctr.store.filter import ExistenceFilter
+from online_ctr.store.lease import Lease
+from online_ctr.store.state import ModelDamagedError, ModelGoneError, ModelStore
 from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
-from workers.joins import Sweeper
-from workers.learn import Learning, NonFiniteError, learn_group
+from workers.learn_group import Learning, NonFiniteError, learn_group
+from workers.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from octr.store.codec import EntryError, decode_entries, header_examples
-from octr.store.state import ModelStore
-from online_ctr.features import Batch
+from online_ctr.learning.features import Batch
+from online_ctr.store.codec import EntryError, decode_entries, header_examples
+from online_ctr.store.state import ModelStore
 
 Message = tuple[bytes, dict[bytes, bytes]]
 

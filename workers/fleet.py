@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from octr.metrics import Metrics
-from octr.model_config import ModelConfig
-from octr.redis_types import RedisClient
-from octr.store.keys import ModelKeys
-from octr.store.registry import Registry
-from octr.store.state import ModelMismatchError, ModelStore
-from online_ctr.sequential import warm_up
+from online_ctr.learning.sequential import warm_up
+from online_ctr.metrics import Metrics
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.registry import Registry
+from online_ctr.store.state import ModelMismatchError, ModelStore
 from workers.consumer import Worker, WorkerConfig
 
 logger = logging.getLogger(__name__)

@@ -10,13 +10,13 @@ import socket
 
 from prometheus_client import start_http_server
 
-from octr.metrics import Metrics
-from octr.process import freeze_startup_objects
-from octr.redis_types import RedisClient
-from octr.settings import Settings
-from octr.startup import check_port, on_redis
-from octr.store.registry import Registry
-from octr.wiring import prepare_redis, redis_client
+from online_ctr.config.settings import Settings
+from online_ctr.metrics import Metrics
+from online_ctr.process import freeze_startup_objects
+from online_ctr.startup import check_port, on_redis
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.registry import Registry
+from online_ctr.wiring import prepare_redis, redis_client
 from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
 

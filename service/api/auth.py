@@ -17,8 +17,8 @@ from pathlib import Path
 
 from starlette.types import Message, Scope
 
-from octr.process import StartupError
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
+from online_ctr.process import StartupError
 
 SCOPES = ("predict", "learn", "admin")
 #: Shortest key accepted: a short key can be guessed.

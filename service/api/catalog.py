@@ -1,7 +1,7 @@
 """The models and groups this API process serves, by name.
 
 Its own model (``OCTR_MODEL``) is always there. Any other name is looked up in the registry
-(:mod:`octr.store.registry`) on first use and again once its entry is older than
+(:mod:`online_ctr.store.registry`) on first use and again once its entry is older than
 ``OCTR_REGISTRY_REFRESH_S``: a model created, deleted or promoted through another process is
 seen within that time (through this one, at once). A model whose entry has not changed keeps
 its ``ServedModel``, and with it its hasher's cache.
@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from octr.metrics import Metrics
-from octr.model_config import ModelConfig
-from octr.redis_types import RedisClient
-from octr.settings import Settings
-from octr.store.ingest import FeedbackLog
-from octr.store.keys import FeedbackKeys
-from octr.store.registry import GroupInfo, Registry, UnknownNameError
+from online_ctr.config.settings import Settings
+from online_ctr.metrics import Metrics
+from online_ctr.store.ingest import FeedbackLog
+from online_ctr.store.keys import FeedbackKeys
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.registry import GroupInfo, Registry, UnknownNameError
 from service.api.groups import ServedGroup
-from service.api.joins import ServedJoins
+from service.api.join_side import ServedJoins
 from service.api.served import ServedModel
 
 Served = ServedModel | ServedGroup

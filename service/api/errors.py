@@ -20,14 +20,14 @@ from redis import exceptions as redis_errors
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from octr.settings import Settings
-from octr.store.impressions import JoinConflictError
-from octr.store.ingest import IdempotencyConflictError, ModelDeletedError
-from octr.store.registry import RegistryError, UnknownNameError
-from octr.store.snapshot_export import ModelNotFoundError
-from octr.store.snapshot_import import ModelExistsError, SpecConflictError
-from octr.store.state import ModelGoneError, ModelImportingError, ModelMismatchError
-from online_ctr.snapshot import SnapshotError
+from online_ctr.config.settings import Settings
+from online_ctr.learning.snapshot import SnapshotError
+from online_ctr.store.impressions import JoinConflictError
+from online_ctr.store.ingest import IdempotencyConflictError, ModelDeletedError
+from online_ctr.store.registry import RegistryError, UnknownNameError
+from online_ctr.store.snapshot_export import ModelNotFoundError
+from online_ctr.store.snapshot_import import ModelExistsError, SpecConflictError
+from online_ctr.store.state import ModelGoneError, ModelImportingError, ModelMismatchError
 from service.api.limits import InvalidFieldError
 from service.api.messages import field_errors, summary, unparseable_body
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from octr.store.impressions import Joined
-from octr.store.ingest import Appended, FeedbackLog
-from octr.store.registry import GroupInfo
-from online_ctr.features import Example
-from service.api.joins import ServedJoins
+from online_ctr.learning.features import Example
+from online_ctr.store.impressions import Joined
+from online_ctr.store.ingest import Appended, FeedbackLog
+from online_ctr.store.registry import GroupInfo
+from service.api.join_side import ServedJoins
 from service.api.served import ServedModel
 
 #: 2**64, to map a 64-bit hash to [0, 1).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from online_ctr.features import Example
+from online_ctr.learning.features import Example
 
 
 class InvalidFieldError(ValueError):

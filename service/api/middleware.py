@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from octr.store.keys import MODEL_NAME
+from online_ctr.store.keys import MODEL_NAME
 from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ bodies mutated at random.
 
 :class:`NameIds` then finds each ``field=value`` name's id in a compiled hash table keyed by the
 name's bytes (compared in full, so exact); only names it has not seen are hashed (BLAKE2b, as
-:mod:`online_ctr.features` defines ids), all at once.
+:mod:`online_ctr.learning.features` defines ids), all at once.
 
 >>> body = b'{"examples": [{"label": 1, "features": {"site": "news", "os": "ios"}}]}'
 >>> scanned = scan(body, want_label=True)
@@ -41,8 +41,8 @@ import numpy as np
 from fastapi import Request
 from numpy.typing import NDArray
 
-from online_ctr.features import Batch, FeatureHasher, merge_repeats
-from online_ctr.kernels import compiled, helper, inlined
+from online_ctr.learning.features import Batch, FeatureHasher, merge_repeats
+from online_ctr.learning.kernels import compiled, helper, inlined
 from service.api.limits import Limits
 from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 

@@ -22,7 +22,7 @@ from pydantic import (
     TypeAdapter,
 )
 
-from online_ctr.features import Example
+from online_ctr.learning.features import Example
 
 #: Longest field name and string value accepted: generous for URLs and ids, yet it bounds
 #: what one feature may cost to hash and what a cached name may hold.

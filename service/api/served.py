@@ -15,18 +15,18 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
-from octr.joins import JOINS_OFF, JoinPolicy
-from octr.metrics import Metrics
-from octr.redis_types import RedisClient
-from octr.settings import Settings
-from octr.store.impressions import Joined
-from octr.store.ingest import Appended, FeedbackLog, ModelDeletedError
-from octr.store.state import ModelInfo, ModelSpec, ModelStore
-from online_ctr.features import Batch, Example, FeatureHasher, concat
-from online_ctr.learner import logits, scoring_features, sigmoid
-from online_ctr.rules.base import uncertainty
+from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import Batch, Example, FeatureHasher, concat
+from online_ctr.learning.learner import logits, scoring_features, sigmoid
+from online_ctr.learning.rules.base import uncertainty
+from online_ctr.metrics import Metrics
+from online_ctr.store.impressions import Joined
+from online_ctr.store.ingest import Appended, FeedbackLog, ModelDeletedError
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.state import ModelInfo, ModelSpec, ModelStore
 from service.api.coalesce import Coalescer
-from service.api.joins import ServedJoins
+from service.api.join_side import ServedJoins
 from service.api.limits import Limits
 from service.api.scan import NameIds
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from online_ctr.cli.embedded import free_port
 from online_ctr.client import (
     Accepted,
     AsyncClient,
@@ -20,7 +21,6 @@ from online_ctr.client import (
     Retry,
     UnreachableError,
 )
-from service.embedded import free_port
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Recorder, Service, wait_until
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.client import Accepted, Client, Features, Retry
-from service.embedded import RedisServer
 from tests.client.conftest import ADMIN_KEY, Recorder, Service, wait_until
 from tests.client.test_client import examples
 

@@ -77,7 +77,7 @@ def test_a_policy_needs_an_attempt() -> None:
 def test_the_client_imports_only_httpx_and_the_standard_library() -> None:
     code = (
         "import sys, online_ctr.client\n"
-        "ours = {'service', 'octr', 'workers', 'numpy', 'numba', 'fastapi', 'pydantic', 'redis'}\n"
+        "ours = {'service', 'workers', 'numpy', 'numba', 'fastapi', 'pydantic', 'redis'}\n"
         "print(sorted(ours & {name.split('.')[0] for name in sys.modules}))\n"
         "print(sorted(n for n in sys.modules if n.startswith('online_ctr.')"
         " and not n.startswith('online_ctr.client')))\n"

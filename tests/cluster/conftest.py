@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from octr.settings import Settings
-from octr.wiring import redis_client
+from online_ctr.config.settings import Settings
+from online_ctr.wiring import redis_client
 
 #: A read-modify-write on one key, as the store's scripts do.
 INCR_META = "return redis.call('HINCRBY', KEYS[1], 'n', ARGV[1])"

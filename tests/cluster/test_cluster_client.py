@@ -21,8 +21,8 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from octr.store.state import ModelStore, spec_from
-from online_ctr.rules import get_rule
+from online_ctr.learning.rules import get_rule
+from online_ctr.store.state import ModelStore, spec_from
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
 from tests.local_cluster import LocalCluster
 

@@ -11,8 +11,8 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
-from octr.settings import Settings
-from octr.wiring import redis_client
+from online_ctr.config.settings import Settings
+from online_ctr.wiring import redis_client
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
 from tests.local_cluster import LocalCluster
 

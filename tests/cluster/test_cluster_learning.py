@@ -13,7 +13,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from online_ctr.readers import read_examples
+from online_ctr.learning.readers import read_examples
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
 from tests.local_cluster import LocalCluster

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from octr.settings import Settings
-from octr.wiring import ClusterModeError, check_topology, redis_client
+from online_ctr.config.settings import Settings
+from online_ctr.wiring import ClusterModeError, check_topology, redis_client
 from service.app import create_app
 from tests.cluster.conftest import TAGS
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from online_ctr.calibration import (
+from online_ctr.learning.calibration import (
     BINS,
     HIGH,
     LOW,
@@ -20,10 +20,10 @@ from online_ctr.calibration import (
     Histogram,
     PowerFit,
 )
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
 from tests.conftest import CRITEO
 
 

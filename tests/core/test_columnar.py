@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from online_ctr import columnar, parsing
-from online_ctr.features import Batch, FeatureHasher, concat
-from online_ctr.readers import ReaderError, read_examples
+from online_ctr.learning import columnar, parsing
+from online_ctr.learning.features import Batch, FeatureHasher, concat
+from online_ctr.learning.readers import ReaderError, read_examples
 
 pytest.importorskip("pyarrow")
 

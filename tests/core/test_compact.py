@@ -16,8 +16,7 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from octr.store.layout import Layout
-from online_ctr.compact import (
+from online_ctr.learning.compact import (
     N_MAX,
     WEIGHT_MAX,
     WEIGHT_MIN,
@@ -29,13 +28,14 @@ from online_ctr.compact import (
     round_weight,
     weight_value,
 )
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.learner import LOGIT_CLIP, Features, unique_features
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
-from online_ctr.rules.base import Array
-from online_ctr.sequential import learn_sequential
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.learner import LOGIT_CLIP, Features, unique_features
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.rules.base import Array
+from online_ctr.learning.sequential import learn_sequential
+from online_ctr.store.layout import Layout
 from tests.conftest import CRITEO
 from tests.core.test_sequential import PARAMS, examples_of
 

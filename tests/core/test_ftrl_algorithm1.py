@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import LOGIT_CLIP
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import BatchProgress, replay
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import LOGIT_CLIP
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import BatchProgress, replay
+from online_ctr.learning.rules import get_rule
 
 ALPHA, BETA, L1, L2 = 0.05, 1.0, 1.0, 0.5
 TOLERANCE = 1e-9

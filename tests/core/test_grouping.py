@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from online_ctr.grouping import SMALL, unique_inverse
+from online_ctr.learning.grouping import SMALL, unique_inverse
 
 
 def _reference(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

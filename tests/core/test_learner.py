@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from online_ctr.features import Batch, Example, FeatureHasher
-from online_ctr.learner import (
+from online_ctr.learning.features import Batch, Example, FeatureHasher
+from online_ctr.learning.learner import (
     LOGIT_CLIP,
     gradients,
     learn,
@@ -31,10 +31,10 @@ from online_ctr.learner import (
     sigmoid,
     unique_features,
 )
-from online_ctr.model import InMemoryModel
-from online_ctr.rules import RULES
-from online_ctr.rules.base import Array, Rule
-from online_ctr.stream_metrics import log_loss
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.rules import RULES
+from online_ctr.learning.rules.base import Array, Rule
+from online_ctr.learning.stream_metrics import log_loss
 
 NAMES = sorted(RULES)
 

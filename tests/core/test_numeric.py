@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from online_ctr.features import FeatureHasher
-from online_ctr.numeric import check_numeric, log_bucket
-from online_ctr.readers import criteo_bucket
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.numeric import check_numeric, log_bucket
+from online_ctr.learning.readers import criteo_bucket
 
 
 @pytest.mark.parametrize(

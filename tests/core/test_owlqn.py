@@ -32,10 +32,10 @@ import sklearn
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 
-from online_ctr import owlqn
-from online_ctr.commands.train_batch import register
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.owlqn import (
+from online_ctr.cli.train_batch import register
+from online_ctr.learning import owlqn
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.owlqn import (
     Design,
     Pairs,
     Point,
@@ -51,8 +51,8 @@ from online_ctr.owlqn import (
     pseudo_gradient,
     two_loop,
 )
-from online_ctr.readers import read_examples
-from online_ctr.rules.base import Array
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules.base import Array
 
 CRITEO_ROWS = 2000
 

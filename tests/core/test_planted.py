@@ -13,10 +13,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-from online_ctr.features import BIAS, Batch, FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.planted import PlantedStream, planted_stream, zipf_frequencies
-from online_ctr.rules import RULES
+from online_ctr.learning.features import BIAS, Batch, FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.planted import PlantedStream, planted_stream, zipf_frequencies
+from online_ctr.learning.rules import RULES
 
 N_EXAMPLES = 20_000
 #: Mini-batches of 8 keep the long streams fast; the progressive loss is still taken before

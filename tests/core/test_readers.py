@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from online_ctr.readers import ReaderError, read_examples
+from online_ctr.learning.readers import ReaderError, read_examples
 
 CRITEO_HEADER = ",".join(
     ["label"] + [f"I{j}" for j in range(1, 14)] + [f"C{j}" for j in range(1, 27)]

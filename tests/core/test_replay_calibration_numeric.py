@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from online_ctr.calibration import Histogram
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.learning.calibration import Histogram
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
 from tests.core.test_replay_command import last_json, run
 
 

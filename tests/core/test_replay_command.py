@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from online_ctr.commands import replay as replay_command
-from online_ctr.commands.replay import TIMED, register
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import get_rule
+from online_ctr.cli import replay as replay_command
+from online_ctr.cli.replay import TIMED, register
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import get_rule
 
 REQUIRED = {
     "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",

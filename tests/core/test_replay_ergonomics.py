@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from online_ctr.commands import replay, train_batch
-from online_ctr.detect import FormatError, detect_first_line, detect_format
+from online_ctr.cli import replay, train_batch
+from online_ctr.learning.detect import FormatError, detect_first_line, detect_format
 
 FILES = {
     "criteo/criteo_kaggle_train_head10k.tsv": "criteo",

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from online_ctr.rules import fobos, ftrl, rda
-from online_ctr.rules.base import soft_threshold
+from online_ctr.learning.rules import fobos, ftrl, rda
+from online_ctr.learning.rules.base import soft_threshold
 
 EPS = float(np.finfo(np.float64).eps)
 

@@ -1,4 +1,5 @@
-"""What every registered rule promises (``online_ctr/rules/base.py``), checked for all of them."""
+"""What every registered rule promises (``online_ctr/learning/rules/base.py``), checked for all of
+them."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from online_ctr.rules import RULES, get_rule
-from online_ctr.rules.base import Array, Rule
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.rules.base import Array, Rule
 
 NAMES = sorted(RULES)
 

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import unique_features
-from online_ctr.model import InMemoryModel
-from online_ctr.planted import planted_stream
-from online_ctr.rules import RULES, fobos, rda, tg, truncation
-from online_ctr.rules.base import Array, Rule, soft_threshold
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import unique_features
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.planted import planted_stream
+from online_ctr.learning.rules import RULES, fobos, rda, tg, truncation
+from online_ctr.learning.rules.base import Array, Rule, soft_threshold
 
 WIDTH, STEPS, PRESENCE = 8, 200, 0.3
 

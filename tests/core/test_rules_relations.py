@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pytest
 
-from online_ctr.rules import fobos, ftrl, tg, truncation
-from online_ctr.rules.base import Array
+from online_ctr.learning.rules import fobos, ftrl, tg, truncation
+from online_ctr.learning.rules.base import Array
 
 STEPS = 300
 

@@ -19,13 +19,13 @@ from itertools import islice
 import numpy as np
 import pytest
 
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.learner import LOGIT_CLIP, Features, learn, log_loss, unique_features
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import RULES, get_rule
-from online_ctr.rules.base import Array
-from online_ctr.sequential import Learned, learn_sequential
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.learner import LOGIT_CLIP, Features, learn, log_loss, unique_features
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.rules.base import Array
+from online_ctr.learning.sequential import Learned, learn_sequential
 from tests.conftest import CRITEO, fresh_python
 from tests.core.test_ftrl_algorithm1 import ALPHA, BETA, L1, L2, algorithm_1, featurized
 
@@ -195,11 +195,11 @@ def test_an_empty_batch_learns_nothing() -> None:
 
 def test_numba_starts_without_importing_scipy_which_still_imports_after() -> None:
     """The compiled code's first use skips numba's BLAS probe (~0.15 s of SciPy imports at
-    start-up, see online_ctr/kernels.py), and leaves SciPy's BLAS module importable."""
+    start-up, see online_ctr/learning/kernels.py), and leaves SciPy's BLAS module importable."""
     code = (
         "import sys\n"
-        "from online_ctr.rules import get_rule\n"
-        "from online_ctr.sequential import warm_up\n"
+        "from online_ctr.learning.rules import get_rule\n"
+        "from online_ctr.learning.sequential import warm_up\n"
         "rule = get_rule('ftrl')\n"
         "warm_up(rule, rule.params())\n"
         "print('scipy.linalg' in sys.modules, 'numba.np.arraymath' in sys.modules)\n"

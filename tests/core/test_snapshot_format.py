@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from online_ctr.snapshot import (
+from online_ctr.learning.snapshot import (
     MAX_JSON_BYTES,
     MAX_ROWS,
     PREAMBLE,

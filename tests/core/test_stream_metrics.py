@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import log_loss, roc_auc_score
 
-from online_ctr.stream_metrics import StreamMetrics, auc
+from online_ctr.learning.stream_metrics import StreamMetrics, auc
 
 
 @pytest.mark.oracle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from online_ctr.table import StateTable
+from online_ctr.learning.table import StateTable
 from workers.cache import StateCache
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import unique_features
-from online_ctr.rules import RULES, get_rule
-from online_ctr.rules.base import Rule, uncertainty
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import unique_features
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.rules.base import Rule, uncertainty
 from tests.core.test_rules_contract import random_params, stream_state
 
 

@@ -32,11 +32,11 @@ import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests import _vw
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import log_loss, sigmoid
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import log_loss, sigmoid
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 

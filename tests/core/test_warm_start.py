@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from online_ctr.features import FeatureHasher
-from online_ctr.owlqn import design_from_batch, loss_and_gradient, minimize
-from online_ctr.rules import RULES, get_rule
-from online_ctr.snapshot import Reader, Rows
-from online_ctr.warm_start import seed_state, seed_step, snapshot, squared_gradients
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.owlqn import design_from_batch, loss_and_gradient, minimize
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.snapshot import Reader, Rows
+from online_ctr.learning.warm_start import seed_state, seed_step, snapshot, squared_gradients
 
 #: Hyper-parameters where every rule's shrinkage is active (l1, theta, k), so the seeded state
 #: must be exactly at the step where nothing is pending yet.

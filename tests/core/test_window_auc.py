@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from online_ctr.stream_metrics import auc
-from online_ctr.window_auc import AucWindow
+from online_ctr.learning.stream_metrics import auc
+from online_ctr.learning.window_auc import AucWindow
 
 
 def stream(seed: int, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
+from online_ctr.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 METRIC_NAME = re.compile(r"\bonline_ctr_\w+")

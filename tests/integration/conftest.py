@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import free_port
+from online_ctr.cli.embedded import free_port
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Service:
     def start(self, name: str, command: str, **env: str) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{name}.log").open("ab") as log:  # the child keeps its copy
             process = subprocess.Popen(
-                [sys.executable, "-m", "online_ctr.cli", command],
+                [sys.executable, "-m", "online_ctr.cli.main", command],
                 env={**self.env, **env},
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from octr.store.state import ModelStore, spec_from
-from online_ctr.features import FeatureHasher
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.rules import get_rule
+from online_ctr.store.state import ModelStore, spec_from
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from online_ctr.client import Client
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import get_rule
-from online_ctr.snapshot import Footer, Reader, Rows
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.snapshot import Footer, Reader, Rows
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from loadtests import bench_kernel
-from online_ctr.features import Example, FeatureHasher
+from online_ctr.learning.features import Example, FeatureHasher
 
 
 def test_repeated_cycles_through_the_examples_in_order() -> None:

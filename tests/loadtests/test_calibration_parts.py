@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from loadtests.calibration import FILES, ece, measure, obd_rows, report
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
 
 
 def test_ece_is_the_mean_absolute_gap_over_equal_count_bins() -> None:

@@ -187,7 +187,7 @@ def test_bare_app_is_served_with_the_same_uvicorn_settings_as_the_api() -> None:
 
 
 def test_entries_are_what_the_api_writes_for_a_single_example() -> None:
-    from octr.store.codec import decode_entry
+    from online_ctr.store.codec import decode_entry
 
     rows = feed.criteo_rows(DATA_DIR, limit=3)
     decoded = [decode_entry(blob) for blob in feed.entries(rows)]
@@ -220,7 +220,7 @@ def test_learn_bodies_hold_consecutive_labelled_rows(tmp_path: Path) -> None:
 
 
 def test_entries_of_many_examples_keep_the_rows_in_order() -> None:
-    from octr.store.codec import decode_entry
+    from online_ctr.store.codec import decode_entry
 
     rows = feed.criteo_rows(DATA_DIR, limit=25)
     blobs = feed.entries(rows, per_entry=10)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loadtests import store_costs
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
 
 
 @pytest.mark.integration

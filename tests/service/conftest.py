@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
 from service.app import create_app
 from tests.service.keys import HEADERS
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
 from service.app import create_app
 from tests.service.keys import ADMIN_KEY, AUTH, LEARN_KEY, PREDICT_KEY
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from octr.settings import Settings
-from service.embedded import free_port
+from online_ctr.cli.embedded import free_port
+from online_ctr.config.settings import Settings
 from tests.service.keys import ADMIN_KEY, AUTH
 from tests.service.test_commands import ROOT
 
@@ -100,7 +100,7 @@ def api_url(redis_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     )
     with (tmp_path / "api.log").open("wb") as log:
         api = subprocess.Popen(
-            [sys.executable, "-m", "online_ctr.cli", "api"], env=environment, stderr=log
+            [sys.executable, "-m", "online_ctr.cli.main", "api"], env=environment, stderr=log
         )
     try:
         deadline = time.monotonic() + 30

@@ -13,17 +13,17 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.calibration import FIT_FIELD, HISTOGRAM_FIELD, decode_fit
-from octr.store.keys import ModelKeys
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.calibration import PowerFit
-from online_ctr.features import FeatureHasher
-from online_ctr.learner import sigmoid
-from online_ctr.model import InMemoryModel
-from online_ctr.rules import get_rule
+from online_ctr.config.settings import Settings
+from online_ctr.learning.calibration import PowerFit
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.learner import sigmoid
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.rules import get_rule
+from online_ctr.metrics import Metrics
+from online_ctr.store.calibration_codec import FIT_FIELD, HISTOGRAM_FIELD, decode_fit
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_api_predict import ROWS, predict

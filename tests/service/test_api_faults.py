@@ -12,11 +12,11 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
-from octr.store.state import ModelMismatchError
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.config.settings import Settings
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.state import ModelMismatchError
 from service.app import create_app
-from service.embedded import RedisServer
 from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():

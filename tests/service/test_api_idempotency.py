@@ -15,10 +15,10 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.config.settings import Settings
+from online_ctr.store.keys import ModelKeys
 from service.app import create_app
-from service.embedded import RedisServer
 from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():

@@ -15,11 +15,11 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.joins import JoinPolicy
-from octr.settings import Settings
-from octr.store.codec import LABEL_OFFSET, decode_entry
-from octr.store.impressions import Impressions, Swept
-from octr.store.keys import ModelKeys
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.config.settings import Settings
+from online_ctr.store.codec import LABEL_OFFSET, decode_entry
+from online_ctr.store.impressions import Impressions, Swept
+from online_ctr.store.keys import ModelKeys
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 

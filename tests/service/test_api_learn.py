@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import redis
 
-from octr.settings import Settings
-from octr.store.codec import decode_entry
-from octr.store.keys import ModelKeys
-from online_ctr.features import Batch, Example, FeatureHasher, Value
-from online_ctr.readers import read_examples
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import Batch, Example, FeatureHasher, Value
+from online_ctr.learning.readers import read_examples
+from online_ctr.store.codec import decode_entry
+from online_ctr.store.keys import ModelKeys
 from service.api.scan import scan
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import redis
 
-from octr.settings import Settings
-from octr.store.codec import decode_entry
-from octr.store.keys import ModelKeys
+from online_ctr.config.settings import Settings
+from online_ctr.store.codec import decode_entry
+from online_ctr.store.keys import ModelKeys
 from tests.service.keys import AUTH, LEARN_KEY, PREDICT_KEY
 
 FTRL = {"rule": "ftrl", "alpha": 0.1, "l1": 1.0}

@@ -12,11 +12,11 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
-from octr.store.state import ModelMismatchError, ModelStore
-from octr.wiring import model_spec
-from online_ctr.features import FeatureHasher
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.state import ModelMismatchError, ModelStore
+from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_api_predict import learn_with_worker, predict

@@ -14,15 +14,15 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
+from online_ctr.metrics import Metrics
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from workers.consumer import Worker, WorkerConfig

@@ -14,14 +14,14 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.features import FeatureHasher, Value
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.rules import get_rule
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import FeatureHasher, Value
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
+from online_ctr.metrics import Metrics
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from service.api.scan import scan
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH

@@ -11,12 +11,12 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.readers import read_examples
-from online_ctr.snapshot import Reader, Rows
+from online_ctr.config.settings import Settings
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.snapshot import Reader, Rows
+from online_ctr.metrics import Metrics
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS, PREDICT_KEY

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis
 
-from octr.settings import Settings
-from online_ctr.features import BIAS, FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.rules import get_rule
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import BIAS, FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.rules import get_rule
 from tests.service.keys import AUTH
 from tests.service.test_api_predict import ROWS, learn_with_worker, predict
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
+from online_ctr.config.settings import Settings
+from online_ctr.store.keys import ModelKeys
 from tests.service.keys import AUTH
 
 with warnings.catch_warnings():

@@ -12,7 +12,7 @@ import pytest
 SCRIPT = """
 import asyncio, gc, sys
 from prometheus_client import CollectorRegistry
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
 from service.app import create_app
 
 async def main() -> None:

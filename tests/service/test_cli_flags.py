@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from octr.flags import add_parser, command_flags, settings_from_args
-from octr.process import StartupError, variable
-from octr.settings import Settings
-from online_ctr.cli import build_parser, main
-from service.embedded import free_port
+from online_ctr.cli.embedded import free_port
+from online_ctr.cli.flags import add_parser, command_flags, settings_from_args
+from online_ctr.cli.main import build_parser, main
+from online_ctr.config.settings import Settings
+from online_ctr.process import StartupError, variable
 
 #: This checkout, first on the children's path (the virtualenv may hold another checkout).
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def cli(*argv: str, timeout_s: float = 30, **env: str) -> subprocess.CompletedPr
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
     environment.update(PYTHONPATH=str(ROOT), OCTR_AUTH="off", **env)
-    command = [sys.executable, "-m", "online_ctr.cli", *argv]
+    command = [sys.executable, "-m", "online_ctr.cli.main", *argv]
     return subprocess.run(
         command, env=environment, capture_output=True, text=True, timeout=timeout_s
     )

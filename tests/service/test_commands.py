@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec, redis_client
-from service.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.config.settings import Settings
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec, redis_client
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def run(command: str, tmp_path: Path, timeout_s: float = 30, **env: str) -> tupl
     environment.update(PYTHONPATH=str(ROOT), OCTR_DATA_DIR=str(tmp_path / "data"), OCTR_AUTH="off")
     environment.update({**defaults, **env})
     done = subprocess.run(
-        [sys.executable, "-m", "online_ctr.cli", command],
+        [sys.executable, "-m", "online_ctr.cli.main", command],
         env=environment,
         capture_output=True,
         timeout=timeout_s,
@@ -165,7 +165,7 @@ def test_models_delete_removes_a_model_and_asks_first(tmp_path: Path, redis_url:
     def models(*args: str) -> subprocess.CompletedProcess[str]:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
         environment.update(PYTHONPATH=str(ROOT), OCTR_REDIS_URL=redis_url)
-        command = [sys.executable, "-m", "online_ctr.cli", "models", "delete", *args]
+        command = [sys.executable, "-m", "online_ctr.cli.main", "models", "delete", *args]
         return subprocess.run(
             command,
             env=environment,

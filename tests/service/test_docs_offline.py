@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
 from service.api.auth import DOCS_ASSETS_URL
 from service.app import create_app
 from tests.service.keys import AUTH, PREDICT_KEY

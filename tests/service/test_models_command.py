@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import redis
 
-from octr.settings import Settings
-from octr.store.keys import ModelKeys
-from octr.store.registry import Registry
-from octr.store.state import ModelStore
-from octr.wiring import model_spec, redis_client
-from service.embedded import free_port
+from online_ctr.cli.embedded import free_port
+from online_ctr.config.settings import Settings
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.model_config import own_config
+from online_ctr.store.registry import Registry
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec, redis_client
 from tests.service.test_commands import ROOT, assert_one_line
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def models(redis_url: str | None, *argv: str) -> subprocess.CompletedProcess[str
     if redis_url is not None:
         environment["OCTR_REDIS_URL"] = redis_url
     return subprocess.run(
-        [sys.executable, "-m", "online_ctr.cli", "models", *argv],
+        [sys.executable, "-m", "online_ctr.cli.main", "models", *argv],
         env=environment,
         capture_output=True,
         text=True,
@@ -112,7 +113,7 @@ def test_the_own_model_cannot_be_created_and_is_only_emptied(redis_url: str) -> 
 
     async def start_service() -> None:  # what the API and the worker do at start
         client = redis_client(settings)
-        await Registry(client, 10).create("default", settings.default_model(), replace=True)
+        await Registry(client, 10).create("default", own_config(settings), replace=True)
         await ModelStore(client, model_spec(settings)).ensure()
         await client.aclose()
 

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from octr.settings import Settings
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.config.settings import Settings
 from service.api.lane import PredictLane
 from service.app import create_app
-from service.embedded import RedisServer
 from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
+from online_ctr.config.settings import Settings
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS, LEARN_KEY
 

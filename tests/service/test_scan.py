@@ -12,8 +12,8 @@ import orjson
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from online_ctr.features import Batch, FeatureHasher
-from online_ctr.readers import read_examples
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.readers import read_examples
 from service.api.scan import NameIds, scan
 from service.api.schemas import LearnBatch, LearnExample, LearnRequest
 

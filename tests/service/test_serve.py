@@ -15,9 +15,9 @@ import httpx
 import pytest
 import redis
 
-from octr.store.keys import ModelKeys
-from service.embedded import RedisServer, free_port
-from service.local import lock_data_dir
+from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.local import lock_data_dir
+from online_ctr.store.keys import ModelKeys
 from tests.service.test_commands import ROOT, assert_one_line, run
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def start_serve(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
     # A process group of its own, like a shell job: the test signals the group, not itself.
     with (tmp_path / "serve.log").open("wb") as log:  # the child keeps its copy
         return subprocess.Popen(
-            [sys.executable, "-m", "online_ctr.cli", "serve"],
+            [sys.executable, "-m", "online_ctr.cli.main", "serve"],
             env=environment,
             cwd=tmp_path,
             stderr=log,

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from octr.joins import JoinPolicy
-from octr.settings import Settings
-from service.embedded import RedisServer
+from online_ctr.cli.embedded import RedisServer
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.config.settings import Settings
+from online_ctr.store.model_config import own_config
 from workers.main import worker_config
 
 
@@ -79,8 +80,8 @@ def test_the_auc_window_reaches_the_worker_within_its_bounds() -> None:
 
 
 def test_the_join_policy_comes_from_two_settings() -> None:
-    assert Settings().default_model().policy() == JoinPolicy(0, "negative")
-    assert Settings(join_window_s=3600, unlabeled="drop").default_model().policy() == JoinPolicy(
+    assert own_config(Settings()).policy() == JoinPolicy(0, "negative")
+    assert own_config(Settings(join_window_s=3600, unlabeled="drop")).policy() == JoinPolicy(
         3600, "drop"
     )
     for bad in ({"join_window_s": -1}, {"join_window_s": 7 * 86_400 + 1}, {"unlabeled": "skip"}):

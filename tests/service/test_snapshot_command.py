@@ -12,11 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.readers import read_examples
+from online_ctr.config.settings import Settings
+from online_ctr.learning.readers import read_examples
+from online_ctr.metrics import Metrics
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.test_commands import ROOT, assert_one_line
 from tests.service.test_snapshot_refusals import keys_of
@@ -30,7 +30,7 @@ def online_ctr(*argv: str, cwd: Path, **env: str) -> tuple[int, str, str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.update(PYTHONPATH=str(ROOT), **env)
     done = subprocess.run(
-        [sys.executable, "-m", "online_ctr.cli", *argv],
+        [sys.executable, "-m", "online_ctr.cli.main", *argv],
         env=environment,
         capture_output=True,
         timeout=60,

@@ -16,11 +16,11 @@ import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from octr.store.keys import RegistryKeys
-from octr.store.registry import Registry, RegistryError
-from octr.store.snapshot_import import SnapshotImport
-from online_ctr.snapshot import PREAMBLE, SECTION, Footer, Header, Reader, Rows, Writer
+from online_ctr.config.settings import Settings
+from online_ctr.learning.snapshot import PREAMBLE, SECTION, Footer, Header, Reader, Rows, Writer
+from online_ctr.store.keys import RegistryKeys
+from online_ctr.store.registry import Registry, RegistryError
+from online_ctr.store.snapshot_import import SnapshotImport
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_api_snapshots import _learn, download, pieces

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from online_ctr.rules import get_rule
-from online_ctr.snapshot import Footer, Header, Writer
+from online_ctr.cli.embedded import free_port
+from online_ctr.config.settings import Settings
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.snapshot import Footer, Header, Writer
 from service.app import create_app
-from service.embedded import free_port
 from tests.service.keys import ADMIN_KEY, AUTH, HEADERS
 from tests.service.test_commands import ROOT
 from tests.service.test_snapshot_refusals import keys_of
@@ -73,7 +73,7 @@ def api(redis_url: str, tmp_path: Path) -> Iterator[tuple[tuple[str, int], Path]
     log_path = tmp_path / "api.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "online_ctr.cli", "api"], env=environment, stderr=log
+            [sys.executable, "-m", "online_ctr.cli.main", "api"], env=environment, stderr=log
         )
     try:
         deadline = time.monotonic() + 30

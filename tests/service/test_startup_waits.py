@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from octr.settings import Settings
-from octr.store.state import ModelStore
-from octr.wiring import model_spec, redis_client
-from service.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.config.settings import Settings
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec, redis_client
 from tests.integration.conftest import Service, wait_until
 from tests.service.test_commands import assert_one_line, run
 

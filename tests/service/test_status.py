@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.embedded import RedisServer, free_port
-from service.status import redis_answers
+from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.status import redis_answers
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def two_free_ports() -> int:
 
 
 def status(data: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "online_ctr.cli", "status", "--data-dir", str(data)]
+    command = [sys.executable, "-m", "online_ctr.cli.main", "status", "--data-dir", str(data)]
     return subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=30)
 
 
@@ -64,7 +64,7 @@ def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
            "OCTR_WORKER_METRICS_PORT": str(metrics)}  # fmt: skip
     with (tmp_path / "serve.log").open("wb") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "online_ctr.cli", *argv],
+            [sys.executable, "-m", "online_ctr.cli.main", *argv],
             env=env, cwd=tmp_path, stderr=log, start_new_session=True,
         )  # fmt: skip
     try:

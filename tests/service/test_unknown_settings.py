@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from octr.settings import COMPOSE_VARIABLES, Settings, setting_variables
+from online_ctr.config.settings import COMPOSE_VARIABLES, Settings, setting_variables
 from tests.service.test_commands import ROOT, assert_one_line, run
 
 #: The misspellings these tests (and the README) set on purpose.
@@ -82,7 +82,7 @@ def test_a_cli_command_refuses_a_misspelled_variable(argv: list[str], tmp_path: 
         PYTHONPATH=str(ROOT), OCTR_REDIS_URL="redis://127.0.0.1:1/0", OCTR_REDIS_URI="x"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "online_ctr.cli", *argv],
+        [sys.executable, "-m", "online_ctr.cli.main", *argv],
         env=environment,
         capture_output=True,
         text=True,

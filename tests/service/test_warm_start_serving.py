@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.settings import Settings
-from online_ctr.cli import main
-from online_ctr.features import FeatureHasher
-from online_ctr.owlqn import design_from_batch, minimize
-from online_ctr.readers import read_examples
+from online_ctr.cli.main import main
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.owlqn import design_from_batch, minimize
+from online_ctr.learning.readers import read_examples
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS

@@ -10,11 +10,11 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.store import codec
-from octr.store.state import ModelStore, spec_from
-from online_ctr.features import Example, FeatureHasher
-from online_ctr.rules import get_rule
+from online_ctr.learning.features import Example, FeatureHasher
+from online_ctr.learning.rules import get_rule
+from online_ctr.metrics import Metrics
+from online_ctr.store import codec
+from online_ctr.store.state import ModelStore, spec_from
 from workers.consumer import Worker, WorkerConfig
 
 MakeStore = Callable[..., Awaitable[ModelStore]]

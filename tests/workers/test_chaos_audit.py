@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from loadtests.chaos_parts import audit
-from online_ctr.features import Example
+from online_ctr.learning.features import Example
 from tests.workers.conftest import MakeStore, make_worker, send
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from online_ctr.features import Example
+from online_ctr.learning.features import Example
 from tests.workers.conftest import MakeStore, make_worker, send
 from tests.workers.test_nonfinite import ROWS, assert_equals_replay
 

@@ -9,13 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
-from octr.store.filter import ExistenceFilter
-from octr.store.layout import Layout
-from octr.store.state import ModelStore
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.store.filter import ExistenceFilter
+from online_ctr.store.layout import Layout
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 

@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.model_config import ModelConfig
-from octr.store.registry import Registry
-from octr.store.state import ModelStore
+from online_ctr.metrics import Metrics
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.registry import Registry
+from online_ctr.store.state import ModelStore
 from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from redis.exceptions import ConnectionError
 
-from octr.store.commits import Commit, StateChange
-from octr.store.layout import NEW
-from octr.store.shards import Runs
-from octr.store.state import ModelStore
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.store.commits import Commit, StateChange
+from online_ctr.store.layout import NEW
+from online_ctr.store.shards import Runs
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from tests.workers.test_existence_filter import expected_bitmaps

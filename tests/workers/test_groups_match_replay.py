@@ -15,15 +15,15 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.model_config import ModelConfig
-from octr.settings import Settings
-from octr.store.registry import Registry
-from octr.store.state import ModelStore
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.metrics import Metrics
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.registry import Registry
+from online_ctr.store.state import ModelStore
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS

@@ -18,18 +18,19 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
-from octr.settings import Settings
-from octr.store.codec import LABEL_OFFSET
-from octr.store.impressions import Impressions
-from octr.store.keys import ModelKeys
-from octr.store.state import ModelStore
-from octr.wiring import model_spec
-from online_ctr.features import Example, FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.stream_metrics import log_loss
+from online_ctr.config.settings import Settings
+from online_ctr.learning.features import Example, FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.stream_metrics import log_loss
+from online_ctr.metrics import Metrics
+from online_ctr.store.codec import LABEL_OFFSET
+from online_ctr.store.impressions import Impressions
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.model_config import own_config
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
@@ -87,9 +88,7 @@ async def serve_and_click(
 async def sweep_until(redis: Any, settings: Settings, done: asyncio.Event) -> None:
     """What a worker's loop does meanwhile: sweep every 50 ms; once ``done``, until no window
     is open (each closes WINDOW_S after its prediction)."""
-    impressions = Impressions(
-        redis, KEYS.feedback, [KEYS.stream], settings.default_model().policy()
-    )
+    impressions = Impressions(redis, KEYS.feedback, [KEYS.stream], own_config(settings).policy())
     while not done.is_set() or await redis.zcard(KEYS.feedback.pending):
         swept = await impressions.sweep()
         assert swept.expired == 0
@@ -127,7 +126,7 @@ async def test_joined_clicks_learn_exactly_the_replay(redis_url: str) -> None:
         store,
         WorkerConfig(name="w1"),
         Metrics(CollectorRegistry()),
-        policy=settings.default_model().policy(),
+        policy=own_config(settings).policy(),
     )
     await worker.run_until_idle()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from octr.metrics import Metrics
+from online_ctr.metrics import Metrics
 from workers.auc import ProgressiveAuc
 
 

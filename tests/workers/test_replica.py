@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
-from octr.store.replica import MOST_COMMITS, StateReplica
-from octr.store.state import ModelStore
-from online_ctr.readers import read_examples
+from online_ctr.learning.readers import read_examples
+from online_ctr.store.replica import MOST_COMMITS, StateReplica
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from tests.workers.test_store_lookup import random_state, script_calls

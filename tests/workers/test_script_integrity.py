@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from octr.store.keys import FeedbackKeys, RegistryKeys
-from octr.store.scripts import register
-from octr.store.state import ModelStore
+from online_ctr.store.keys import FeedbackKeys, RegistryKeys
+from online_ctr.store.scripts import register
+from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, send
 from workers.committer import MOST_WAITING
 

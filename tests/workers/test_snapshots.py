@@ -10,16 +10,16 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from octr.store import snapshot_scan
-from octr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
-from octr.store.snapshot_import import ModelExistsError, SnapshotImport
-from octr.store.state import ModelImportingError, ModelStore, spec_from
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import Row, read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import RULES, get_rule
-from online_ctr.snapshot import Footer, Reader, Rows, SnapshotError
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import Row, read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.snapshot import Footer, Reader, Rows, SnapshotError
+from online_ctr.store import snapshot_scan
+from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
+from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
+from online_ctr.store.state import ModelImportingError, ModelStore, spec_from
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.consumer import Worker

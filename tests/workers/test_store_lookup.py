@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from octr.store.state import ModelMismatchError, ModelStore
-from online_ctr.readers import read_examples
+from online_ctr.learning.readers import read_examples
+from online_ctr.store.state import ModelMismatchError, ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 

@@ -8,15 +8,15 @@ import itertools
 import numpy as np
 import pytest
 
-from octr.store.state import ModelStore
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from workers.committer import MOST_WAITING
-from workers.learn import learn_group
+from workers.learn_group import learn_group
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

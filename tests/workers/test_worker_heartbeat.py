@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from octr.store.state import ModelStore
+from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

@@ -9,13 +9,13 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry
 
-from octr.joins import JoinPolicy
-from octr.metrics import Metrics
-from octr.store import codec
-from octr.store.impressions import Impressions
-from octr.store.state import ModelStore
-from online_ctr.features import FeatureHasher
-from online_ctr.readers import read_examples
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.readers import read_examples
+from online_ctr.metrics import Metrics
+from online_ctr.store import codec
+from online_ctr.store.impressions import Impressions
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore
 from workers.consumer import Worker, WorkerConfig

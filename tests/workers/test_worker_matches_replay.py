@@ -8,13 +8,18 @@ import numpy as np
 import pytest
 import redis.asyncio as aioredis
 
-from octr.store.calibration import FIT_FIELD, HISTOGRAM_FIELD, decode_fit, encode_histogram
-from octr.store.state import ModelStore, spec_from
-from online_ctr.features import FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import RULES, get_rule
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.store.calibration_codec import (
+    FIT_FIELD,
+    HISTOGRAM_FIELD,
+    decode_fit,
+    encode_histogram,
+)
+from online_ctr.store.state import ModelStore, spec_from
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 

@@ -7,13 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from octr.store.state import ModelStore
-from online_ctr.features import Example, FeatureHasher
-from online_ctr.model import InMemoryModel
-from online_ctr.readers import read_examples
-from online_ctr.replay import replay
-from online_ctr.rules import RULES
-from online_ctr.stream_metrics import auc
+from online_ctr.learning.features import Example, FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.replay import replay
+from online_ctr.learning.rules import RULES
+from online_ctr.learning.stream_metrics import auc
+from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from workers.consumer import Worker

@@ -10,7 +10,7 @@ from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.fastjson import scanned_route
-from service.api.joins import answer
+from service.api.join_side import answer
 from service.api.limits import InvalidFieldError
 from service.api.scan import scanned_body
 from service.api.schemas import (

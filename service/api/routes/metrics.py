@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from octr.store.state import ModelGoneError, ModelMismatchError
+from online_ctr.store.state import ModelGoneError, ModelMismatchError
 from service.api.deps import CatalogDep, RegistryDep
 
 logger = logging.getLogger(__name__)

@@ -13,12 +13,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Response, status
 
-from octr.model_config import ModelConfig
-from octr.store.keys import MODEL_NAME
-from octr.store.registry import RegistryError, UnknownNameError
-from octr.store.state import ModelMismatchError, ModelStore
+from online_ctr.store.keys import MODEL_NAME
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.registry import RegistryError, UnknownNameError
+from online_ctr.store.state import ModelMismatchError, ModelStore
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
+from service.api.listing import group_response, model_list
 from service.api.schemas import (
     GroupResponse,
     GroupUpdate,
@@ -28,7 +29,6 @@ from service.api.schemas import (
     error_responses,
 )
 from service.api.served import ServedModel
-from service.models_admin import group_response, model_list
 
 router = APIRouter(tags=["models"])
 

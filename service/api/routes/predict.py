@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.fastjson import FastJSONRoute
 from service.api.groups import ServedGroup
-from service.api.joins import PredictionIdUsedError, used_error
+from service.api.join_side import PredictionIdUsedError, used_error
 from service.api.schemas import (
     PredictBatchResponse,
     PredictRequest,

@@ -14,10 +14,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import StreamingResponse
 
-from octr.model_config import ModelConfig
-from octr.store.keys import MODEL_NAME
-from octr.store.snapshot_export import open_export
-from octr.store.snapshot_import import SnapshotImport, check_name
+from online_ctr.store.keys import MODEL_NAME
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.snapshot_export import open_export
+from online_ctr.store.snapshot_import import SnapshotImport, check_name
 from service.api.catalog import Catalog
 from service.api.deps import ServedDep
 from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses

@@ -1,0 +1,62 @@
+"""The ``online-ctr`` command: one sub-command per module, each with a ``register`` function.
+
+Sub-command modules are imported when the command runs, never at import time, and the service
+ones only if the service is installed alongside the core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+#: Per module that defines ``register(subparsers)``, the sub-commands it adds (each parser
+#: sets ``func``). A test holds these names equal to what the modules register.
+COMMANDS = {
+    "online_ctr.cli.replay": ("replay",),
+    "online_ctr.cli.train_batch": ("train-batch",),
+    "online_ctr.cli.api": ("serve", "api"),
+    "online_ctr.cli.models": ("models",),
+    "online_ctr.cli.snapshots": ("export", "import"),
+    "online_ctr.cli.status": ("status",),
+    "online_ctr.cli.worker": ("worker",),
+}
+
+
+def package_version() -> str:
+    """The installed package's version (from its metadata), or ``unknown``."""
+    try:
+        return version("online-ctr")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, with every sub-command, or only with the module of sub-command
+    ``only``: the others' imports (the service's, hundreds of milliseconds) are not paid for
+    by a command that does not use them, such as a timed ``replay``."""
+    modules = [m for m, names in COMMANDS.items() if only in names] or list(COMMANDS)
+    parser = argparse.ArgumentParser(
+        prog="online-ctr", description="Streaming online learning for CTR prediction."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in modules:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The sub-command is the first argument (no top-level option takes a value); anything
+    # else (--help, --version, a typo) gets the full parser and its full answer.
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

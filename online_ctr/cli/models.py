@@ -1,0 +1,154 @@
+"""``online-ctr models list|create|delete|promote``: the command-line twin of the admin API's
+``/models`` and ``/groups`` routes.
+
+It talks to the Redis of ``OCTR_REDIS_URL`` directly (an admin on the machine needs no API
+key), with the routes' rules (:mod:`online_ctr.admin`). A refusal, an unknown name or a
+Redis that does not answer is one line on stderr and exit status 1; an invalid option is one
+line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from online_ctr.admin import ModelsAdmin
+from online_ctr.cli.model_options import add_config_options, config_from_args, parse_split
+from online_ctr.cli.models_table import print_listing
+from online_ctr.config.settings import Settings
+from online_ctr.process import StartupError, configure_logging, settings_or_exit
+from online_ctr.store.keys import valid_model_name
+from online_ctr.store.registry import GroupInfo, RegistryError
+from online_ctr.wiring import redis_client
+from service.api.listing import model_list
+
+T = TypeVar("T")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``models list|create|delete|promote`` to the ``online-ctr`` command line."""
+    text = "administer models and groups (needs OCTR_REDIS_URL)"
+    parser = subparsers.add_parser("models", help=text, description=text)
+    actions = parser.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="list the models and the groups")
+    listing.add_argument("--json", action="store_true", help="print what GET /models answers")
+    listing.set_defaults(func=list_models)
+    create = actions.add_parser(
+        "create", help="create a model (with --group: in that group, created with it)"
+    )
+    create.add_argument("name", help="the model's name")
+    add_config_options(create)
+    create.set_defaults(func=create_model)
+    delete = actions.add_parser(
+        "delete", help="delete a model and all its keys (state, unlearned feedback, dead letters)"
+    )
+    delete.add_argument("name", help="the model's name (OCTR_MODEL: emptied, not removed)")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(func=delete_model)
+    _add_promote(actions)
+
+
+def _add_promote(actions: Any) -> None:
+    promote = actions.add_parser(
+        "promote", help="make a model of a group serve it, and set its traffic split"
+    )
+    promote.add_argument("group", help="the group's name")
+    promote.add_argument("model", help="the model that will serve the group")
+    split = promote.add_mutually_exclusive_group()
+    split.add_argument(
+        "--split",
+        metavar="MODEL=WEIGHT,...",
+        help="traffic shares of requests with a split_key (default: keep the current split)",
+    )
+    split.add_argument("--no-split", action="store_true", help="clear the traffic split")
+    promote.set_defaults(func=promote_model)
+
+
+def list_models(args: argparse.Namespace) -> int:
+    """Print the models and groups, as a table or as JSON."""
+    settings = _settings()
+    listing = model_list(*_run(settings, lambda admin: admin.list()), settings.model)
+    if args.json:
+        print(listing.model_dump_json(indent=2))
+    else:
+        print_listing(listing)
+    return 0
+
+
+def create_model(args: argparse.Namespace) -> int:
+    """Create the model ``args.name`` with the options' configuration."""
+    _check_name(args.name)
+    config = config_from_args(args)
+    settings = _settings()
+    created = _run(settings, lambda admin: admin.create(args.name, config))
+    group = f" in group {config.group!r}" if config.group else ""
+    if created:
+        print(f"created model {args.name!r}{group}: rule {config.rule}")
+    else:
+        print(f"model {args.name!r} exists already, alike{group}: rule {config.rule}")
+    return 0
+
+
+def delete_model(args: argparse.Namespace) -> int:
+    """Delete the model ``args.name``; prints what was deleted."""
+    settings = _settings()
+    _check_name(args.name)
+    if not args.yes and not _confirmed(f"delete model {args.name!r} and all its data? [y/N] "):
+        print("nothing deleted (pass --yes to skip the question)")
+        return 1
+    deleted = _run(settings, lambda admin: admin.delete(args.name))
+    print(f"deleted model {args.name!r}: {deleted} keys")
+    return 0
+
+
+def promote_model(args: argparse.Namespace) -> int:
+    """Make ``args.model`` serve ``args.group``; prints the group as it is now."""
+    split = {} if args.no_split else None if args.split is None else parse_split(args.split)
+    settings = _settings()
+    info: GroupInfo = _run(settings, lambda admin: admin.promote(args.group, args.model, split))
+    shares = ",".join(f"{k}={v:g}" for k, v in sorted(info.split.items())) or "none"
+    print(f"group {info.name!r}: serving {info.serving}, split {shares}")
+    return 0
+
+
+def _check_name(name: str) -> None:
+    if not valid_model_name(name):
+        raise StartupError(f"invalid model name {name!r}: use 1-64 of [A-Za-z0-9_.-]")
+
+
+def _confirmed(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:  # no terminal to answer: never delete by default
+        return False
+
+
+def _settings() -> Settings:
+    configure_logging("warning")
+    settings = settings_or_exit()
+    if settings.redis_url is None:
+        raise StartupError("set OCTR_REDIS_URL to the models' Redis (or use the admin API)")
+    return settings
+
+
+def _run(settings: Settings, action: Callable[[ModelsAdmin], Awaitable[T]]) -> T:
+    """Run ``action`` on the Redis of ``OCTR_REDIS_URL``; one line and exit status 1 if it
+    is refused or Redis does not answer."""
+
+    async def run() -> T:
+        client = redis_client(settings)
+        try:
+            return await action(ModelsAdmin(client, settings))
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(run())
+    except RegistryError as error:
+        raise StartupError(str(error)) from None
+    except (RedisError, OSError) as error:
+        raise StartupError(f"Redis error: {error} (OCTR_REDIS_URL)") from None

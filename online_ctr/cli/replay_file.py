@@ -1,0 +1,86 @@
+"""The heavy half of ``online-ctr replay``: the kernels' warm-up, the file's batches and the
+learning. :mod:`online_ctr.cli.replay` imports it only once the file's first block is
+being parsed (:class:`online_ctr.learning.parsing.Parsing`), so that importing numba and loading the
+compiled kernels here overlaps that parse on the other core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any
+
+from online_ctr.learning import columnar, sequential
+from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.parsing import Parsing
+from online_ctr.learning.progress import ProgressBar, count_lines
+from online_ctr.learning.readers import Row, read_examples
+from online_ctr.learning.replay import BatchProgress, ReplayResult, hashed, replay_batches
+from online_ctr.learning.rules import Rule
+
+
+def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
+    """The model the options describe; a ValueError if they refuse each other."""
+    return InMemoryModel(
+        rule, params, args.minibatch, encoding=args.encoding, calibration=args.calibration
+    )
+
+
+def warm_up(rule: Rule, params: Any, parsing: Parsing | None) -> None:
+    """Load the compiled code the replay runs (from numba's cache, or compile it)."""
+    if parsing is not None:
+        columnar.warm_up()
+    sequential.warm_up(rule, params)
+
+
+def passes(args: argparse.Namespace) -> Iterator[Row]:
+    # Lazy: each pass opens and parses the file again, and that parsing is timed.
+    return chain.from_iterable(
+        read_examples(args.file, args.format, args.limit) for _ in range(args.passes)
+    )
+
+
+def batches(
+    args: argparse.Namespace, hasher: FeatureHasher, parsing: Parsing | None, size: int
+) -> Iterator[Batch]:
+    """The passes over the file in batches of ``size`` examples: read a column at a time
+    where that reader exists (Criteo, with pyarrow installed; the first pass from
+    ``parsing``, started already), else row by row and hashed. Where the grouping changes
+    nothing (the exact learner, no calibration refitted per batch), the column reader's
+    blocks are only cut to at most ``size`` examples, not copied into batches of exactly it."""
+    if parsing is None:
+        return hashed(passes(args), hasher, size)
+    blocks = chain.from_iterable(
+        columnar.criteo_batches(args.file, hasher, args.limit, parsing if p == 0 else None)
+        for p in range(args.passes)
+    )
+    if args.minibatch or args.calibration != "off":
+        return columnar.rechunk(blocks, size)
+    return columnar.pieces(blocks, size)
+
+
+def replay_file(
+    args: argparse.Namespace,
+    model: InMemoryModel,
+    hasher: FeatureHasher,
+    parsing: Parsing | None,
+    size: int,
+) -> ReplayResult:
+    """Learn the file's passes, with a progress bar on a terminal."""
+    if not sys.stderr.isatty():
+        return replay_batches(batches(args, hasher, parsing, size), model, size)
+    lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
+    per_pass = lines if args.limit is None else min(lines, args.limit)
+    bar = ProgressBar(sys.stderr, per_pass * args.passes)
+
+    def show(progress: BatchProgress) -> None:
+        bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
+
+    result = replay_batches(batches(args, hasher, parsing, size), model, size, on_batch=show)
+    logloss = math.nan if result.logloss is None else result.logloss
+    bar.close(result.examples, f"log loss {logloss:.4f}")
+    return result

@@ -1,0 +1,108 @@
+"""``online-ctr status``: where the ``serve`` of a data directory runs, and whether each part
+answers: the API, its Redis (without the password) and the workers' /metrics.
+
+It reads what ``serve`` records in the directory (``serve.json``, and the pid in the lock file)
+and asks each part once, with a one-second timeout. Exit status 0 when serve runs and
+everything answers, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from online_ctr.cli.local import REDIS_PASSWORD_FILE, load_record, lock_holder
+from online_ctr.process import settings_or_exit
+
+TIMEOUT_S = 1.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``status`` to the ``online-ctr`` command line."""
+    text = "print where the serve of a data directory runs and whether each part answers"
+    parser = subparsers.add_parser("status", help=text, description=text)
+    parser.add_argument("--data-dir", type=Path, help="the data directory; overrides OCTR_DATA_DIR")
+    parser.set_defaults(func=status)
+
+
+def http_answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within the timeout."""
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def redis_answers(url: str, password: str | None) -> str:
+    """How Redis at ``url`` answers PING: ``answers``, ``answers (needs a password)`` or not."""
+    client = redis.Redis.from_url(
+        url, password=password, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
+    )
+    try:
+        client.ping()
+        return "answers"
+    except redis.AuthenticationError:
+        return "answers (needs a password)"
+    except (redis.RedisError, OSError):
+        return "does not answer"
+    finally:
+        client.close()
+
+
+def _password(data_dir: Path, record: dict[str, Any]) -> str | None:
+    if not record.get("embedded_redis"):
+        return None
+    try:
+        return (data_dir / REDIS_PASSWORD_FILE).read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
+def report(data_dir: Path) -> tuple[list[tuple[str, str]], bool]:
+    """The status lines (label, text), and whether everything runs and answers."""
+    locked, pid = lock_holder(data_dir)
+    record = load_record(data_dir)
+    lines = [("data directory", str(data_dir.resolve()))]
+    if record is None:
+        lines.append(("serve", "nothing recorded: no `online-ctr serve` has run here"))
+        return lines, False
+    pid = pid if locked else str(record.get("pid"))
+    alive = locked or _alive(record.get("pid"))
+    lines.append(("serve", f"pid {pid}, " + ("running" if alive else "not running")))
+    checks = [("API", record["api_url"], http_answers(record["api_url"] + "/healthz"))]
+    checks += [("worker metrics", url, http_answers(url)) for url in record["worker_metrics_urls"]]
+    answer = redis_answers(record["redis_url"], _password(data_dir, record))
+    where = "embedded" if record.get("embedded_redis") else "external"
+    lines.append(("Redis", f"{record['redis_url']} ({where}): {answer}"))
+    for label, url, ok in checks:
+        lines.append((label, f"{url}: {'answers' if ok else 'does not answer'}"))
+    # An external Redis may want a password status does not have: answering is enough.
+    healthy = alive and answer.startswith("answers") and all(ok for _, _, ok in checks)
+    return lines, healthy
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(str(pid)), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def status(args: argparse.Namespace) -> int:
+    """Print the status of the data directory's serve; 0 if everything answers."""
+    data_dir = args.data_dir or settings_or_exit().data_dir
+    lines, healthy = report(data_dir)
+    width = max(len(label) for label, _ in lines)
+    for label, text in lines:
+        print(f"{label:<{width}}  {text}")
+    return 0 if healthy else 1

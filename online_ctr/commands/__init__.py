@@ -1,1 +1,0 @@
-"""Sub-commands of the ``online-ctr`` command line, one module each."""

@@ -1,0 +1,313 @@
+"""The service's configuration: one pydantic-settings class, read once and passed down.
+
+Every variable has the prefix ``OCTR_`` (``OCTR_RULE=rda``); the Redis URL is also read from
+plain ``REDIS_URL``. Nothing else in the code reads the environment. An ``OCTR_`` variable that
+is no setting (a misspelling) is refused, not ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from online_ctr.config.checks import (
+    HYPER_PARAMETERS,
+    MAX_JOIN_WINDOW_S,
+    check_encoding,
+    check_power_of_two,
+    rule_params,
+)
+from online_ctr.learning.rules import RULES, get_rule
+
+#: URL schemes redis-py connects with.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+_VARIABLE_NAME = re.compile(rf"(?<![\w'])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
+#: ``OCTR_`` variables that are not settings: docker-compose.yml reads them (from ``.env``,
+#: deploy/env.example) to choose the image, the replicas and the published port and secret, and
+#: a shell that sources that file passes them on to whatever it runs next.
+COMPOSE_VARIABLES = frozenset(
+    {"OCTR_IMAGE", "OCTR_WORKER_REPLICAS", "OCTR_API_BIND", "OCTR_API_PORT", "OCTR_API_KEYS_SECRET"}
+)
+
+
+class Settings(BaseSettings):
+    """Configuration of the API, the worker and the all-in-one ``serve`` command."""
+
+    model_config = SettingsConfigDict(env_prefix="OCTR_", extra="ignore", frozen=True)
+
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OCTR_REDIS_URL", "REDIS_URL"),
+        description="Redis to use; unset, `online-ctr serve` starts an embedded one.",
+    )
+    redis_cluster: bool = Field(
+        False,
+        description="The Redis URL is a node of a Redis Cluster; the client finds the others.",
+    )
+    data_dir: Path = Field(Path(".online-ctr"), description="Where the embedded Redis keeps data.")
+    model: str = Field("default", description="The model the worker learns and the API serves.")
+    rule: str = Field("ftrl", description=f"Learning rule: {', '.join(sorted(RULES))}.")
+    alpha: float | None = Field(None, description="Learning-rate scale (ftrl, fobos, tg, ...).")
+    beta: float | None = Field(None, description="Learning-rate offset (ftrl, fobos, tg, ...).")
+    l1: float | None = Field(None, description="L1 strength (gravity for tg).")
+    l2: float | None = Field(None, description="L2 strength (ftrl).")
+    gamma: float | None = Field(None, description="RDA's step-size scale.")
+    theta: float | None = Field(None, description="Truncation threshold (tg, truncation).")
+    k: int | None = Field(None, description="Truncation period in steps (tg, truncation).")
+    hash_bits: int | None = Field(None, ge=1, le=64, description="Hashing-trick bits; unset: 64.")
+    numeric: Literal["log_bucket", "raw"] = Field(
+        "log_bucket",
+        description="How a numeric value enters the model: log_bucket (the category "
+        "field=floor(ln(x)^2)) or raw (x times a weight).",
+    )
+    calibration: Literal["off", "power"] = Field(
+        "off", description="power: serve gamma * p^kappa, fitted online by the learner."
+    )
+    state_buckets: int = Field(
+        1 << 18, description="Redis hashes a model's state is spread over (a power of two)."
+    )
+    state_shards: int = Field(
+        64, description="Hash slots a model's state is spread over (a power of two, <= buckets)."
+    )
+    state_encoding: Literal["float64", "compact"] = Field(
+        "float64",
+        description="How a feature's state is stored: float64 (exact), or compact (4 bytes, "
+        "rounded as learned; ftrl and l1sgd).",
+    )
+    join_window_s: int = Field(
+        0,
+        ge=0,
+        le=MAX_JOIN_WINDOW_S,
+        description="Seconds a served prediction waits for its label (/learn by "
+        "prediction_id); 0: predictions are not logged.",
+    )
+    unlabeled: Literal["negative", "drop"] = Field(
+        "negative",
+        description="A prediction unlabeled when its window closes: learned as a negative, "
+        "or dropped.",
+    )
+    max_models: int = Field(
+        100, ge=1, le=10_000, description="Most models (and metric label values) a service holds."
+    )
+    registry_refresh_s: float = Field(
+        1.0, gt=0, description="How soon another process's model or group change is seen."
+    )
+    worker_models: str = Field(
+        "", description="Comma-separated models a worker learns; empty: every model."
+    )
+    batch_size: int = Field(
+        65_536, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
+    )
+    batch_wait_ms: int = Field(50, ge=0, description="How long an idle worker waits for feedback.")
+    lease_ttl_ms: int = Field(
+        5000, ge=100, description="A dead learner is replaced by a standby within about this."
+    )
+    worker_cache_features: int = Field(
+        2_000_000, ge=1, description="Features whose state a worker keeps in memory, at most."
+    )
+    predict_cache_features: int = Field(
+        1_000_000,
+        ge=0,
+        description="Features whose state the API keeps in memory per model for /predict, "
+        "kept exact by the redo log (92-154 bytes each, 92 MB at 1,000,000; 0: off; single "
+        "Redis only).",
+    )
+    max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
+    auc_window: int = Field(
+        100_000,
+        ge=1,
+        le=1_000_000,
+        description="Progressive predictions the worker's AUC gauge covers (9 bytes each; "
+        "the AUC sorts them once a second, so at most a million).",
+    )
+    redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    redis_password_file: Path | None = Field(
+        None, description="A file holding the Redis password (a Compose or Kubernetes secret)."
+    )
+    redis_wait_s: float = Field(
+        30.0, gt=0, description="How long a starting process waits for Redis to answer."
+    )
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with a 503.")
+    max_examples_per_request: int = Field(1000, ge=1, description="Larger requests get a 422.")
+    max_features_per_example: int = Field(1000, ge=1, description="List items count one each.")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger bodies: a 413.")
+    host: str = Field("127.0.0.1", description="API bind address.")
+    port: int = Field(8000, ge=0, le=65535, description="API port.")
+    embedded_redis_port: int = Field(
+        6380, ge=0, le=65535, description="Port of the embedded Redis on 127.0.0.1; 0: any."
+    )
+    workers: int = Field(
+        1, ge=1, le=64, description="Learning workers `serve` starts (one learns, others stand by)."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Logging level: debug, info, warning or error."
+    )
+    worker_metrics_host: str = Field("127.0.0.1", description="Worker /metrics bind address.")
+    worker_metrics_port: int = Field(9101, ge=0, le=65535, description="Worker /metrics; 0: off.")
+    auth: Literal["on", "off"] = Field("on", description="API keys required; off: local use.")
+    api_keys: SecretStr | None = Field(None, description='JSON {"<key>": ["predict", ...]}.')
+    api_keys_file: Path | None = Field(None, description="A file of API keys, one per line.")
+    protect_metrics: bool = Field(False, description="/metrics needs the admin scope.")
+    protect_docs: bool = Field(False, description="/docs and /openapi.json need a key.")
+    idempotency_window_s: int = Field(
+        86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."
+    )
+    body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
+    upload_timeout_s: float = Field(
+        600.0, gt=0, description="Longest a snapshot upload (PUT /models/{name}/snapshot) may take."
+    )
+    worker_name: str | None = Field(None, description="Worker name; default host-pid.")
+    heartbeat_interval_s: float = Field(2.0, gt=0, description="How often a worker says so.")
+    ready_max_heartbeat_age_s: float = Field(
+        15.0, gt=0, description="/readyz fails when the newest heartbeat is older."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_variables(cls, data: Any) -> Any:
+        # A misspelled variable would otherwise be ignored, and its setting left at the default
+        # without a word: checked first, as it may be what makes another value invalid.
+        check_variables(os.environ)
+        return data
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, value: str) -> str:
+        get_rule(value)
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES:
+            raise ValueError(
+                f"{value!r} is not a Redis URL; write it as redis://HOST:PORT/DB "
+                "(e.g. redis://localhost:6379/0), rediss:// for TLS or unix:///path"
+            )
+        return value
+
+    @field_validator("state_buckets", "state_shards")
+    @classmethod
+    def _power_of_two(cls, value: int, info: ValidationInfo) -> int:
+        # At most 2048 shards: a commit's redo entry has a field per shard, and Lua passes
+        # at most ~8000 arguments to one command.
+        return check_power_of_two(value, 2048 if info.field_name == "state_shards" else 1 << 24)
+
+    @model_validator(mode="after")
+    def _shards_fit_buckets(self) -> Settings:
+        if self.state_shards > self.state_buckets:
+            raise ValueError(
+                f"OCTR_STATE_SHARDS ({self.state_shards}) cannot exceed OCTR_STATE_BUCKETS "
+                f"({self.state_buckets})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _params_fit_rule(self) -> Settings:
+        try:
+            self.rule_params()
+        except ValueError as error:
+            # The rules name their parameters as in the paper; name the variables instead.
+            named = _VARIABLE_NAME.sub(lambda m: f"OCTR_{m[0].upper()}", str(error))
+            raise ValueError(named) from None
+        return self
+
+    @model_validator(mode="after")
+    def _encoding_fits_rule(self) -> Settings:
+        try:
+            check_encoding(self.state_encoding, self.rule, ("OCTR_STATE_ENCODING", "OCTR_RULE"))
+        except ValueError as error:
+            message = f"{error}: unset OCTR_STATE_ENCODING or choose one of those rules"
+            raise ValueError(message) from None
+        return self
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> Settings:
+        """Put the password of ``OCTR_REDIS_PASSWORD_FILE`` into the URL, so that it never
+        has to be in an environment variable or on a command line."""
+        if self.redis_password_file is None:
+            return self
+        if self.redis_url is None:
+            raise ValueError("OCTR_REDIS_PASSWORD_FILE needs OCTR_REDIS_URL")
+        try:
+            password = self.redis_password_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(
+                f"OCTR_REDIS_PASSWORD_FILE: cannot read {self.redis_password_file}: "
+                f"{error.strerror}"
+            ) from None
+        parts = urlsplit(self.redis_url)
+        host = parts.netloc.rpartition("@")[2]
+        user = quote(parts.username or "", safe="")
+        netloc = f"{user}:{quote(password, safe='')}@{host}"
+        # Frozen settings: set once here, while they are being built.
+        object.__setattr__(self, "redis_url", urlunsplit(parts._replace(netloc=netloc)))
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_has_url(self) -> Settings:
+        if self.redis_cluster and self.redis_url is None:
+            raise ValueError(
+                "OCTR_REDIS_CLUSTER needs OCTR_REDIS_URL (the embedded Redis is no cluster)"
+            )
+        return self
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The hyper-parameters that were set, by name."""
+        values = {name: getattr(self, name) for name in HYPER_PARAMETERS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def rule_params(self) -> Any:
+        """The rule's hyper-parameter dataclass, refusing settings the rule does not use."""
+        try:
+            return rule_params(self.rule, self.hyper_parameters())
+        except ValueError as error:
+            raise ValueError(str(error).replace("leave it out", "unset them")) from None
+
+
+def setting_variables() -> frozenset[str]:
+    """The environment variable of every setting, and the aliases of the Redis URL's."""
+    names = {f"OCTR_{field.upper()}" for field in Settings.model_fields}
+    return frozenset(names | {"OCTR_REDIS_URL"})
+
+
+def check_variables(environ: Mapping[str, str]) -> None:
+    """Refuse an ``OCTR_`` variable that is neither a setting nor docker-compose's, naming the
+    closest setting (pydantic-settings, case-insensitive, would ignore it silently)."""
+    known = setting_variables()
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("OCTR_") or upper in known or upper in COMPOSE_VARIABLES:
+            continue
+        # Compared without the prefix, which every name shares and would make all look close.
+        suffixes = sorted(known_name.removeprefix("OCTR_") for known_name in known)
+        close = difflib.get_close_matches(upper.removeprefix("OCTR_"), suffixes, n=1)
+        hint = f" (did you mean OCTR_{close[0]}?)" if close else ""
+        raise ValueError(f"unknown setting {name}{hint}; unset it or fix its name")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings of this process, read from the environment once."""
+    return Settings()

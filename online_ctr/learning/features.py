@@ -1,0 +1,264 @@
+"""From examples (``field -> value`` mappings) to sparse batches of hashed feature ids.
+
+A string value is the categorical feature ``field=value`` (x = 1); a finite number is, with
+``numeric="raw"``, the numeric feature ``field`` (x = value, and x = 0 is simply absent), and
+with ``numeric="log_bucket"`` the categorical feature ``field=b`` with ``b`` its
+:func:`~online_ctr.learning.numeric.log_bucket` (:mod:`online_ctr.learning.numeric`); a list of
+strings is one
+categorical feature per string. The bias feature, named ``""`` so that no field can produce
+it, is in every example. A feature id is the first 8 bytes of BLAKE2b of the feature's UTF-8
+name, read little-endian: the same on every machine and in every process (never ``hash()``),
+optionally reduced to ``hash_bits`` bits (the hashing trick). Ids that repeat within one
+example, through a repeated list item or a hash collision, have their values summed.
+
+>>> hasher = FeatureHasher()
+>>> batch = hasher.batch([{"site": "news", "price": 2.5}, {"tags": ["a", "b"]}])
+>>> batch.indptr.tolist(), batch.values.tolist()
+([0, 3, 6], [1.0, 1.0, 2.5, 1.0, 1.0, 1.0])
+>>> hasher.batch([{"tags": ["a", "a"]}]).values.tolist()
+[2.0, 1.0]
+>>> bool(batch.ids[0] == hasher.id(BIAS) == batch.ids[3])
+True
+>>> bucketed = FeatureHasher(numeric="log_bucket").batch([{"hour": 14}])
+>>> bucketed.values.tolist(), bool(bucketed.ids[1] == hasher.id("hour=6"))
+([1.0, 1.0], True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.numeric import Numeric, check_numeric, log_bucket
+
+#: The name of the bias feature: empty, so that no ``field`` or ``field=value`` can collide.
+BIAS = ""
+
+Value = str | float | int | Sequence[str]
+Example = Mapping[str, Value]
+
+#: Above this many cached names the cache is dropped: a bound on memory, not a tuning knob.
+_CACHE_LIMIT = 1 << 20
+
+
+def feature_id(name: str) -> int:
+    """The stable 64-bit id of a feature name.
+
+    >>> feature_id("site=news")
+    2373249705619041454
+    """
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A mini-batch in CSR form: example ``j`` has ``ids[indptr[j]:indptr[j + 1]]``."""
+
+    indptr: NDArray[np.int64]
+    ids: NDArray[np.uint64]
+    values: NDArray[np.float64]
+    labels: NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def rows(self) -> NDArray[np.int64]:
+        """The example index of every stored (id, value) pair."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.indptr))
+
+    def occurrences(self) -> int:
+        """How many (example, feature) pairs the batch holds."""
+        return int(self.indptr[-1])
+
+
+@dataclass
+class FeatureHasher:
+    """Turns examples into :class:`Batch` objects; ``hash_bits=None`` keeps the full 64 bits,
+    ``numeric`` says how numbers are taken (:mod:`online_ctr.learning.numeric`).
+
+    Each distinct name is hashed once and remembered (up to a bound), so a batch
+    hashes each distinct string at most once, and a batch whose names were all seen before
+    costs one dict look-up per feature, all in one pass that runs in C.
+    """
+
+    hash_bits: int | None = None
+    numeric: Numeric = "raw"
+    _known: dict[object, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.hash_bits is not None and not 1 <= self.hash_bits <= 64:
+            raise ValueError(f"hash_bits must be between 1 and 64, got {self.hash_bits}")
+        check_numeric(self.numeric)
+        self._bias = self._signed_id(BIAS)
+
+    def id(self, name: str) -> int:
+        """The (possibly reduced) id of one feature name."""
+        key = feature_id(name)
+        if self.hash_bits is not None and self.hash_bits < 64:
+            key &= (1 << self.hash_bits) - 1
+        return key
+
+    def _signed_id(self, name: str) -> int:
+        # Kept signed in Python because numpy converts those much faster; batches view the
+        # same 64 bits as unsigned.
+        key = self.id(name)
+        return key - (1 << 64) if key >= 1 << 63 else key
+
+    def batch(self, examples: Iterable[Example], labels: Iterable[float] = ()) -> Batch:
+        """Hash a sequence of examples into one :class:`Batch`."""
+        examples = list(examples)
+        labels_array = np.fromiter(labels, dtype=np.float64)
+        try:
+            return self._known_batch(examples, labels_array)
+        except (KeyError, TypeError):  # a new name, a number, or an unhashable list
+            return self._slow_batch(examples, labels_array)
+
+    def _known_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+        """The common case, every (field, value) a categorical feature seen before: looked
+        up for the whole batch in one pass that runs in C, without a Python loop."""
+        pairs: Iterable[object] = chain.from_iterable(map(dict.items, examples))  # type: ignore[arg-type]
+        found = np.array(list(map(self._known.__getitem__, pairs)), dtype=np.int64)
+        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples))
+        starts = np.cumsum(sizes) - sizes
+        ids = np.insert(found, starts, self._bias)  # the bias first in every example
+        indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
+        batch = Batch(indptr, ids.view(np.uint64), np.ones(len(ids)), labels)
+        return _merge_repeats(batch) if self.hash_bits is not None else batch
+
+    def _slow_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+        """Any examples: feature by feature, hashing and remembering new names."""
+        indptr = [0]
+        ids: list[int] = []
+        numeric: dict[int, float] = {}  # position in ids -> x, for the few x != 1
+        repeats = self.hash_bits is not None
+        for example in examples:
+            ids.append(self._bias)
+            repeats |= self._add_slowly(example, ids, numeric)
+            indptr.append(len(ids))
+        values = np.ones(len(ids))
+        if numeric:
+            values[np.fromiter(numeric.keys(), np.intp)] = np.fromiter(numeric.values(), float)
+        batch = Batch(
+            indptr=np.array(indptr, dtype=np.int64),
+            ids=np.array(ids, dtype=np.int64).view(np.uint64),
+            values=values,
+            labels=labels,
+        )
+        return _merge_repeats(batch) if repeats else batch
+
+    def _add_slowly(self, example: Example, ids: list[int], numeric: dict[int, float]) -> bool:
+        """Add one example's ids feature by feature; say whether an id may repeat in it."""
+        repeats = False
+        for name, value in example.items():
+            if isinstance(value, str):
+                ids.append(self._cached_id(name, value))
+            elif isinstance(value, int | float):
+                x = _numeric(name, value)
+                if self.numeric == "log_bucket":
+                    ids.append(self._bucket_id(name, value, x))
+                elif x != 0.0:
+                    numeric[len(ids)] = x
+                    ids.append(self._cached_id(name, None))
+            else:
+                repeats = True
+                ids.extend(self._cached_id(name, item) for item in value)
+        return repeats
+
+    def field_ids(self, name: str, values: Sequence[str | None]) -> NDArray[np.int64]:
+        """The ids of the features ``name=value`` (of ``name`` itself where a value is None),
+        as int64 holding the bits of the uint64 ids, for readers that hash a column at once."""
+        return np.array([self._cached_id(name, value) for value in values], dtype=np.int64)
+
+    @property
+    def bias_id(self) -> int:
+        """The bias feature's id as batches hold it (int64 holding the uint64's bits)."""
+        return self._bias
+
+    def many_ids(self, names: Sequence[str]) -> NDArray[np.int64]:
+        """The ids of many names at once, as int64 holding the bits of the uint64 ids, and
+        not remembered: for callers that remember ids themselves. The digests are joined and
+        read as little-endian words in one go, without an int per name.
+
+        >>> hasher = FeatureHasher(hash_bits=12)
+        >>> hasher.many_ids(["site=news", ""]).tolist() == [hasher.id("site=news"), hasher.id("")]
+        True
+        """
+        return self.ids_of_bytes([name.encode() for name in names])
+
+    def ids_of_bytes(self, names: Sequence[bytes]) -> NDArray[np.int64]:
+        """:meth:`many_ids` of names given as their UTF-8 bytes."""
+        blake2b = hashlib.blake2b
+        digests = b"".join([blake2b(name, digest_size=8).digest() for name in names])
+        ids = np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+        if self.hash_bits is not None and self.hash_bits < 64:
+            ids &= np.uint64((1 << self.hash_bits) - 1)
+        return ids.view(np.int64)
+
+    def _cached_id(self, name: str, value: str | None) -> int:
+        """The id of ``name=value`` (``name`` alone when ``value`` is None), hashed at most once."""
+        key = self._known.get((name, value))
+        if key is None:
+            if len(self._known) >= _CACHE_LIMIT:
+                self._known.clear()
+            key = self._signed_id(name if value is None else f"{name}={value}")
+            self._known[name, value] = key
+        return key
+
+    def _bucket_id(self, name: str, value: float, x: float) -> int:
+        """The id of ``name=log_bucket(x)``, remembered under ``(name, value)`` so that the
+        next batch with this number takes the fast path (its x is 1, as that path assumes)."""
+        key = self._cached_id(name, str(log_bucket(value if isinstance(value, int) else x)))
+        self._known[name, value] = key
+        return key
+
+
+def _numeric(name: str, value: float) -> float:
+    """A numeric feature's x, refusing NaN and infinities."""
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"feature {name!r} has a non-finite value {value!r}")
+    return x
+
+
+def _merge_repeats(batch: Batch) -> Batch:
+    """Sum the values of ids that repeat within an example (list items, hash collisions)."""
+    rows = batch.rows()
+    order = np.lexsort((batch.ids, rows))
+    ids, rows = batch.ids[order], rows[order]
+    first = np.ones(len(ids), dtype=bool)
+    first[1:] = (ids[1:] != ids[:-1]) | (rows[1:] != rows[:-1])
+    if first.all():
+        return batch
+    group = np.cumsum(first) - 1
+    values = np.asarray(
+        np.bincount(group, weights=batch.values[order], minlength=int(first.sum())), np.float64
+    )
+    counts = np.bincount(rows[first], minlength=len(batch))
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return Batch(indptr, ids[first], values, batch.labels)
+
+
+def concat(batches: Sequence[Batch]) -> Batch:
+    """Batches as one, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    offsets = np.cumsum([0] + [batch.occurrences() for batch in batches[:-1]])
+    indptr = [batches[0].indptr[:1]] + [
+        batch.indptr[1:] + offset for batch, offset in zip(batches, offsets, strict=True)
+    ]
+    return Batch(
+        indptr=np.concatenate(indptr),
+        ids=np.concatenate([batch.ids for batch in batches]),
+        values=np.concatenate([batch.values for batch in batches]),
+        labels=np.concatenate([batch.labels for batch in batches]),
+    )
+
+
+#: For readers that build batches themselves (:mod:`online_ctr.learning.columnar`).
+merge_repeats = _merge_repeats

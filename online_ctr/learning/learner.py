@@ -1,0 +1,120 @@
+"""One summed-gradient mini-batch of logistic regression: predict with the weights at the
+batch's start, then sum the log-loss gradients per feature and hand them to the rule.
+
+Learning is sequential by default (:mod:`online_ctr.learning.sequential`, which computes the same
+loss
+and gradient one example at a time); this mini-batch is the opt-in alternative, and the scoring
+functions here also serve predictions. The rules never see examples. The Redis worker and
+``InMemoryModel(..., minibatch=True)`` both call :func:`learn`, so they agree exactly.
+
+>>> from online_ctr.learning.features import FeatureHasher
+>>> from online_ctr.learning.rules import get_rule
+>>> rule = get_rule("ftrl")
+>>> batch = FeatureHasher().batch([{"site": "news"}, {"site": "blog"}], labels=[1, 0])
+>>> features = unique_features(batch)
+>>> step = learn(rule, rule.params(), rule.zeros(len(features.ids)), 0, batch, features)
+>>> step.probabilities
+array([0.5, 0.5])
+>>> step.counts.tolist()
+[1.0, 2.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.features import Batch
+from online_ctr.learning.grouping import distinct_inverse, unique_inverse
+from online_ctr.learning.rules.base import Array, Rule
+from online_ctr.learning.stream_metrics import log_loss
+
+#: Logits are clipped here before the sigmoid: exp(35) is finite and 1 - sigmoid(35) ~ 6e-16
+#: still separates from 1 in float64, so the log loss stays finite.
+LOGIT_CLIP = 35.0
+
+
+@dataclass(frozen=True)
+class Features:
+    """The distinct feature ids of a batch (sorted) and, per stored pair, its index among them."""
+
+    ids: NDArray[np.uint64]
+    inverse: NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A mini-batch scored at its start: predictions, per-example loss, and the per-feature
+    gradient sums and occurrence counts the update needs."""
+
+    logits: Array
+    probabilities: Array
+    losses: Array
+    g: Array
+    g2: Array
+    counts: Array
+
+
+@dataclass(frozen=True)
+class Step(Scored):
+    """A scored mini-batch and the state after applying it."""
+
+    state: Array
+
+
+def unique_features(batch: Batch) -> Features:
+    """Group a batch's feature occurrences by id."""
+    ids, inverse = unique_inverse(batch.ids)
+    return Features(ids=ids, inverse=inverse)
+
+
+def scoring_features(batch: Batch) -> Features:
+    """:func:`unique_features` with the distinct ids in no particular order: for scoring, and
+    for learning where each id's row is found by the id (an in-process model's table)."""
+    ids, inverse = distinct_inverse(batch.ids)
+    return Features(ids=ids, inverse=inverse)
+
+
+def sigmoid(s: Array) -> Array:
+    """``1 / (1 + exp(-s))`` on logits clipped to ``[-LOGIT_CLIP, LOGIT_CLIP]``."""
+    return 1.0 / (1.0 + np.exp(-np.clip(s, -LOGIT_CLIP, LOGIT_CLIP)))
+
+
+def logits(batch: Batch, features: Features, w: Array) -> Array:
+    """``sum_i w_i x_i`` per example, for the distinct features' weights ``w``."""
+    contributions = w[features.inverse] * batch.values
+    return _sum_by(batch.rows(), contributions, len(batch))
+
+
+def gradients(batch: Batch, features: Features, p: Array) -> tuple[Array, Array]:
+    """Per distinct feature: the batch's sum of ``(p - y) x`` and sum of its squares."""
+    g = (p - batch.labels)[batch.rows()] * batch.values
+    k = len(features.ids)
+    return _sum_by(features.inverse, g, k), _sum_by(features.inverse, g * g, k)
+
+
+def _sum_by(groups: NDArray[np.intp] | NDArray[np.int64], x: Array, size: int) -> Array:
+    """``out[j] = sum of x[groups == j]``, for ``j < size``."""
+    return np.asarray(np.bincount(groups, weights=x, minlength=size), dtype=np.float64)
+
+
+def score(
+    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+) -> Scored:
+    """Predict the batch with ``state`` (the rule's fields for ``features.ids``) as at step ``t``
+    and sum the gradients per feature."""
+    s = logits(batch, features, rule.weights(state, t, params))
+    p = sigmoid(s)
+    g, g2 = gradients(batch, features, p)
+    counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
+    return Scored(s, p, log_loss(p, batch.labels), g, g2, counts)
+
+
+def learn(rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features) -> Step:
+    """Score the batch at step ``t``, then apply it as steps ``t+1..t+B``."""
+    scored = score(rule, params, state, t, batch, features)
+    new_state = rule.update(state, scored.g, scored.g2, t + len(batch), params)
+    return Step(**vars(scored), state=new_state)

@@ -1,0 +1,71 @@
+"""Keeping an exact nonzero-weight count without scanning the model.
+
+Untouched weights only ever move towards zero, and each rule knows when an untouched nonzero
+weight reaches zero (``rule.expiry``). So the nonzero weights split into *stable* ones (never
+reach zero untouched: counted by a number) and *expiring* ones (kept in a set ordered by the
+step at which they reach zero, purged as the step passes it). A batch changes the count only
+through the features it touches; :func:`nonzero_change` says how.
+
+>>> from online_ctr.learning.rules import get_rule
+>>> rule = get_rule("rda")
+>>> params = rule.params(l1=0.1)
+>>> old = rule.zeros(2)
+>>> new = rule.update(old, np.array([-3.0, 0.01]), np.zeros(2), 4, params)
+>>> change = nonzero_change(rule, params, np.array([7, 9], np.uint64), old, 3, new, 4)
+>>> change.entering.tolist(), change.entering_steps.tolist(), change.stable_delta
+([7], [30.0], 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.rules.base import Array, Rule
+
+
+@dataclass(frozen=True)
+class NonzeroChange:
+    """Touched features leaving the expiring set, entering it (with their steps), and the
+    change in the number of stable nonzero weights."""
+
+    leaving: NDArray[np.uint64]
+    entering: NDArray[np.uint64]
+    entering_steps: Array
+    stable_delta: int
+
+
+def classify(rule: Rule, params: Any, state: Array, t: int) -> tuple[NDArray[np.bool_], Array]:
+    """Which weights are nonzero at step ``t``, and for those, the step they expire at."""
+    nonzero = rule.weights(state, t, params) != 0
+    steps = np.full(state.shape[0], np.inf)
+    if nonzero.any():
+        steps[nonzero] = rule.expiry(state[nonzero], t, params)
+    return nonzero, steps
+
+
+def nonzero_change(
+    rule: Rule,
+    params: Any,
+    ids: NDArray[np.uint64],
+    old_state: Array,
+    old_t: int,
+    new_state: Array,
+    new_t: int,
+) -> NonzeroChange:
+    """How a batch that took ``old_state`` at ``old_t`` to ``new_state`` at ``new_t`` changes
+    the stable count and the expiring set, for the features it touched."""
+    old_nonzero, old_steps = classify(rule, params, old_state, old_t)
+    new_nonzero, new_steps = classify(rule, params, new_state, new_t)
+    old_expiring = old_nonzero & np.isfinite(old_steps)
+    new_expiring = new_nonzero & np.isfinite(new_steps)
+    stable_delta = int((new_nonzero & ~new_expiring).sum() - (old_nonzero & ~old_expiring).sum())
+    return NonzeroChange(
+        leaving=ids[old_expiring],
+        entering=ids[new_expiring],
+        entering_steps=new_steps[new_expiring],
+        stable_delta=stable_delta,
+    )

@@ -1,0 +1,105 @@
+"""Simple truncation: SGD, and every ``k`` steps set to zero every weight with ``|w| <= theta``.
+
+The baseline that truncated gradient improves on (Langford, Li & Zhang 2009, section 3.1;
+seed 001, 简单截断法), with per-coordinate rates ``eta_i = alpha / (beta + sqrt(n_i))``:
+
+    T0(v, theta) = 0 if |v| <= theta else v
+
+``T0`` is idempotent, so an absent feature is zeroed by the first event after its last touch
+if it is small enough, and otherwise never changes. State: ``w``, ``n``, ``t_last``.
+
+Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
+``eta_i = alpha / (beta + sqrt(n_i))``, the gradient step per unit gradient (a truncation event
+can also zero a weight of at most ``theta``, which the bound does not count).
+
+>>> params = TruncationParams(alpha=0.5, beta=1.0, theta=0.3, k=2)
+>>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
+>>> weights(state, 1, params), weights(state, 2, params)
+(array([0.25]), array([0.]))
+>>> expiry(state, 1, params)
+array([2.])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from online_ctr.learning.rules.base import (
+    NEVER,
+    AdaptiveRateParams,
+    Array,
+    Rule,
+    Step,
+    adaptive_rate,
+    per_coordinate_rates,
+    require,
+    require_period,
+)
+
+
+@dataclass(frozen=True)
+class TruncationParams(AdaptiveRateParams):
+    """Simple truncation: rates ``alpha``/``beta``, threshold ``theta``, period ``k``."""
+
+    theta: float = 1e-3
+    k: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.theta >= 0, f"theta must be >= 0, got {self.theta}")
+        require_period(self.k)
+
+
+def truncate(v: Array, theta: float) -> Array:
+    """``T0(v, theta)``.
+
+    >>> truncate(np.array([-0.5, 0.05, 3.0]), 0.1)
+    array([-0.5,  0. ,  3. ])
+    """
+    return np.where(np.abs(v) <= theta, 0.0, v)
+
+
+def _next_event(t_last: Array, k: int) -> Array:
+    """The first multiple of ``k`` after ``t_last``."""
+    return (np.floor_divide(t_last, k) + 1) * k
+
+
+def weights(state: Array, t: Step, params: TruncationParams) -> Array:
+    """The stored weight, or zero if an event since the last touch truncated it."""
+    w, t_last = state[:, 0], state[:, 2]
+    truncated = (_next_event(t_last, params.k) <= np.asarray(t)) & (np.abs(w) <= params.theta)
+    return np.where(truncated, 0.0, w)
+
+
+def update(state: Array, g: Array, g2: Array, t: int, params: TruncationParams) -> Array:
+    """Catch up on events before ``t``, take the SGD step, truncate if ``t`` is a multiple of k."""
+    w = weights(state, t - 1, params)
+    n = state[:, 1] + g2
+    v = w - adaptive_rate(n, params.alpha, params.beta) * g
+    if t % params.k == 0:
+        v = truncate(v, params.theta)
+    return np.column_stack((v, n, np.full(v.shape, float(t))))
+
+
+def expiry(state: Array, t: int, params: TruncationParams) -> Array:
+    """The first event after the last touch for small weights; never for the others.
+
+    A small weight still nonzero at ``t`` has met no event since its touch, so that event is
+    after ``t``.
+    """
+    w, t_last = state[:, 0], state[:, 2]
+    return np.where(np.abs(w) <= params.theta, _next_event(t_last, params.k), NEVER)
+
+
+RULE = Rule(
+    name="truncation",
+    title="Simple truncation (Langford, Li & Zhang 2009), per-coordinate rates",
+    fields=("w", "n", "t_last"),
+    params_type=TruncationParams,
+    weights=weights,
+    update=update,
+    expiry=expiry,
+    rates=per_coordinate_rates,
+)

@@ -1,0 +1,487 @@
+"""The snapshot file: one model (spec, every tracked feature's state, step and counters) in one
+versioned, checksummed file, written and read as a stream. Pure: bytes in, bytes out, no I/O.
+
+Layout, little-endian throughout::
+
+    b"OCTRSNAP" | u32 version
+    b"H" | u32 length | u32 crc32 | header JSON   (rule, params, hash_bits, fields, origin)
+    b"R" | u32 count  | u32 crc32 | u64 ids[count] | f64 state[count][width]   (0 or more)
+    b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows)
+    b"E" | sha256 of every byte before the b"E"
+
+Rows are written as they are read, and a later row of an id replaces an earlier one: an export
+taken while the model learns writes what it scanned, then the commits it must roll forward
+(:mod:`online_ctr.store.snapshot_export`). The footer comes last because only then are the step
+and counters known. Each section has a CRC32 (a damaged chunk is named), the whole file a
+SHA-256 (a truncated or spliced file is caught). A reader holds at most one section in memory.
+
+A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
+So every field is checked against what a model can hold (a rule and its hyper-parameters, a
+state encoding it may use, every state row one that learning produces, steps and counts whole
+numbers below 2^53, a finite log-loss sum >= 0), and what is not is named.
+
+>>> header = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"))
+>>> writer = Writer()
+>>> blob = writer.start(header) + writer.rows(np.array([7], np.uint64), np.ones((1, 2)))
+>>> blob += writer.finish(Footer(t=3, logloss_sum=1.5, nonzero_weights=1, features_tracked=1))
+>>> reader = Reader()
+>>> items = reader.feed(blob)
+>>> reader.close().t, [type(item).__name__ for item in items]
+(3, ['Header', 'Rows', 'Footer'])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.calibration import CALIBRATIONS
+from online_ctr.learning.compact import ENCODINGS, check_encoding
+from online_ctr.learning.numeric import NUMERIC_HANDLINGS
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.rules.base import MAX_STEP, Array, Rule
+
+MAGIC = b"OCTRSNAP"
+VERSION = 1
+PREAMBLE = struct.Struct("<8sI")
+SECTION = struct.Struct("<cII")
+#: Most rows per chunk, and longest JSON section: what a reader may have to hold at once.
+MAX_ROWS = 1 << 16
+MAX_JSON_BYTES = 1 << 20
+DIGEST_BYTES = 32
+
+
+class SnapshotError(ValueError):
+    """A file that is not a valid snapshot; the message says what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class Header:
+    """What the model is: rule, hyper-parameters, hashing and state fields; ``origin`` and
+    ``source`` say where it came from (for people; import ignores them)."""
+
+    rule: str
+    params: dict[str, float]
+    hash_bits: int | None
+    fields: tuple[str, ...]
+    origin: str = "export"
+    source: dict[str, Any] = field(default_factory=dict)
+    #: The model's other stored settings (absent from a file: what models had before them).
+    encoding: str = "float64"
+    numeric: str = "raw"
+    calibration: str = "off"
+
+    @property
+    def width(self) -> int:
+        return len(self.fields)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A chunk of feature ids and their state rows."""
+
+    ids: NDArray[np.uint64]
+    state: Array
+
+
+@dataclass(frozen=True)
+class Footer:
+    """The model's step and counters at the state the rows describe."""
+
+    t: int
+    logloss_sum: float
+    nonzero_weights: int
+    features_tracked: int
+    rows: int = 0
+    source: dict[str, Any] = field(default_factory=dict)
+    #: ``logloss_sum`` as Redis kept it (17 digits it adds to in long double): an import
+    #: restores these digits, so that later sums are the original's, bit for bit.
+    logloss_text: str = ""
+
+
+Item = Header | Rows | Footer
+
+
+def _section(kind: bytes, size: int, payload: bytes) -> bytes:
+    return SECTION.pack(kind, size, zlib.crc32(payload)) + payload
+
+
+def _json(value: dict[str, Any]) -> bytes:
+    # repr-exact floats; params may hold inf (tg's theta), which JSON writes as Infinity.
+    return json.dumps(value, sort_keys=True).encode()
+
+
+class Writer:
+    """Builds a snapshot piece by piece: :meth:`start`, :meth:`rows` any number of times,
+    :meth:`finish`; each returns the bytes to append, so a file can be streamed out."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.width = 0
+        self.count = 0
+
+    def _out(self, blob: bytes) -> bytes:
+        self.digest.update(blob)
+        return blob
+
+    def start(self, header: Header) -> bytes:
+        self.width = header.width
+        body = {**asdict(header), "fields": list(header.fields)}
+        payload = _json(body)
+        return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
+
+    def rows(self, ids: NDArray[np.uint64], state: Array) -> bytes:
+        """Rows in chunks of at most :data:`MAX_ROWS`."""
+        if state.shape != (len(ids), self.width):
+            raise ValueError(f"state of shape {state.shape} for {len(ids)} ids")
+        parts = []
+        for first in range(0, len(ids), MAX_ROWS):
+            chunk_ids = np.ascontiguousarray(ids[first : first + MAX_ROWS], "<u8")
+            chunk = np.ascontiguousarray(state[first : first + MAX_ROWS], "<f8")
+            payload = chunk_ids.tobytes() + chunk.tobytes()
+            parts.append(_section(b"R", len(chunk_ids), payload))
+        self.count += len(ids)
+        return self._out(b"".join(parts))
+
+    def finish(self, footer: Footer) -> bytes:
+        body = asdict(footer) | {"rows": self.count}
+        payload = _json(body)
+        end = self._out(_section(b"F", len(payload), payload) + b"E")
+        return end + self.digest.digest()
+
+
+def parse_header(payload: bytes) -> Header:
+    """The header section's JSON as a :class:`Header`, checked against the rule it names."""
+    body = _load(payload, "header")
+    try:
+        header = Header(
+            rule=str(body["rule"]),
+            params={str(k): _number(k, v) for k, v in body["params"].items()},
+            hash_bits=_hash_bits(body["hash_bits"]),
+            fields=tuple(str(f) for f in body["fields"]),
+            origin=str(body.get("origin", "")),
+            source=dict(body.get("source") or {}),
+            encoding=_choice(body, "encoding", ENCODINGS),
+            numeric=_choice(body, "numeric", NUMERIC_HANDLINGS),
+            calibration=_choice(body, "calibration", CALIBRATIONS),
+        )
+        rule = get_rule(header.rule)
+        rule.params_type(**header.params)
+        check_encoding(header.encoding, header.rule)
+    except SnapshotError:
+        raise
+    except KeyError as error:
+        raise SnapshotError(f"the header has no {error} field") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise SnapshotError(f"the header is not a valid model description: {error}") from None
+    if header.fields != rule.fields:
+        raise SnapshotError(
+            f"the header's state fields {list(header.fields)} are not rule "
+            f"{rule.name!r}'s {list(rule.fields)}"
+        )
+    return header
+
+
+def parse_footer(payload: bytes) -> Footer:
+    """The footer section's JSON as a :class:`Footer`: a step, counts and a log-loss sum
+    that a model can have."""
+    body = _load(payload, "footer")
+    try:
+        footer = Footer(
+            t=_whole(body, "t", "a step"),
+            logloss_sum=_logloss(body["logloss_sum"]),
+            nonzero_weights=_whole(body, "nonzero_weights", "a count"),
+            features_tracked=_whole(body, "features_tracked", "a count"),
+            rows=_whole(body, "rows", "a count"),
+            source=dict(body.get("source") or {}),
+            logloss_text=_logloss_text(body.get("logloss_text")),
+        )
+    except SnapshotError:
+        raise
+    except KeyError as error:
+        raise SnapshotError(f"the footer has no {error} field") from None
+    except (TypeError, ValueError) as error:
+        raise SnapshotError(f"the footer is not valid: {error}") from None
+    _check_counts(footer)
+    return footer
+
+
+def _shown(value: object) -> str:
+    """A value as a message shows it: a file's values may be of any length."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _number(name: object, value: object) -> float:
+    """A hyper-parameter as written: an int stays one (a period ``k`` is compared as such)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"hyper-parameter {value!r} is not a number")
+    if value != value:  # NaN passes no check of the rules' own (every comparison is False)
+        raise ValueError(f"hyper-parameter {name} is NaN")
+    return value
+
+
+def _hash_bits(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise SnapshotError(f"the header's hash_bits {_shown(value)} is not in 1..64 (or null)")
+    return value
+
+
+def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    """One of a stored setting's values; absent, its first (what models had before it)."""
+    value = body.get(key, choices[0])
+    if value not in choices:
+        raise SnapshotError(
+            f"the header's {key} {_shown(value)} is not one of {', '.join(choices)}"
+        )
+    return str(value)
+
+
+def _whole(body: dict[str, Any], key: str, what: str) -> int:
+    """A step or a count: a whole number that a float64 (Lua's numbers) holds exactly."""
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_STEP:
+        raise SnapshotError(
+            f"the footer's {key} {_shown(value)} is not {what}: it must be a whole number in "
+            "0..2^53"
+        )
+    return value
+
+
+def _logloss(value: object) -> float:
+    """A sum of log losses: finite and >= 0 (Redis adds to it; NaN or inf poison every sum)."""
+    number = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            number = math.inf
+    if not 0 <= number < math.inf:
+        raise SnapshotError(
+            f"the footer's logloss_sum {_shown(value)} is not a sum of log losses: it must be "
+            "a finite number >= 0"
+        )
+    return number
+
+
+def _logloss_text(value: object) -> str:
+    """``logloss_sum``'s digits as Redis kept them, if given (checked against it later)."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) > 40:
+        raise SnapshotError(f"the footer's logloss_text {_shown(value)} is not a number")
+    return value
+
+
+def _check_counts(footer: Footer) -> None:
+    """The counts and the log-loss text agree with one another."""
+    if footer.logloss_text:
+        try:
+            same = float(footer.logloss_text) == footer.logloss_sum
+        except ValueError:
+            same = False
+        if not same:
+            raise SnapshotError(
+                f"the footer's logloss_text {_shown(footer.logloss_text)} is not its "
+                f"logloss_sum {footer.logloss_sum!r}"
+            )
+    if not footer.nonzero_weights <= footer.features_tracked <= footer.rows:
+        raise SnapshotError(
+            f"the footer counts {footer.nonzero_weights} nonzero weights, "
+            f"{footer.features_tracked} features and {footer.rows} rows: a feature is counted "
+            "once at most, a nonzero weight is a feature's, and a feature has a row"
+        )
+
+
+def _load(payload: bytes, what: str) -> dict[str, Any]:
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise SnapshotError(f"the {what} is not JSON") from None
+    except RecursionError:  # a section may nest arrays until the parser's stack runs out
+        raise SnapshotError(f"the {what} nests too deeply to be a {what}") from None
+    if not isinstance(body, dict):
+        raise SnapshotError(f"the {what} is not a JSON object")
+    return body
+
+
+class Reader:
+    """Parses a snapshot fed in pieces of any size; :meth:`feed` returns the items completed,
+    :meth:`close` checks that the file ended where it should and returns its footer."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.digest = hashlib.sha256()
+        self.consumed = 0
+        self.header: Header | None = None
+        self.rule: Rule | None = None
+        self.footer: Footer | None = None
+        self.rows_seen = 0
+        self.latest_step = 0.0  # the latest step a row says its feature was touched at
+        self.chunks = 0
+        self.done = False
+
+    def feed(self, data: bytes) -> list[Item]:
+        self.buffer += data
+        items: list[Item] = []
+        while True:
+            item = self._next()
+            if item is None:
+                return items
+            items.append(item)
+
+    def close(self) -> Footer:
+        if not self.done:
+            raise SnapshotError(
+                f"the file is truncated: it ends after {self.consumed + len(self.buffer)} "
+                f"bytes, inside {self._expecting()}"
+            )
+        assert self.footer is not None
+        if self.footer.rows != self.rows_seen:
+            raise SnapshotError(
+                f"the footer counts {self.footer.rows} rows, the file has {self.rows_seen}"
+            )
+        return self.footer
+
+    def _expecting(self) -> str:
+        if self.consumed == 0:
+            return "the preamble (magic and version)"
+        if self.header is None:
+            return "the header"
+        if self.footer is None:
+            return f"the state (after {self.chunks} chunks) or the footer"
+        return "the final checksum"
+
+    def _take(self, size: int) -> bytes:
+        blob = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        self.digest.update(blob)
+        self.consumed += size
+        return blob
+
+    def _next(self) -> Item | None:
+        if self.done:
+            if self.buffer:
+                raise SnapshotError(f"{len(self.buffer)} bytes follow the end of the snapshot")
+            return None
+        if self.consumed == 0:
+            return self._preamble()
+        if len(self.buffer) < 1:
+            return None
+        kind = bytes(self.buffer[:1])
+        if kind == b"E":
+            return self._end()
+        if len(self.buffer) < SECTION.size:
+            return None
+        _, size, crc = SECTION.unpack_from(self.buffer)
+        length = self._length(kind, size)
+        if len(self.buffer) < SECTION.size + length:
+            return None
+        payload = self._take(SECTION.size + length)[SECTION.size :]
+        if zlib.crc32(payload) != crc:
+            raise SnapshotError(f"{self._name(kind)} is corrupt (its CRC32 does not match)")
+        return self._parse(kind, size, payload)
+
+    def _name(self, kind: bytes) -> str:
+        return f"state chunk {self.chunks + 1}" if kind == b"R" else self._expecting()
+
+    def _preamble(self) -> Item | None:
+        start = bytes(self.buffer[: len(MAGIC)])
+        if not MAGIC.startswith(start):
+            raise SnapshotError("not an online-ctr snapshot (it does not start with OCTRSNAP)")
+        if len(self.buffer) < PREAMBLE.size:
+            return None
+        _, version = PREAMBLE.unpack(self._take(PREAMBLE.size))
+        if version != VERSION:
+            raise SnapshotError(
+                f"snapshot format version {version}; this online-ctr reads version {VERSION}"
+            )
+        return self._next()
+
+    def _length(self, kind: bytes, size: int) -> int:
+        """The payload length a section's kind and size imply, refusing what is out of order."""
+        expected = b"H" if self.header is None else b"RF" if self.footer is None else b"E"
+        if kind not in (b"H", b"R", b"F") or kind not in expected:
+            wanted = self._expecting()
+            raise SnapshotError(
+                f"unexpected section {kind!r} at byte {self.consumed}, expected {wanted}"
+            )
+        if kind == b"R":
+            if size > MAX_ROWS:
+                raise SnapshotError(
+                    f"state chunk {self.chunks + 1} claims {size} rows (at most {MAX_ROWS})"
+                )
+            assert self.header is not None
+            return 8 * size * (1 + self.header.width)
+        if size > MAX_JSON_BYTES:
+            raise SnapshotError(
+                f"{self._expecting()} claims {size} bytes (at most {MAX_JSON_BYTES})"
+            )
+        return size
+
+    def _parse(self, kind: bytes, size: int, payload: bytes) -> Item:
+        if kind == b"H":
+            self.header = parse_header(payload)
+            self.rule = get_rule(self.header.rule)
+            return self.header
+        if kind == b"F":
+            self.footer = self._after_rows(parse_footer(payload))
+            return self.footer
+        assert self.header is not None
+        self.chunks += 1
+        self.rows_seen += size
+        ids = np.frombuffer(payload, "<u8", size).astype(np.uint64)
+        state = np.frombuffer(payload, "<f8", size * self.header.width, 8 * size)
+        bits = self.header.hash_bits or 64
+        if bits < 64 and size and int(ids.max()) >> bits:
+            raise SnapshotError(f"state chunk {self.chunks} has an id above {bits} hash bits")
+        rows = Rows(ids, state.reshape(size, self.header.width).astype(np.float64))
+        self._check_state(rows)
+        return rows
+
+    def _check_state(self, rows: Rows) -> None:
+        """Every row is a state the rule's learning can produce (a negative ``n`` or a NaN
+        would make the model's answers NaN, or its later updates fail)."""
+        assert self.rule is not None
+        problem = self.rule.state_problem(rows.state)
+        if problem is not None:
+            row, name, must = problem
+            value = float(rows.state[row, self.rule.fields.index(name)])
+            raise SnapshotError(
+                f"state chunk {self.chunks} has a non-finite or impossible state value: feature "
+                f"{int(rows.ids[row])} has {name} {value!r}, which must be {must}"
+            )
+        self.latest_step = max(self.latest_step, self.rule.latest_step(rows.state))
+
+    def _after_rows(self, footer: Footer) -> Footer:
+        """The footer's step is not before any row's last touch."""
+        if self.latest_step > footer.t:
+            raise SnapshotError(
+                f"the footer's t {footer.t} is before step {self.latest_step:.0f}, at which "
+                "a row says its feature was last touched"
+            )
+        return footer
+
+    def _end(self) -> Item | None:
+        if self.footer is None:
+            raise SnapshotError(f"the end mark comes before the footer (byte {self.consumed})")
+        if len(self.buffer) < 1 + DIGEST_BYTES:
+            return None
+        self._take(1)
+        expected = self.digest.digest()
+        if bytes(self.buffer[:DIGEST_BYTES]) != expected:
+            raise SnapshotError("the file's SHA-256 does not match: it was altered or spliced")
+        del self.buffer[:DIGEST_BYTES]
+        self.consumed += DIGEST_BYTES
+        self.done = True
+        return self._next()

@@ -1,0 +1,147 @@
+"""Checks a process makes before it starts serving, each failing as one :class:`StartupError`
+line that names the setting and what to do: a port in use, a Redis that never answers.
+
+The API, the worker and ``serve`` start alike on a Redis that is not up yet, or restarting:
+every startup step that talks to Redis runs under :func:`on_redis`, which waits for Redis
+(``OCTR_REDIS_WAIT_S`` in all) whenever a step finds it away, and then tries the steps again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis
+from redis.exceptions import ClusterDownError, TryAgainError
+
+from online_ctr.config.settings import Settings
+from online_ctr.process import StartupError
+from online_ctr.wiring import prepare_redis, redis_client
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Replies of a Redis that is starting (loading its data), restarting or failing over.
+_AWAY_REPLIES = ("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+#: Seconds between tries; of quiet waiting first (a Redis restarting is back within it, and a
+#: wait of a second ends in one line); between the lines saying the process is still waiting.
+_RETRY_S = 0.2
+_QUIET_S = 1.0
+_REPEAT_LOG_S = 5.0
+
+
+def check_port(host: str, port: int, variable: str, flag: str | None = None) -> None:
+    """Fail unless ``host:port`` can be bound now (0 means "any port" and always can); the
+    message names the ``variable`` and the command's ``flag`` that set the port."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As uvicorn and prometheus_client bind: a port in TIME_WAIT is free to them.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                also = f" (or {flag})" if flag else ""
+                raise StartupError(
+                    f"port {port} on {host} ({variable}) is already in use; stop what "
+                    f"listens there or set {variable}{also} to a free port"
+                ) from None
+            raise StartupError(
+                f"cannot listen on {host}:{port} ({variable}): {error.strerror}"
+            ) from None
+
+
+def redis_away(error: BaseException) -> bool:
+    """Whether ``error`` means Redis is not there or not ready yet (as opposed to refusing)."""
+    if isinstance(error, redis.AuthenticationError):  # a ConnectionError, but no wait helps
+        return False
+    if isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError)):
+        return True  # ConnectionError includes a Redis still loading its data (LOADING)
+    if isinstance(error, (ClusterDownError, TryAgainError)):
+        return True
+    return isinstance(error, redis.ResponseError) and str(error).startswith(_AWAY_REPLIES)
+
+
+async def on_redis(
+    settings: Settings,
+    steps: Callable[[], Awaitable[T]],
+    stopping: Callable[[], bool] = lambda: False,
+) -> T | None:
+    """Run the startup ``steps`` (all of them again after any fails) until they get through to
+    Redis; None if ``stopping`` says so meanwhile. Redis away for ``OCTR_REDIS_WAIT_S`` in all
+    is one :class:`StartupError` line, as wrong credentials are at once."""
+    url = str(settings.redis_url)
+    started = time.monotonic()
+    deadline = started + settings.redis_wait_s
+    next_log, logged = started + _QUIET_S, False
+    while not stopping():
+        try:
+            done = await steps()
+        except (redis.RedisError, OSError) as error:
+            _unless_waitable(error, url, settings.redis_wait_s, deadline)
+            now = time.monotonic()
+            if now >= next_log:
+                next_log, logged = now + _REPEAT_LOG_S, True
+                logger.warning(
+                    "waiting for Redis at %s (%s: %s); %.0fs left of OCTR_REDIS_WAIT_S",
+                    redis_address(url),
+                    type(error).__name__,
+                    error,
+                    deadline - now,
+                )
+            await asyncio.sleep(_RETRY_S)
+            continue
+        if logged:
+            logger.info("Redis answered after %.1fs", time.monotonic() - started)
+        return done
+    return None
+
+
+def _unless_waitable(error: Exception, url: str, wait_s: float, deadline: float) -> None:
+    """Return if waiting on may help; otherwise the one line that says what to do."""
+    if isinstance(error, redis.AuthenticationError):
+        raise StartupError(
+            f"Redis refused the credentials in OCTR_REDIS_URL ({error}); fix the password"
+        ) from None
+    if not redis_away(error):
+        raise error
+    if time.monotonic() >= deadline:
+        raise StartupError(
+            f"Redis at {redis_address(url)} (OCTR_REDIS_URL) did not answer within {wait_s:g}s "
+            f"(OCTR_REDIS_WAIT_S; {type(error).__name__}); start it, fix OCTR_REDIS_URL or "
+            "raise OCTR_REDIS_WAIT_S"
+        ) from None
+
+
+def prepare_before_serving(settings: Settings) -> None:
+    """Wait for Redis and take every startup step that talks to it
+    (:func:`~online_ctr.wiring.prepare_redis`) before the API or ``serve`` starts anything: a model
+    stored with other settings is then one line, not a traceback from uvicorn's lifespan.
+    Ctrl-C while waiting exits quietly with status 130, as a shell expects."""
+
+    async def prepare() -> None:
+        client = redis_client(settings)
+        try:
+            await on_redis(settings, lambda: prepare_redis(settings, client))
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(prepare())
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+def redis_address(url: str) -> str:
+    """Host and port (or socket path) of a Redis URL, without its password."""
+    kwargs = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"

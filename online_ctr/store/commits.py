@@ -1,0 +1,122 @@
+"""Committing learned state: the redo log on the model's log side, then the shards.
+
+A commit is two steps, because on Redis Cluster the state of one group of examples spans
+many slots and no script may touch more than one. ``finalize.lua`` first records the group's
+new feature values in the redo log, moves the step and counters and deletes the learned stream
+entries, in one atomic call fenced by the learner's token: from then on the group is learned,
+exactly once. Then ``apply.lua`` writes the values into their shards, each shard skipping a
+commit it already has. If the learner dies in between, the next one replays the redo log
+before it reads any state (:meth:`CommitLog.pending`), and replaying is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.layout import Array
+from online_ctr.store.scripts import Scripts
+from online_ctr.store.shards import Runs
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A learned group's effect, computed from the model at step ``t`` (epoch ``epoch``)."""
+
+    t: int
+    epoch: str
+    examples: int
+    logloss_sum: float
+    entries: list[str]
+    runs: Runs
+    leaving: NDArray[np.uint64]
+    entering: NDArray[np.uint64]
+    entering_steps: Array
+    stable_delta: int
+    tracked_delta: int
+    #: The calibration refitted over the group (:mod:`online_ctr.store.calibration_codec`), if any:
+    #: the fit's text and the histogram's bytes.
+    calibration: tuple[str, bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What the finalize script answered: ``ok``, ``conflict``, ``fenced``, ``refused`` (an
+    argument was bad: the group's) or ``damaged`` (a value stored in the model's meta is not
+    one finalize writes: no commit applies until it is mended); ``reason`` says why for the
+    last two. Anything but ``ok`` wrote nothing."""
+
+    status: str
+    seq: int = 0
+    t: int = -1
+    nonzero_weights: int = 0
+    features_tracked: int = 0
+    logloss_sum: float = 0.0
+    reason: str = ""
+
+
+def _ids(ids: NDArray[np.uint64]) -> bytes:
+    return ids.astype("<u8").tobytes()
+
+
+class CommitLog:
+    """Finalizing commits and reading back the ones not yet applied everywhere."""
+
+    def __init__(self, redis: Any, keys: ModelKeys, scripts: Scripts) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.scripts = scripts
+
+    async def finalize(self, change: StateChange, fence: str, applied_through: int) -> Commit:
+        """Record ``change`` as learned (see the module doc); ``applied_through`` is the last
+        commit every shard has applied, whose redo entries can go."""
+        keys = self.keys
+        redo = [part for shard, blob in change.runs for part in (f"s{shard}", blob)]
+        fit, histogram = change.calibration or ("", b"")
+        reply = await self.scripts.finalize(
+            keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo, keys.pins],
+            args=[
+                fence,
+                change.t,
+                change.epoch,
+                change.examples,
+                repr(change.logloss_sum),
+                " ".join(change.entries),
+                _ids(change.leaving),
+                _ids(change.entering),
+                change.entering_steps.astype("<f8").tobytes(),
+                change.stable_delta,
+                change.tracked_delta,
+                applied_through,
+                fit,
+                histogram,
+                *redo,
+            ],
+        )
+        status = reply[0].decode()
+        if status in ("refused", "damaged"):
+            return Commit(status, reason=reply[1].decode(errors="replace"))
+        if status != "ok":
+            return Commit(status)
+        seq, t, nonzero, tracked, logloss = reply[1:]
+        return Commit(status, int(seq), int(t), int(nonzero), int(tracked), float(logloss))
+
+    async def pending(self) -> list[tuple[int, Runs]]:
+        """Every commit still in the redo log, oldest first, with its records per shard."""
+        entries = await self.redis.xrange(self.keys.redo)
+        return [(int(entry_id.split(b"-")[0]), _runs(fields)) for entry_id, fields in entries]
+
+    async def trim(self, through: int) -> None:
+        """Forget redo entries up to commit ``through`` (every shard has applied them), but
+        none a snapshot export still needs (``pins.lua``)."""
+        await self.scripts.trim(
+            keys=[self.keys.redo, self.keys.pins, self.keys.meta], args=[through]
+        )
+
+
+def _runs(fields: dict[bytes, bytes]) -> Runs:
+    return sorted((int(name[1:]), blob) for name, blob in fields.items())

@@ -1,0 +1,127 @@
+"""Logged impressions: served predictions waiting for their clicks, in Redis.
+
+Three scripts, each atomic, all on the keys of one feedback hash tag (:class:`FeedbackKeys`),
+so that one call appends to the streams of every model that learns that feedback:
+
+- ``impressions_log.lua`` logs a scoring pass: per example a hash ``{b, p, m, s}`` (the
+  example as a one-example entry labelled 0, the served probability, the model, the state)
+  that expires after twice the window, and its deadline in the pending set;
+- ``join.lua`` sets a pending impression's label, appends it and leaves a tombstone
+  (``s=labelled``, for one window) so a repeated or late label gets a precise answer;
+- ``sweep.lua`` closes the windows that are due: negatives appended (or dropped), tombstones.
+
+Deadlines are Redis's clock (``TIME``), so API processes and workers never compare theirs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.store.keys import FeedbackKeys
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.scripts import register
+
+#: Most windows one sweep call closes: bounds how long Redis is busy with it.
+SWEEP_COUNT = 2000
+
+
+class JoinConflictError(ValueError):
+    """An Idempotency-Key reused, within its window, for other labels."""
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Per prediction id its join.lua outcome code, and whether this replays an earlier
+    request with the same Idempotency-Key (then nothing new was appended)."""
+
+    codes: str
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What a sweep did: ids taken off the pending set (fewer than asked: none left due),
+    windows closed, of them appended as negatives, and impressions that had expired before
+    their window was swept."""
+
+    taken: int
+    closed: int
+    negatives: int
+    expired: int
+
+
+class Impressions:
+    """The impressions of one feedback tag, appended on join to ``streams`` (all of that tag)."""
+
+    def __init__(
+        self, redis: RedisClient, keys: FeedbackKeys, streams: list[str], policy: JoinPolicy
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.streams = streams
+        self.policy = policy
+        self._log = register(redis, "impressions_log")
+        self._join = register(redis, "join")
+        self._sweep = register(redis, "sweep")
+
+    async def log(
+        self,
+        ids: Sequence[str],
+        entries: Sequence[bytes],
+        probabilities: Sequence[float],
+        model: str,
+        sizes: Sequence[int],
+    ) -> list[int]:
+        """Log a pass's impressions (its requests of ``sizes`` examples, in order); returns
+        the examples whose id was used before: their requests logged nothing."""
+        served = np.asarray(probabilities, "<f8").tobytes()
+        args: list[bytes | str | int] = [self.policy.window_ms, model, len(sizes), *sizes]
+        for j, (prediction_id, entry) in enumerate(zip(ids, entries, strict=True)):
+            args += [prediction_id, entry, served[8 * j : 8 * j + 8]]
+        keys = [self.keys.pending, *map(self.keys.impression, ids)]
+        clashes = await self._log(keys=keys, args=args)
+        return [int(j) for j in clashes]
+
+    async def join(
+        self, ids: Sequence[str], labels: Sequence[int], key: str | None, key_window_s: int
+    ) -> Joined:
+        """Label the impressions ``ids`` in order; with an Idempotency-Key ``key``, at most
+        once per ``key_window_s`` (a retry answers as the first attempt did)."""
+        pairs = [str(part) for pair in zip(ids, labels, strict=True) for part in pair]
+        digest = hashlib.sha256("\n".join(pairs).encode()).hexdigest()
+        record = self.keys.idempotency(key) if key is not None else self.keys.pending
+        args = [
+            len(self.streams),
+            self.policy.window_ms,
+            key_window_s if key is not None else "",
+            digest,
+            self.policy.late_code,
+            *pairs,
+        ]
+        keys = [self.keys.pending, record, *self.streams, *map(self.keys.impression, ids)]
+        fresh, answer = await self._join(keys=keys, args=args)
+        answer = answer.decode()
+        if fresh:
+            return Joined(answer)
+        stored_digest, _, codes = answer.partition(" j")
+        if stored_digest != digest or not codes:
+            raise JoinConflictError(
+                f"Idempotency-Key {key!r} was used in the last {key_window_s}s for a request "
+                "with other examples; use a new key for a new request"
+            )
+        return Joined(codes, replayed=True)
+
+    async def sweep(self, count: int = SWEEP_COUNT) -> Swept:
+        """Close up to ``count`` windows that are due (Redis's clock)."""
+        prefix = self.keys.impression("")
+        args: list[str | int] = [prefix, count, self.policy.unlabeled, self.policy.window_ms]
+        taken, closed, expired = await self._sweep(
+            keys=[self.keys.pending, *self.streams], args=args
+        )
+        negatives = int(closed) if self.policy.unlabeled == "negative" else 0
+        return Swept(int(taken), int(closed), negatives, int(expired))

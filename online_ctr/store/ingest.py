@@ -1,0 +1,77 @@
+"""Appending feedback to a model's stream, at most once per idempotency key.
+
+The entry goes to the stream of every model it is for: one model, or every model of a group
+(their streams share the group's hash tag), in one script that first checks that each model
+still exists, so that feedback is never accepted into the stream of a deleted model.
+
+A ``/learn`` request may carry an ``Idempotency-Key``. ``append.lua`` checks the key, appends
+the entry and records the key with the digest of what was appended, all in one script: if the
+client never hears the answer (a timeout while Redis stalls, then Redis runs the script
+anyway), its retry with the same key finds the record and is answered as the first attempt
+was, without a second entry. The record expires after the idempotency window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from online_ctr.learning.features import Batch
+from online_ctr.store import codec
+from online_ctr.store.keys import FeedbackKeys, ModelKeys
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.scripts import register
+
+
+class ModelDeletedError(LookupError):
+    """A model the feedback was for was deleted meanwhile; nothing was appended."""
+
+
+class IdempotencyConflictError(ValueError):
+    """An idempotency key reused, within the window, for different feedback."""
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What an append answered: how many examples it accepted, and whether it is a replay of
+    an earlier request with the same key (then nothing new was appended)."""
+
+    accepted: int
+    replayed: bool = False
+
+
+class FeedbackLog:
+    """The write side of the feedback streams of a model, or of every model of a group."""
+
+    def __init__(
+        self, redis: RedisClient, feedback: FeedbackKeys, models: list[ModelKeys], window_s: int
+    ) -> None:
+        self.redis = redis
+        self.feedback = feedback
+        self.models = models
+        self.window_s = window_s
+        self._append = register(redis, "append")
+
+    async def append(self, batch: Batch, key: str | None = None) -> Appended:
+        """Append a labelled batch as one entry; with ``key``, at most once per window."""
+        entry = codec.encode_entry(batch)
+        # The digest of the encoded entry: the same examples in the same order match, however
+        # the JSON was spaced or its numbers written.
+        record = f"{hashlib.sha256(entry).hexdigest()} {len(batch)}" if key else ""
+        metas = [keys.meta for keys in self.models]
+        streams = [keys.stream for keys in self.models]
+        appended, stored = await self._append(
+            keys=[self.feedback.idempotency(key or ""), *metas, *streams],
+            args=[entry, record, self.window_s, len(self.models), int(key is not None)],
+        )
+        if appended == 1:
+            return Appended(len(batch))
+        if appended == -1:
+            raise ModelDeletedError(f"{stored.decode()} was deleted")
+        digest, accepted = stored.decode().split()
+        if digest != record.split()[0]:
+            raise IdempotencyConflictError(
+                f"Idempotency-Key {key!r} was used in the last {self.window_s}s for a request "
+                "with other examples; use a new key for a new request"
+            )
+        return Appended(int(accepted), replayed=True)

@@ -1,0 +1,168 @@
+"""What a model is, as an admin gives it: the body of ``PUT /models/{name}`` and the registry's
+record of every model.
+
+The default model of a service is described by its settings (``OCTR_RULE``, ...); every other
+model by one of these, validated like the settings but with errors that name the body's fields.
+
+>>> config = ModelConfig(rule="ftrl", alpha=0.05, group="ctr")
+>>> spec = config.spec("challenger")
+>>> spec.rule.name, spec.params.alpha, spec.group
+('ftrl', 0.05, 'ctr')
+>>> ModelConfig(rule="rda", alpha=0.1)
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+  Value error, alpha not used by rule 'rda'; leave it out ...
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from online_ctr.config.checks import (
+    HYPER_PARAMETERS,
+    MAX_JOIN_WINDOW_S,
+    check_encoding,
+    check_power_of_two,
+    rule_params,
+)
+from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.config.settings import Settings
+from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.store.keys import valid_model_name
+from online_ctr.store.state import ModelSpec, spec_from
+
+
+class JoinConfig(BaseModel):
+    """How predictions wait for their labels (``join_window_s`` 0: they are not logged)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    join_window_s: int = Field(
+        0,
+        ge=0,
+        le=MAX_JOIN_WINDOW_S,
+        description="Seconds a served prediction waits for its label by prediction_id; 0: "
+        "predictions are not logged.",
+    )
+    unlabeled: Literal["negative", "drop"] = Field(
+        "negative",
+        description="What happens to a prediction still unlabeled when its window closes: "
+        "learned as a negative, or dropped (counted either way).",
+    )
+
+    def policy(self) -> JoinPolicy:
+        """The join policy these settings describe."""
+        return JoinPolicy(self.join_window_s, self.unlabeled)
+
+
+class ModelConfig(JoinConfig):
+    """A model's rule, hyper-parameters, hashing, state layout and group."""
+
+    rule: str = Field("ftrl", description=f"Learning rule: {', '.join(sorted(RULES))}.")
+    alpha: float | None = None
+    beta: float | None = None
+    l1: float | None = None
+    l2: float | None = None
+    gamma: float | None = None
+    theta: float | None = None
+    k: int | None = None
+    hash_bits: int | None = Field(None, ge=1, le=64, description="Hashing-trick bits; unset: 64.")
+    numeric: Literal["log_bucket", "raw"] = "log_bucket"
+    calibration: Literal["off", "power"] = "off"
+    state_buckets: int = 1 << 18
+    state_shards: int = 64
+    state_encoding: Literal["float64", "compact"] = "float64"
+    group: str | None = Field(
+        None,
+        description="The group whose feedback this model learns (created with its first "
+        "model); a model's group is fixed when it is created.",
+    )
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, value: str) -> str:
+        get_rule(value)
+        return value
+
+    @field_validator("group")
+    @classmethod
+    def _group_name(cls, value: str | None) -> str | None:
+        if value is not None and not valid_model_name(value):
+            raise ValueError("use 1-64 of A-Z a-z 0-9 _ . - (starting with a letter or digit)")
+        return value
+
+    @field_validator("state_buckets", "state_shards")
+    @classmethod
+    def _power_of_two(cls, value: int, info: Any) -> int:
+        # At most 2048 shards: a commit's redo entry has a field per shard (Lua's arguments).
+        return check_power_of_two(value, 2048 if info.field_name == "state_shards" else 1 << 24)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        if self.state_shards > self.state_buckets:
+            raise ValueError("state_shards cannot exceed state_buckets")
+        self.params()
+        check_encoding(self.state_encoding, self.rule, ("state_encoding", "rule"))
+        return self
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        """The hyper-parameters that were given, by name."""
+        values = {name: getattr(self, name) for name in HYPER_PARAMETERS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def params(self) -> Any:
+        """The rule's hyper-parameter dataclass."""
+        return rule_params(self.rule, self.hyper_parameters())
+
+    def join(self) -> JoinConfig:
+        """Only the join settings (shared by every model of a group)."""
+        return JoinConfig(join_window_s=self.join_window_s, unlabeled=self.unlabeled)
+
+    def spec(self, name: str) -> ModelSpec:
+        """The :class:`ModelSpec` of the model ``name`` so configured."""
+        return spec_from(
+            name,
+            self.rule,
+            self.params(),
+            self.hash_bits,
+            self.state_buckets,
+            self.state_shards,
+            self.state_encoding,
+            self.numeric,
+            self.calibration,
+            self.group,
+        )
+
+
+def config_of(spec: ModelSpec) -> ModelConfig:
+    """The configuration that describes ``spec`` (a model imported from a snapshot)."""
+    return ModelConfig(
+        rule=spec.rule.name,
+        **vars(spec.params),
+        hash_bits=spec.hash_bits,
+        numeric=spec.numeric,
+        calibration=spec.calibration,
+        state_buckets=spec.buckets,
+        state_shards=spec.shards,
+        state_encoding=spec.encoding,
+        group=spec.group,
+    )
+
+
+def own_config(settings: Settings) -> ModelConfig:
+    """The configuration of the model ``OCTR_MODEL`` that ``settings`` describe."""
+    return ModelConfig(
+        rule=settings.rule,
+        **settings.hyper_parameters(),
+        hash_bits=settings.hash_bits,
+        numeric=settings.numeric,
+        calibration=settings.calibration,
+        state_buckets=settings.state_buckets,
+        state_shards=settings.state_shards,
+        state_encoding=settings.state_encoding,
+        join_window_s=settings.join_window_s,
+        unlabeled=settings.unlabeled,
+    )

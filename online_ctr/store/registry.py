@@ -1,0 +1,186 @@
+"""The registry of a service's models and groups, shared by every API and worker process.
+
+A model is created once (``PUT /models/{name}``, or the service's own ``OCTR_MODEL`` at
+start) and recorded here with its configuration; a *group* is the set of models that learn
+the same feedback (a champion and its challengers), with the one that serves, an optional
+traffic split, and the join settings its models share. ``registry.lua`` makes every change
+in one atomic step, so two admins racing cannot leave a group naming a deleted model.
+
+Names are one namespace: a group cannot take a model's name, nor a model a group's, since
+``?model=NAME`` addresses either.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from online_ctr.store.keys import RegistryKeys
+from online_ctr.store.model_config import JoinConfig, ModelConfig
+from online_ctr.store.scripts import register
+
+
+class RegistryError(ValueError):
+    """A change the registry refused; the message says why and what to do."""
+
+
+class UnknownNameError(RegistryError, LookupError):
+    """No model or group of that name."""
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A group: its models in order of creation, the serving one, the traffic split
+    (model -> weight; empty: all traffic to the serving model) and what its models share:
+    the join settings and the feature hashing (feedback is hashed and logged once)."""
+
+    name: str
+    models: tuple[str, ...]
+    serving: str
+    split: dict[str, float] = field(default_factory=dict)
+    shared: Shared = field(default_factory=lambda: Shared())
+
+    @classmethod
+    def decode(cls, name: str, raw: bytes | str) -> GroupInfo:
+        record = json.loads(raw)
+        split = record.get("split") or {}  # Lua's cjson writes an empty table as {}
+        return cls(
+            name,
+            tuple(record["models"]),
+            record["serving"],
+            {str(k): float(v) for k, v in split.items()},
+            Shared.model_validate_json(record["shared"]),
+        )
+
+
+class Shared(JoinConfig):
+    """What every model of a group has in common."""
+
+    hash_bits: int | None = None
+    numeric: str = "log_bucket"
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> Shared:
+        return cls(
+            join_window_s=config.join_window_s,
+            unlabeled=config.unlabeled,
+            hash_bits=config.hash_bits,
+            numeric=config.numeric,
+        )
+
+    def canonical(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+
+def encode_config(config: ModelConfig) -> str:
+    """The canonical JSON of a configuration (equal configurations, equal strings)."""
+    return json.dumps(config.model_dump(mode="json"), sort_keys=True)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Registry:
+    """Reads and changes the registry."""
+
+    def __init__(self, redis: Any, max_models: int) -> None:
+        self.redis = redis
+        self.keys = RegistryKeys()
+        self.max_models = max_models
+        self._script = register(redis, "registry")
+
+    async def _run(self, *args: object) -> tuple[str, str]:
+        outcome, detail = await self._script(keys=[self.keys.models, self.keys.groups], args=args)
+        return _text(outcome), _text(detail)
+
+    async def models(self) -> dict[str, ModelConfig]:
+        """Every model, by name."""
+        raw = await self.redis.hgetall(self.keys.models)
+        return {_text(k): ModelConfig.model_validate_json(v) for k, v in raw.items()}
+
+    async def groups(self) -> dict[str, GroupInfo]:
+        """Every group, by name."""
+        raw = await self.redis.hgetall(self.keys.groups)
+        return {_text(k): GroupInfo.decode(_text(k), v) for k, v in raw.items()}
+
+    async def configs(self, names: tuple[str, ...]) -> dict[str, ModelConfig]:
+        """The configurations of the models ``names`` that exist."""
+        raw = await self.redis.hmget(self.keys.models, list(names))
+        found = zip(names, raw, strict=True)
+        return {n: ModelConfig.model_validate_json(v) for n, v in found if v is not None}
+
+    async def lookup(self, name: str) -> ModelConfig | GroupInfo | None:
+        """The model or group called ``name``, read in one round trip; None if neither."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.models, name)
+            pipe.hget(self.keys.groups, name)
+            model, group = await pipe.execute()
+        if model is not None:
+            return ModelConfig.model_validate_json(model)
+        return GroupInfo.decode(name, group) if group is not None else None
+
+    async def create(self, name: str, config: ModelConfig, replace: bool = False) -> bool:
+        """Record the model ``name`` (and its group's membership); True if new, False if it
+        was recorded with this very configuration. ``replace`` overwrites another one (the
+        service's own model, whose settings may change between runs)."""
+        outcome, detail = await self._run(
+            "create",
+            name,
+            encode_config(config),
+            config.group or "",
+            self.max_models,
+            int(replace),
+            Shared.of(config).canonical(),
+        )
+        if outcome in ("created", "exists"):
+            return outcome == "created"
+        raise RegistryError(_refusal(outcome, name, config, detail))
+
+    async def delete(self, name: str) -> ModelConfig:
+        """Remove the model ``name`` from the registry (and its group); its configuration."""
+        outcome, detail = await self._run("delete", name)
+        if outcome == "unknown":
+            raise UnknownNameError(f"no model {name!r}")
+        if outcome == "serving":
+            raise RegistryError(
+                f"model {name!r} serves group {detail!r}: promote another model of the group "
+                f"first (PUT /groups/{detail} with another serving model)"
+            )
+        return ModelConfig.model_validate_json(detail)
+
+    async def serve(self, group: str, serving: str, split: dict[str, float]) -> GroupInfo:
+        """Make ``serving`` the group's serving model and ``split`` its traffic split."""
+        outcome, detail = await self._run("serve", group, serving, json.dumps(split))
+        if outcome == "unknown":
+            raise UnknownNameError(f"no group {group!r}")
+        if outcome == "not_member":
+            raise RegistryError(
+                f"model {detail!r} is not in group {group!r}: create it there first "
+                f'(PUT /models/{detail} with "group": "{group}")'
+            )
+        return GroupInfo.decode(group, detail)
+
+
+def _refusal(outcome: str, name: str, config: ModelConfig, detail: str) -> str:
+    if outcome == "name_is_group":
+        return f"{name!r} is the name of a group; choose another model name"
+    if outcome == "group_is_model":
+        return f"group {config.group!r} would take the name of a model; choose another group"
+    if outcome == "full":
+        return (
+            f"the service holds its most models ({detail}, OCTR_MAX_MODELS): delete one, "
+            "or raise OCTR_MAX_MODELS"
+        )
+    if outcome == "shared_differs":
+        shared = GroupInfo.decode(config.group or "", detail).shared
+        given = ", ".join(f"{k}={v!r}" for k, v in shared.model_dump().items())
+        return (
+            f"the models of group {config.group!r} learn the same hashed feedback and share "
+            f"{given}: give the same"
+        )
+    return (
+        f"model {name!r} exists with another configuration ({detail}); delete it first or "
+        "choose another name"
+    )

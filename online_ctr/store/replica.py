@@ -1,0 +1,168 @@
+"""A serving process's copy of hot features' state, exact as of the last commit it has seen.
+
+``/predict`` reads the same features again and again (Criteo's rows share most of their
+features), and most of a single request's cost in Redis was looking up features this process
+had read a moment before. So each pass asks Redis, in one atomic call of ``serve.lua``, for the
+model's epoch, commit number, step and calibration fit, for the state of only the features the
+copy lacks, and for the records (from the redo log, :mod:`online_ctr.store.commits`) of the commits
+since the copy's own, and, of older commits, the records of the shards read that have not
+applied them yet (the features read may lack those; the copy's rows have every older commit).
+Those records, applied in commit order over the copy's rows and the rows read, give every
+feature's state as of the latest commit, exactly: what reading every feature from fully
+applied shards would give. When nothing changed and every feature is here, Redis's
+whole share of a pass is one HMGET.
+
+The copy starts again, empty, when the model's epoch changes (deleted, or imported from a
+snapshot) or a commit it needs is no longer in the redo log (trimmed while this process was
+idle); a reply that would carry more than :data:`MOST_COMMITS` commits is refused too, and
+after two refusals in a row the pass reads the shards instead (``read`` answers None). The
+copy holds at most ``max_features`` rows: past that it is emptied, so memory is bounded by
+the setting, never by the model. Single Redis only: on Redis Cluster the redo log and the
+shards are in different slots, which no one script can read.
+
+>>> import numpy as np
+>>> changes = np.array([7, 9, 7], np.uint64), np.array([[1.0], [2.0], [3.0]])
+>>> latest(*changes)[0].tolist(), latest(*changes)[1].tolist()
+([7, 9], [[3.0], [2.0]])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.table import StateTable
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.layout import Array, Layout
+from online_ctr.store.scripts import Scripts
+from online_ctr.store.snapshot_scan import records
+
+#: Commits whose changes one pass takes; a copy further behind starts again.
+MOST_COMMITS = 32
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """Features' state as of the latest commit, with the model's step and calibration fit
+    (its stored text, None if none) as of that commit."""
+
+    state: Array
+    t: int
+    calibration_fit: bytes | None
+
+
+def latest(ids: NDArray[np.uint64], rows: Array) -> tuple[NDArray[np.uint64], Array]:
+    """Each id once, with its last row: changes are in commit order, the last one holds."""
+    backwards = ids[::-1]
+    distinct, first = np.unique(backwards, return_index=True)
+    return distinct, rows[::-1][first]
+
+
+def _overlay(
+    ids: NDArray[np.uint64], state: Array, changed: NDArray[np.uint64], rows: Array
+) -> None:
+    """Write the ``rows`` of ``changed`` ids (distinct) over the rows of ``state`` that are
+    theirs (``ids`` distinct too)."""
+    order = np.argsort(ids)
+    where = np.searchsorted(ids[order], changed).clip(0, max(len(ids) - 1, 0))
+    hit = ids[order][where] == changed if len(ids) else np.zeros(len(changed), np.bool_)
+    state[order[where[hit]]] = rows[hit]
+
+
+class StateReplica:
+    """The copy of one model's hot features, for one serving process."""
+
+    def __init__(
+        self, keys: ModelKeys, layout: Layout, scripts: Scripts, max_features: int
+    ) -> None:
+        self.keys = keys
+        self.layout = layout
+        self.scripts = scripts
+        self.max_features = max_features
+        self.table = StateTable(layout.width)
+        self.epoch = b""  # no model seen yet: the first call starts the copy
+        self.seq = 0
+        self._head = [
+            layout.field_bytes,
+            layout.value_bytes,
+            *keys.bucket_prefix_parts,
+            keys.applied_tail,
+        ]
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    async def read(self, ids: NDArray[np.uint64]) -> Fresh | None:
+        """The state of ``ids`` (distinct) as of the latest commit; None if the model has no
+        epoch (deleted, or being imported) or commits came faster than two calls: read it
+        from the shards then."""
+        for _ in range(2):  # a copy that starts again reads everything on the second call
+            fresh = await self._read(ids)
+            if fresh is not None:
+                return fresh
+            if not self.epoch:
+                return None
+        return None
+
+    async def _read(self, ids: NDArray[np.uint64]) -> Fresh | None:
+        rows = self.table.rows(ids, create=False)
+        missing = rows < 0
+        lacked = ids[missing]
+        epoch, seq = self.epoch, self.seq
+        # Copied now (fancy indexing copies): the table may change while Redis answers.
+        if len(lacked):
+            state = np.empty((len(ids), self.layout.width))
+            state[~missing] = self.table.data[rows[~missing]]
+            records_asked = self.layout.reads(lacked).tobytes()
+        else:  # the usual pass once warm: nothing to read
+            state = self.table.data[rows]
+            records_asked = b""
+        reply = await self.scripts.serve(
+            keys=[self.keys.meta, self.keys.redo],
+            args=[epoch, seq, MOST_COMMITS, *self._head, records_asked],
+        )
+        status, new_epoch, new_seq, t, fit, *read = reply
+        new_seq = int(new_seq)
+        if status == b"reset":
+            self._restart(new_epoch, new_seq)
+            return None
+        changes, values, _ = read
+        if len(lacked):
+            state[missing] = self.layout.values(values, len(lacked))
+        changed = latest(*records(self.layout, changes)) if changes else None
+        if changed is not None:
+            _overlay(ids, state, *changed)
+        self._keep(epoch, seq, new_seq, changed, lacked, state[missing])
+        return Fresh(state, int(t), fit or None)
+
+    def _keep(
+        self,
+        epoch: bytes,
+        seq: int,
+        new_seq: int,
+        changed: tuple[NDArray[np.uint64], Array] | None,
+        ids: NDArray[np.uint64],
+        state: Array,
+    ) -> None:
+        """Bring the copy from commit ``seq`` to ``new_seq`` and add the features it lacked
+        (``ids``, their ``state`` as of ``new_seq``), unless another pass moved it meanwhile
+        (passes overlap): then it is left as it is, exact as of its own commit."""
+        if self.epoch != epoch or not (self.seq == seq or self.seq == new_seq):
+            return
+        if self.seq != new_seq and changed is not None:
+            rows = self.table.rows(changed[0], create=False)
+            cached = rows >= 0
+            self.table.data[rows[cached]] = changed[1][cached]
+        self.seq = new_seq
+        if len(self.table) + len(ids) > self.max_features:
+            self.table.clear()  # empty is exact as of any commit
+            if len(ids) > self.max_features:
+                return
+        rows = self.table.rows(ids, create=True)  # first: it may grow the table's arrays
+        self.table.data[rows] = state
+
+    def _restart(self, epoch: bytes, seq: int) -> None:
+        self.table.clear()
+        self.epoch, self.seq = epoch, seq

@@ -1,0 +1,195 @@
+"""Exporting a model to a snapshot file (:mod:`online_ctr.learning.snapshot`) while it keeps
+learning:
+the file is the model's exact state at one commit, streamed with bounded memory.
+
+How it stays exact without pausing the learner. A commit is first recorded in the redo log
+(``octr:{m}:redo``, entry ``<seq>-1``, the absolute new values of the features it touched),
+then applied to the shards; an entry is trimmed once every shard has applied it.
+
+1. *Pin* (``snapshot_pin.lua``, atomic on the log side): let ``F`` be the first commit whose
+   redo entry is still there (every earlier commit is in every shard), and record the pin
+   ``F``: from now on no trim removes an entry ``>= F`` (``pins.lua``) while the pin lives.
+2. *Scan* every bucket hash. Each value read is the one written by the last commit applied to
+   its shard that touched it: some commit ``k`` with ``k >= `` the last one ``< F`` touching it
+   (those were applied before the pin) and ``k <= S1`` below (the commits after ``S1`` are
+   finalized after step 3, so applied after every read).
+3. *Close* (atomic on the log side): the committed ``S1``, its step ``t``, counters and epoch.
+4. *Roll forward*: append the redo entries ``F..S1`` in order. Records are absolute values, so
+   a feature any of them touched ends with the value of the last one (its value at ``S1``),
+   and a feature none touched kept its value throughout, the one scanned. Later rows replace
+   earlier ones in the file, so the file describes exactly the model at commit ``S1``.
+
+The pin has a deadline the export keeps renewing; a pin past it is dropped by the next trim.
+If that happened, entries may be gone and the export fails (the stream then ends without its
+checksum, so no reader takes it for a snapshot). The redo log grows during an export by the
+commits made meanwhile: Redis memory, bounded by how long the export takes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from online_ctr.learning.snapshot import Footer, Header, Writer
+from online_ctr.store import snapshot_scan
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.scripts import Scripts
+from online_ctr.store.state import ModelSpec, spec_from_meta
+
+#: The pin's lifetime without renewal, and how often an export renews it.
+PIN_TTL_MS = 120_000
+RENEW_EVERY_S = 10.0
+#: Redo entries read per call while rolling forward.
+REDO_PAGE = 8
+
+
+class ModelNotFoundError(LookupError):
+    """No model of that name (or one still being imported)."""
+
+
+class ExportFailedError(RuntimeError):
+    """The export could not stay exact (its pin lapsed, or the model was replaced)."""
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The model at the instant the scan ended."""
+
+    epoch: str
+    seq: int
+    t: int
+    logloss_sum: str
+    nonzero_weights: int
+    features_tracked: int
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Export:
+    """One export of one model, pinned from :func:`open_export` until :meth:`chunks` ends."""
+
+    def __init__(
+        self, redis: Any, spec: ModelSpec, token: str, epoch: str, commits: tuple[int, int]
+    ) -> None:
+        self.redis = redis
+        self.spec = spec
+        self.keys = ModelKeys(spec.name, spec.group)
+        self.scripts = Scripts.register(redis)
+        self.token = token
+        self.epoch = epoch
+        self.keep, self.pinned_seq = commits
+        self._renewed = time.monotonic()
+
+    async def _pin(self, what: str) -> list[str]:
+        keys = self.keys
+        reply = await self.scripts.snapshot_pin(
+            keys=[keys.meta, keys.redo, keys.pins, keys.expiry],
+            args=[what, self.token, PIN_TTL_MS],
+        )
+        answer = [_text(part) if isinstance(part, bytes | str) else str(part) for part in reply]
+        if answer[0] != "ok":
+            raise ExportFailedError(
+                f"the export of model {self.spec.name!r} took too long to stay exact (its pin "
+                "on the redo log lapsed); export again"
+            )
+        return answer
+
+    async def _renew_if_due(self) -> None:
+        if time.monotonic() - self._renewed > RENEW_EVERY_S:
+            await self._pin("renew")
+            self._renewed = time.monotonic()
+
+    def header(self) -> Header:
+        spec = self.spec
+        source = {"model": spec.name, "buckets": spec.buckets, "shards": spec.shards}
+        return Header(
+            spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
+            source, spec.encoding, spec.numeric, spec.calibration,
+        )  # fmt: skip
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The snapshot file, piece by piece (see the module doc)."""
+        writer = Writer()
+        released = False
+        try:
+            yield writer.start(self.header())
+            scan = snapshot_scan.scan_state(self.redis, self.keys, self.spec.layout, self.scripts)
+            async for ids, state in scan:
+                yield writer.rows(ids, state)
+                await self._renew_if_due()
+            closed = await self._close()
+            async for ids, state in self._roll_forward(closed.seq):
+                yield writer.rows(ids, state)
+                await self._renew_if_due()
+            await self._pin("release")
+            released = True
+            yield writer.finish(self._footer(closed))
+        finally:
+            if not released:
+                await self.redis.hdel(self.keys.pins, self.token)
+
+    async def _close(self) -> Closed:
+        _, epoch, seq, t, logloss, stable, tracked, expiring = await self._pin("close")
+        if epoch != self.epoch:
+            raise ExportFailedError(
+                f"model {self.spec.name!r} was deleted or replaced during the export"
+            )
+        nonzero = int(stable) + int(expiring)
+        return Closed(epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked))
+
+    async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
+        """The records of the redo entries ``keep..through``, in commit order."""
+        low = f"{self.keep}-0"
+        while True:
+            entries = await self.redis.xrange(
+                self.keys.redo, min=low, max=f"{through}-1", count=REDO_PAGE
+            )
+            for _, fields in entries:
+                for _, blob in sorted(fields.items()):
+                    yield snapshot_scan.records(self.spec.layout, blob)
+            if len(entries) < REDO_PAGE:
+                return
+            low = "(" + _text(entries[-1][0])
+
+    def _footer(self, closed: Closed) -> Footer:
+        # Which commits the export spans: the model was at pinned_seq when the scan began, at
+        # seq when it ended, and the redo entries from rolled_forward_from on were replayed.
+        source = {
+            "epoch": closed.epoch,
+            "seq": closed.seq,
+            "pinned_seq": self.pinned_seq,
+            "rolled_forward_from": self.keep,
+        }
+        return Footer(
+            closed.t,
+            float(closed.logloss_sum),
+            closed.nonzero_weights,
+            closed.features_tracked,
+            source=source,
+            logloss_text=closed.logloss_sum,
+        )
+
+
+async def open_export(redis: Any, name: str, group: str | None = None) -> Export:
+    """Pin model ``name`` (of ``group``) for an export; :class:`ModelNotFoundError` if there
+    is none."""
+    keys = ModelKeys(name, group)
+    token = secrets.token_hex(8)
+    scripts = Scripts.register(redis)
+    reply = await scripts.snapshot_pin(
+        keys=[keys.meta, keys.redo, keys.pins, keys.expiry], args=["pin", token, PIN_TTL_MS]
+    )
+    if _text(reply[0]) != "ok":
+        raise ModelNotFoundError(f"no model {name!r} in this Redis")
+    meta = {_text(k): _text(v) for k, v in (await redis.hgetall(keys.meta)).items()}
+    try:
+        spec = spec_from_meta(name, meta)
+    except (KeyError, ValueError):
+        await redis.hdel(keys.pins, token)
+        raise
+    return Export(redis, spec, token, _text(reply[1]), (int(reply[2]), int(reply[3])))

@@ -1,0 +1,341 @@
+"""A model in Redis: what it is (:class:`ModelSpec`), and the store the API and the worker
+share (:class:`ModelStore`).
+
+The layout of the keys is in :mod:`online_ctr.store.keys`, of the bytes in
+:mod:`online_ctr.store.layout`;
+reading and writing state per touched feature is :mod:`online_ctr.store.shards` (and serving from a
+copy of hot features, :mod:`online_ctr.store.replica`), committing learned
+groups exactly once is :mod:`online_ctr.store.commits`, the single learner's lease
+:mod:`online_ctr.store.lease`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from redis.exceptions import TryAgainError
+
+from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
+from online_ctr.learning.compact import CompactCodec, check_encoding
+from online_ctr.learning.numeric import Numeric
+from online_ctr.learning.rules import Rule, get_rule
+from online_ctr.learning.rules.base import Array
+from online_ctr.store.calibration_codec import HISTOGRAM_FIELD, decode_fit, decode_histogram
+from online_ctr.store.commits import CommitLog
+from online_ctr.store.filter import make_filters
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.layout import Layout
+from online_ctr.store.replica import Fresh, StateReplica
+from online_ctr.store.scripts import Scripts
+from online_ctr.store.shards import Rows, StateShards
+
+
+class ModelMismatchError(RuntimeError):
+    """The model in Redis was created with another rule, hyper-parameters or layout."""
+
+
+class ModelGoneError(LookupError):
+    """The model was deleted (and is not one that is created on first use)."""
+
+
+class ModelDamagedError(ValueError):
+    """A value stored in the model's meta is not one it can hold (a step that is no whole
+    number): nothing can be learned until it is mended. The message is one line naming it."""
+
+
+class ModelImportingError(TryAgainError):
+    """The model is being imported from a snapshot: not there yet, so try again shortly (a
+    TRYAGAIN, so the API answers 503 with Retry-After and a worker waits, as for Redis)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model is: its rule, hyper-parameters, feature hashing, state layout and the
+    encoding of its state (``float64``, or ``compact``: see :mod:`online_ctr.learning.compact`)."""
+
+    name: str
+    rule: Rule
+    params: Any
+    hash_bits: int | None
+    buckets: int
+    shards: int = 64
+    encoding: str = "float64"
+    numeric: Numeric = "raw"
+    calibration: Calibration = "off"
+    #: The group whose feedback the model learns (its log side is in the group's hash tag).
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        check_encoding(self.encoding, self.rule.name)
+
+    def describe(self) -> dict[str, str]:
+        """The spec as stored in the model's meta hash."""
+        return {
+            "rule": self.rule.name,
+            "params": json.dumps(vars(self.params), sort_keys=True),
+            "hash_bits": str(self.hash_bits or 64),
+            "buckets": str(self.buckets),
+            "shards": str(self.shards),
+            "encoding": self.encoding,
+            "fields": ",".join(self.rule.fields),
+            "numeric": self.numeric,
+            "calibration": self.calibration,
+            "group": self.group or "",
+        }
+
+    @property
+    def width(self) -> int:
+        """Values per stored state row: the rule's fields."""
+        return len(self.rule.fields)
+
+    @property
+    def layout(self) -> Layout:
+        compact = (
+            CompactCodec.of(self.rule.name, self.params) if self.encoding == "compact" else None
+        )
+        return Layout(self.buckets, self.shards, self.hash_bits or 64, self.width, compact)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Features' weights as of now, their step sizes if asked for, and the calibration."""
+
+    weights: Array
+    rates: Array | None
+    fit: PowerFit | None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's description and counters, as ``GET /models/{name}`` reports them."""
+
+    name: str
+    rule: str
+    params: dict[str, float]
+    hash_bits: int
+    t: int
+    nonzero_weights: int
+    features_tracked: int
+    logloss_sum: float
+    stream_lag: int
+    dead_letters: int
+    numeric: str = "raw"
+    calibration: str = "off"
+
+    @property
+    def progressive_logloss(self) -> float | None:
+        """Mean progressive log loss so far; None before any example."""
+        return self.logloss_sum / self.t if self.t else None
+
+
+#: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
+_BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64", "group": ""}
+#: The meta hash's fields ``info`` reports.
+_COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
+_INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class ModelStore:
+    """Reads and writes one model; shared by the API and the worker."""
+
+    def __init__(self, redis: Any, spec: ModelSpec, replica_features: int = 0) -> None:
+        """``replica_features``: serve from a copy of at most that many hot features
+        (:mod:`online_ctr.store.replica`; 0, or on Redis Cluster: read every feature from the
+        shards)."""
+        self.redis = redis
+        self.spec = spec
+        self.keys = ModelKeys(spec.name, spec.group)
+        self.scripts = Scripts.register(redis)
+        self.shards = StateShards(redis, self.keys, spec.layout, self.scripts)
+        self.log = CommitLog(redis, self.keys, self.scripts)
+        self.replica = None
+        if replica_features and not self.shards.one_shard_per_call:
+            self.replica = StateReplica(self.keys, spec.layout, self.scripts, replica_features)
+
+    async def ensure(self, create: bool = True) -> None:
+        """Create the model (its meta hash) if new; refuse a different existing one. Without
+        ``create``, a model that is not there is :class:`ModelGoneError` (it was deleted)."""
+        described = self.spec.describe()
+        stored = await self.redis.hgetall(self.keys.meta)
+        if b"epoch" not in stored and b"importing" not in stored:
+            if not create:
+                raise ModelGoneError(f"model {self.spec.name!r} was deleted")
+            # New (a lease taken on a deleted model may have left a fence counter alone).
+            # Racing creators write the same description; the first epoch stays.
+            await make_filters(self.redis, self.keys, self.spec.layout)
+            await self.redis.hset(self.keys.meta, mapping=described)
+            await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
+            stored = await self.redis.hgetall(self.keys.meta)
+        if b"importing" in stored:
+            # Checked after creating too: an import that claimed the name meanwhile rewrites
+            # the whole meta when it finishes, and nobody uses the model until then.
+            raise ModelImportingError(
+                f"model {self.spec.name!r} is being imported from a snapshot; try again shortly"
+            )
+        stored_spec = dict(_BEFORE_STORED)  # overridden by what a newer version stored
+        stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
+        if stored_spec != described:
+            raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
+
+    async def weights(self, ids: NDArray[np.uint64]) -> Array:
+        """The weights of ``ids`` as of now (0 for unknown features)."""
+        return (await self.serving(ids)).weights
+
+    async def serving(self, ids: NDArray[np.uint64], rates: bool = False) -> Serving:
+        """What scoring ``ids`` needs, from one read: their weights, with ``rates`` their
+        step sizes (for the uncertainty), and the calibration fit if the model has one."""
+        rows: Fresh | Rows | None = None
+        if self.replica is not None:
+            rows = await self.replica.read(ids)
+        if rows is None:
+            rows = await self.shards.read(ids)
+        spec = self.spec
+        return Serving(
+            weights=spec.rule.weights(rows.state, rows.t, spec.params),
+            rates=spec.rule.rates(rows.state, rows.t, spec.params) if rates else None,
+            fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
+        )
+
+    async def calibration_histogram(self) -> Histogram:
+        """The histogram the stored calibration fit was fitted on (empty before any)."""
+        return decode_histogram(await self.redis.hget(self.keys.meta, HISTOGRAM_FIELD))
+
+    async def info(self) -> ModelInfo:
+        """The model's description and counters, read in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.keys.meta, *_INFO_FIELDS)  # not the histogram: bytes, 16.8 kB
+            pipe.zcard(self.keys.expiry)
+            pipe.xlen(self.keys.stream)
+            pipe.xlen(self.keys.dead)
+            raw, expiring, lag, dead = await pipe.execute()
+        stored = {k: _text(v) for k, v in zip(_INFO_FIELDS, raw, strict=True) if v is not None}
+        meta = _BEFORE_STORED | stored
+        return ModelInfo(
+            name=self.spec.name,
+            rule=meta.get("rule", self.spec.rule.name),
+            params=json.loads(meta.get("params", "{}")),
+            hash_bits=int(meta.get("hash_bits", 64)),
+            t=int(meta.get("t", 0)),
+            nonzero_weights=int(meta.get("nnz_stable", 0)) + int(expiring),
+            features_tracked=int(meta.get("tracked", 0)),
+            logloss_sum=float(meta.get("logloss_sum", 0.0)),
+            stream_lag=int(lag),
+            dead_letters=int(dead),
+            numeric=meta["numeric"],
+            calibration=meta["calibration"],
+        )
+
+    async def version(self) -> tuple[int, str]:
+        """The model's step and epoch (which changes if it is deleted and created again)."""
+        t, epoch = await self.redis.hmget(self.keys.meta, "t", "epoch")
+        raw = t or b"0"
+        step = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        # As finalize.lua reads it (checks.lua's whole): digits only, no sign, spaces or '_'.
+        if not (step.isascii() and step.isdigit()) or int(step) > 2**53:
+            raise ModelDamagedError(f"meta field t is not a whole number: {step}")
+        return int(step), _text(epoch or b"")
+
+    async def delete(self) -> int:
+        """Delete every key of the model (its log side and every shard's keys, found with
+        SCAN on every node); returns how many there were. A learner at work is fenced off by
+        it and starts again on the new, empty model."""
+        keys = list(self.keys.log_side())
+        pattern = f"octr:{{{self.spec.name}/*}}:*"
+        keys += [key async for key in self.redis.scan_iter(match=pattern, count=1000)]
+        deleted = 0
+        for first in range(0, len(keys), 1000):
+            # One key per UNLINK: on a cluster the keys of one call must share a slot.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys[first : first + 1000]:
+                    pipe.unlink(key)
+                deleted += sum(await pipe.execute())
+        return deleted
+
+    async def heartbeat(self, worker: str, forget_after_s: float | None = None) -> None:
+        """Record that ``worker`` is alive, stamped with Redis's clock (one clock for all);
+        with ``forget_after_s``, names silent for longer are dropped (dead workers' names
+        would otherwise pile up, one per restart). The caller's own name is stamped first, so
+        the newest heartbeat, which readiness reads, is never the one dropped."""
+        seconds, micros = await self.redis.time()
+        now = seconds + micros / 1e6
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.workers, {worker: now})
+            if forget_after_s is not None:
+                pipe.zremrangebyscore(self.keys.workers, "-inf", f"({now - forget_after_s}")
+            await pipe.execute()
+
+    async def heartbeat_age(self) -> float | None:
+        """Seconds since the freshest worker heartbeat, by Redis's clock; None if none ever."""
+        seconds, micros = await self.redis.time()
+        newest = await self.redis.zrange(self.keys.workers, -1, -1, withscores=True)
+        if not newest:
+            return None
+        return float(seconds + micros / 1e6 - newest[0][1])
+
+
+def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
+    """Which settings differ from the stored model's, named as environment variables."""
+    old, new = dict(stored), dict(wanted)
+    for spec in (old, new):
+        spec.update({k: str(v) for k, v in json.loads(spec.pop("params", "{}")).items()})
+        spec.pop("fields", None)
+    names = {"buckets": "state_buckets", "shards": "state_shards", "encoding": "state_encoding"}
+    differ = ", ".join(
+        f"OCTR_{names.get(key, key).upper()}={new.get(key, 'unset')} "
+        f"(stored: {old.get(key, 'unset')})"
+        for key in sorted(set(old) | set(new))
+        if old.get(key) != new.get(key)
+    )
+    return (
+        f"model {name!r} in Redis was created with other settings: {differ}; set them as "
+        f"stored, use another OCTR_MODEL, or delete the model first "
+        f"(`online-ctr models delete {name}`)"
+    )
+
+
+def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
+    """The spec of a model as its meta hash describes it (:meth:`ModelSpec.describe`)."""
+    rule = get_rule(meta["rule"])
+    bits = int(meta["hash_bits"])
+    params = rule.params_type(**json.loads(meta["params"]))
+    stored = _BEFORE_STORED | meta
+    return ModelSpec(
+        name,
+        rule,
+        params,
+        None if bits == 64 else bits,
+        int(meta["buckets"]),
+        int(meta["shards"]),
+        stored["encoding"],
+        stored["numeric"],  # type: ignore[arg-type]
+        stored["calibration"],  # type: ignore[arg-type]
+        stored["group"] or None,
+    )
+
+
+def spec_from(
+    name: str,
+    rule_name: str,
+    params: Any,
+    hash_bits: int | None,
+    buckets: int,
+    shards: int = 64,
+    encoding: str = "float64",
+    numeric: Numeric = "raw",
+    calibration: Calibration = "off",
+    group: str | None = None,
+) -> ModelSpec:
+    """A :class:`ModelSpec` from plain settings values."""
+    rule = get_rule(rule_name)
+    return ModelSpec(
+        name, rule, params, hash_bits, buckets, shards, encoding, numeric, calibration, group
+    )

@@ -1,0 +1,162 @@
+"""Building the runtime pieces from the settings: the Redis client and the model spec.
+
+With ``OCTR_REDIS_CLUSTER=true`` the client is redis-py's asyncio ``RedisCluster``, which finds
+the other nodes from the one in the URL. What it does with scripts, pipelines, streams and a
+failover was measured on a real cluster (``tests/cluster``) and is written up in
+``docs/redis-cluster.md``. In short:
+
+- the keys of a script share one hash tag (``octr:{m/3}:...``); names built inside the script
+  with that tag work, and with a ``#!lua`` shebang any other slot is refused;
+- a cluster pipeline takes ``execute_command("EVALSHA", ...)``, not ``Script`` objects, costs one
+  round trip, is applied per master (never atomically), and does not reload a missing script:
+  ``script_load`` at startup and after ``NoScriptError`` (a promoted replica has no scripts);
+- after a pipeline fails with ``ConnectionError``, ``TimeoutError`` or ``ClusterDownError``, call
+  ``await client.aclose()`` so that the next command rediscovers the slots (single commands do
+  it themselves);
+- ``info()`` and ``time()`` answer from one master unless ``target_nodes`` says otherwise;
+- a killed master's slots come back after about node timeout + 1.5 s, and meanwhile every slot
+  may answer ``ClusterDownError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import MovedError, ResponseError
+
+from online_ctr.config.settings import Settings
+from online_ctr.process import StartupError
+from online_ctr.store.model_config import own_config
+from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.registry import Registry, RegistryError
+from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore, spec_from
+
+
+class ClusterModeError(ResponseError):
+    """A plain client was redirected (MOVED): its Redis is a node of a Redis Cluster."""
+
+
+class _MovedHint(AbstractConnection):
+    """Turns a MOVED reply into a ``ClusterModeError`` that says which setting to change."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except MovedError as error:
+            raise ClusterModeError(
+                f"Redis answered MOVED {error}: OCTR_REDIS_URL is a Redis Cluster node, "
+                "set OCTR_REDIS_CLUSTER=true"
+            ) from error
+
+
+class _HintedConnection(_MovedHint, Connection):
+    pass
+
+
+class _HintedSSLConnection(_MovedHint, SSLConnection):
+    pass
+
+
+#: The connection classes a URL can choose, each with its hinting subclass (a Unix socket is
+#: never a cluster, so it keeps its own).
+_HINTED: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: _HintedConnection,
+    SSLConnection: _HintedSSLConnection,
+}
+
+
+def redis_client(settings: Settings) -> RedisClient:
+    """An asyncio Redis client whose every call fails within ``redis_timeout_s``.
+
+    No retries: a retry would multiply the time a request can wait; the API answers 503
+    with Retry-After instead, and the worker leaves the batch pending and tries again. A
+    cluster client still follows MOVED and ASK redirections, which are not failures.
+    """
+    if settings.redis_url is None:
+        raise StartupError(
+            "no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or run `online-ctr serve`"
+        )
+    options: dict[str, Any] = {
+        "socket_timeout": settings.redis_timeout_s,
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, **options)
+    client = aioredis.Redis.from_url(settings.redis_url, **options)
+    pool = client.connection_pool
+    # Before any connection exists: every connection the pool makes will carry the hint.
+    pool.connection_class = _HINTED.get(pool.connection_class, pool.connection_class)
+    return client
+
+
+async def check_topology(settings: Settings) -> None:
+    """Refuse a Redis whose cluster mode is not what ``OCTR_REDIS_CLUSTER`` says.
+
+    Asks the node in the URL over a connection of its own (so it works before a cluster
+    client could discover anything); a Redis that cannot be reached raises the usual
+    ``ConnectionError``/``TimeoutError``.
+    """
+    if settings.redis_url is None:
+        raise StartupError(
+            "no Redis URL: set OCTR_REDIS_URL (or REDIS_URL), or run `online-ctr serve`"
+        )
+    probe = aioredis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=settings.redis_timeout_s,
+        socket_connect_timeout=settings.redis_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        info = await probe.info("cluster")
+    finally:
+        await probe.aclose()
+    clustered = bool(info.get("cluster_enabled"))
+    if clustered and not settings.redis_cluster:
+        raise ValueError(
+            "the Redis in OCTR_REDIS_URL is a Redis Cluster node: set OCTR_REDIS_CLUSTER=true"
+        )
+    if settings.redis_cluster and not clustered:
+        raise ValueError(
+            "OCTR_REDIS_CLUSTER is set but the Redis in OCTR_REDIS_URL is not a cluster node: "
+            "unset OCTR_REDIS_CLUSTER (or point OCTR_REDIS_URL at a cluster node)"
+        )
+
+
+async def prepare_redis(settings: Settings, client: RedisClient) -> None:
+    """Every startup step of the API and the worker that talks to Redis: its cluster mode,
+    then the own model, created or checked (:meth:`ModelStore.ensure`) and recorded in the
+    registry as the settings describe it now. A refusal is one :class:`StartupError` line;
+    Redis going away raises the Redis error, which :func:`online_ctr.startup.on_redis` waits out."""
+    try:
+        await check_topology(settings)
+    except ValueError as error:  # its cluster mode is not what OCTR_REDIS_CLUSTER says
+        raise StartupError(str(error)) from None
+    try:
+        await ModelStore(client, model_spec(settings)).ensure()
+        registry = Registry(client, settings.max_models)
+        # The settings may have changed since the last run (ensure refused a model they no
+        # longer describe): the registry says what they are now.
+        await registry.create(settings.model, own_config(settings), replace=True)
+    except (ModelMismatchError, RegistryError) as error:
+        raise StartupError(str(error)) from None
+
+
+def model_spec(settings: Settings) -> ModelSpec:
+    """The spec of the model this process serves or learns."""
+    return spec_from(
+        settings.model,
+        settings.rule,
+        settings.rule_params(),
+        settings.hash_bits,
+        settings.state_buckets,
+        settings.state_shards,
+        settings.state_encoding,
+        settings.numeric,
+        settings.calibration,
+    )

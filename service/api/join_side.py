@@ -1,0 +1,139 @@
+"""The join side of a served model: log each scored pass's impressions, join labels sent by
+prediction id, and say what became of each (see :mod:`online_ctr.config.join_policy`).
+
+With joins off (a window of 0) nothing is logged, and a prediction id sent to either endpoint
+is a 422 that says how to turn them on.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Sequence
+
+from online_ctr.config.join_policy import TURN_ON, JoinPolicy, detail, outcome
+from online_ctr.learning.features import Batch
+from online_ctr.metrics import Metrics
+from online_ctr.store import codec
+from online_ctr.store.impressions import Impressions, Joined
+from online_ctr.store.keys import ModelKeys
+from online_ctr.store.redis_types import RedisClient
+from service.api.errors import ApiError
+from service.api.limits import InvalidFieldError
+
+#: Random bytes in a generated prediction id: 128 bits, 22 url-safe characters.
+ID_BYTES = 16
+
+#: Per request of a pass: its prediction ids, and those of its examples already used before
+#: (as ``(index, id)``; then the request logged nothing).
+Logged = tuple[list[str], list[tuple[int, str]]]
+
+
+class PredictionIdUsedError(ApiError):
+    status_code = 409
+
+
+def generated_ids(count: int) -> list[str]:
+    """``count`` new prediction ids: one ``os.urandom`` call for them all."""
+    raw = os.urandom(ID_BYTES * count)
+    chunks = (raw[ID_BYTES * j : ID_BYTES * (j + 1)] for j in range(count))
+    return [base64.urlsafe_b64encode(chunk).rstrip(b"=").decode() for chunk in chunks]
+
+
+def used_error(used: list[tuple[int, str]], single: bool) -> PredictionIdUsedError:
+    """The 409 for a /predict request that reused prediction ids."""
+    if single:
+        return PredictionIdUsedError(
+            f"prediction_id {used[0][1]!r} is already used for a prediction; use a new id per "
+            "impression"
+        )
+    listed = ", ".join(f"examples[{index}] {id_!r}" for index, id_ in used)
+    return PredictionIdUsedError(
+        f"prediction_ids already used for a prediction: {listed}; use a new id per impression "
+        "(nothing of this request was logged)"
+    )
+
+
+class ServedJoins:
+    """Impression logging and label joins for one served model (``keys``), whose joined
+    labels go to ``streams``: its own, or every model's of its group."""
+
+    def __init__(
+        self,
+        redis: RedisClient,
+        keys: ModelKeys,
+        streams: list[str],
+        policy: JoinPolicy,
+        metrics: Metrics,
+        key_window_s: int,
+    ) -> None:
+        model = keys.model
+        self.model = model
+        self.policy = policy
+        self.key_window_s = key_window_s
+        self.impressions = Impressions(redis, keys.feedback, streams, policy)
+        self._outcomes = {
+            name: metrics.joined_labels.labels(model, name)
+            for name in ("learned", "unknown", "repeated", "late")
+        }
+
+    def check(self, ids: object | None, field: str = "prediction_id") -> None:
+        """A 422 for prediction ids sent to a model without joins."""
+        if ids is not None and not self.policy.on:
+            raise InvalidFieldError(field, TURN_ON)
+
+    async def log(
+        self,
+        requests: Sequence[tuple[int, Sequence[str | None] | None]],
+        batch: Batch,
+        p: list[float],
+    ) -> list[Logged]:
+        """Log the impressions of a pass, before any answer is sent: ``requests`` are each
+        request's example count and caller ids (None where it sent none); nothing with joins
+        off."""
+        if not self.policy.on:
+            return []
+        made = iter(generated_ids(len(p)))
+        ids: list[str] = []
+        for size, given in requests:
+            ids.extend(i or next(made) for i in (given or [None] * size))
+        sizes = [size for size, _ in requests]
+        entries = codec.encode_rows(batch)
+        clashes = set(await self.impressions.log(ids, entries, p, self.model, sizes))
+        logged: list[Logged] = []
+        start = 0
+        for size in sizes:
+            mine = ids[start : start + size]
+            used = [(j, mine[j]) for j in range(size) if start + j in clashes]
+            logged.append((mine, used))
+            start += size
+        return logged
+
+    async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
+        """Join labels to their impressions (a 422 with joins off), counting the outcomes."""
+        self.check(ids)
+        joined = await self.impressions.join(ids, labels, key, self.key_window_s)
+        if not joined.replayed:
+            for code in joined.codes:
+                self._outcomes[outcome(code)].inc()
+        return joined
+
+
+def answer(joined: Joined, ids: list[str], single: bool) -> tuple[int, dict[str, object]]:
+    """The status and body of a join request: per label learned or refused, and why."""
+    if single:
+        code = joined.codes[0]
+        if code == "0":
+            return 202, {"accepted": 1}
+        return (404 if code == "1" else 409), {"detail": detail(ids[0], code)}
+    rejected = [
+        {
+            "index": j,
+            "prediction_id": ids[j],
+            "reason": outcome(code),
+            "detail": detail(ids[j], code),
+        }
+        for j, code in enumerate(joined.codes)
+        if code != "0"
+    ]
+    return 202, {"accepted": joined.codes.count("0"), "rejected": rejected}

@@ -1,0 +1,33 @@
+"""The answers that list models and groups (``GET /models``, ``GET /groups/{name}``), from the
+registry's records; ``online-ctr models list`` prints the same."""
+
+from __future__ import annotations
+
+from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.registry import GroupInfo
+from service.api.schemas import GroupResponse, ModelListResponse, ModelSummary
+
+
+def model_list(
+    configs: dict[str, ModelConfig], groups: dict[str, GroupInfo], own: str
+) -> ModelListResponse:
+    """The answer of ``GET /models``: every model (``own`` is the service's) and group."""
+    models = [
+        ModelSummary(name=name, rule=config.rule, group=config.group, own=name == own)
+        for name, config in sorted(configs.items())
+    ]
+    return ModelListResponse(
+        models=models, groups=[group_response(info) for _, info in sorted(groups.items())]
+    )
+
+
+def group_response(info: GroupInfo) -> GroupResponse:
+    """A group as the API describes it."""
+    return GroupResponse(
+        name=info.name,
+        models=list(info.models),
+        serving=info.serving,
+        split=info.split,
+        join_window_s=info.shared.join_window_s,
+        unlabeled=info.shared.unlabeled,
+    )

@@ -1,0 +1,165 @@
+"""Learning one group: bring its features' state into the cache, learn the examples one at a
+time in stream order (the compiled sequential learner), and describe the change for the commit.
+
+The math is exactly the in-process replay's: the same :func:`learn_sequential` on the same
+state, so the service's model equals ``online-ctr replay``'s bit for bit at any group size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.calibration import Histogram
+from online_ctr.learning.features import Batch
+from online_ctr.learning.learner import unique_features
+from online_ctr.learning.nonzero import nonzero_change
+from online_ctr.learning.sequential import Learned, learn_sequential
+from online_ctr.learning.stream_metrics import log_loss
+from online_ctr.store.calibration_codec import encode_fit, encode_histogram
+from online_ctr.store.commits import StateChange
+from online_ctr.store.filter import ExistenceFilter
+from online_ctr.store.state import ModelStore
+from workers.cache import StateCache
+
+
+class NonFiniteError(ValueError):
+    """Learning a group gave a non-finite value (a feature's state or a log loss): it is never
+    committed, since Redis and every later example would take it as the model."""
+
+
+@dataclass(frozen=True)
+class Learning:
+    """A learned group: its change to commit, the cache rows it touched and the results."""
+
+    change: StateChange
+    #: The group's distinct features, and their cache rows (in the same order).
+    ids: NDArray[np.uint64]
+    rows: NDArray[np.intp]
+    learned: Learned
+    #: The features the group stores for the first time whose filter bit its commit sets:
+    #: the others' bit an earlier commit set, so this is every bit the group adds.
+    marked: NDArray[np.uint64]
+    histogram: Histogram | None = None
+
+
+async def cached_rows(
+    store: ModelStore,
+    cache: StateCache,
+    ids: NDArray[np.uint64],
+    known: ExistenceFilter | None = None,
+) -> NDArray[np.intp]:
+    """The cache rows of ``ids`` (distinct), reading from Redis only those not cached and,
+    with the model's existence filter ``known``, not surely new."""
+    rows = cache.find(ids)
+    missing = rows < 0
+    if missing.any():
+        absent = ids[missing]
+        state = np.zeros((len(absent), cache.width))  # a new feature's, as a read gives it
+        stored = np.zeros(len(absent), np.bool_)
+        asked = np.ones(len(absent), np.bool_) if known is None else known.maybe(absent)
+        if asked.any():
+            read = await store.shards.read(absent[asked])
+            state[asked], stored[asked] = read.state, read.stored
+        rows[missing] = cache.insert(absent, state, stored)
+    return rows
+
+
+async def learn_group(
+    store: ModelStore,
+    cache: StateCache,
+    batch: Batch,
+    entries: list[str],
+    version: tuple[int, str],
+    histogram: Histogram | None = None,
+    served: NDArray[np.float64] | None = None,
+    known: ExistenceFilter | None = None,
+) -> Learning:
+    """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
+    with the calibration's ``histogram`` as of that step, refit the calibration too.
+
+    ``served`` is per example the probability this model served for it (a joined impression;
+    NaN for the others): the log loss counted is that of what was served, the business
+    metric, and the learner's own progressive loss for the rest. The state is unaffected.
+    ``known`` is the model's existence filter, if the learner trusts one."""
+    spec = store.spec
+    t, epoch = version
+    features = unique_features(batch)
+    rows = await cached_rows(store, cache, features.ids, known)
+    before, new = cache.state(rows), ~cache.stored(rows)
+    # A new feature whose filter bit an earlier commit set (another feature's) needs it set
+    # no more: the shards apply commits in order, so that one's bit is in Redis first. At 10M
+    # features that spares about one new feature in five (those the learner had to read) a
+    # BITFIELD op in Redis. Only the new features are looked up.
+    marked = new.copy()
+    if known is not None:
+        marked[new] = ~known.maybe(features.ids[new])
+    learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
+    logloss_sum = _loss_sum(learned.losses, batch.labels, served)
+    check_finite(features.ids, before, learned, logloss_sum)
+    end = t + len(batch)
+    nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
+    change = StateChange(
+        t=t,
+        epoch=epoch,
+        examples=len(batch),
+        logloss_sum=logloss_sum,
+        entries=entries,
+        runs=spec.layout.records(features.ids, learned.state, marked),
+        leaving=nonzero.leaving,
+        entering=nonzero.entering,
+        entering_steps=nonzero.entering_steps,
+        stable_delta=nonzero.stable_delta,
+        tracked_delta=int(new.sum()),
+    )
+    if histogram is None:
+        return Learning(change, features.ids, rows, learned, features.ids[marked])
+    # The histogram takes the group's progressive predictions in stream order, so it is the
+    # same at any group size; the fit is a pure function of it.
+    histogram = histogram.add(learned.probabilities, batch.labels)
+    calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
+    calibrated = replace(change, calibration=calibration)
+    return Learning(calibrated, features.ids, rows, learned, features.ids[marked], histogram)
+
+
+def _loss_sum(
+    losses: NDArray[np.float64], labels: NDArray[np.float64], served: NDArray[np.float64] | None
+) -> float:
+    """The group's log loss: of the served probability where there is one."""
+    if served is None:
+        return float(losses.sum())
+    known = ~np.isnan(served)
+    return float(np.where(known, log_loss(np.where(known, served, 0.5), labels), losses).sum())
+
+
+def check_finite(
+    ids: NDArray[np.uint64], before: NDArray[np.float64], learned: Learned, logloss_sum: float
+) -> None:
+    """Raise :class:`NonFiniteError` naming the first non-finite value of a learned group: a
+    feature's state as read (stored so), its log loss, or a feature's state after it (a huge
+    value within float range overflows an update: FTRL's ``n += (g x)^2`` with ``x = 1e300``).
+    One vectorized pass over the group's state: O(features), no per-example work."""
+    if np.isfinite(learned.state).all() and math.isfinite(logloss_sum):
+        return
+    stored = ~np.isfinite(before).all(axis=1)
+    if stored.any():
+        row = int(np.argmax(stored))
+        raise NonFiniteError(
+            f"stored state of feature {int(ids[row]):#x} is not finite: {before[row].tolist()}"
+        )
+    losses = ~np.isfinite(learned.losses)
+    if losses.any():
+        raise NonFiniteError(f"non-finite log loss at example {int(np.argmax(losses))}")
+    bad = ~np.isfinite(learned.state).all(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        examples = len(learned.losses)
+        after = "this example" if examples == 1 else f"these {examples} examples"
+        raise NonFiniteError(
+            f"non-finite state for feature {int(ids[row]):#x} after {after}: "
+            f"{learned.state[row].tolist()}"
+        )
+    raise NonFiniteError(f"non-finite log loss {logloss_sum!r}")
