@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from online_ctr.learning.features import Example
+from online_ctr.store.keys import MODEL_NAME
 
 #: Longest field name and string value accepted: generous for URLs and ids, yet it bounds
 #: what one feature may cost to hash and what a cached name may hold.
@@ -474,8 +475,18 @@ class GroupUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    serving: str = Field(description="The model that answers /predict.", examples=["challenger"])
-    split: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = Field(
+    serving: str = Field(
+        pattern=MODEL_NAME.pattern,
+        description="The model that answers /predict: a model of the group.",
+        examples=["challenger"],
+    )
+    split: (
+        dict[
+            Annotated[str, StringConstraints(pattern=MODEL_NAME.pattern)],
+            Annotated[float, Field(gt=0, allow_inf_nan=False)],
+        ]
+        | None
+    ) = Field(
         None,
         description="model -> positive weight; a request's split_key picks a model with "
         "probability weight / sum, stably. {}: no split. Absent: keep the current one.",

@@ -150,6 +150,10 @@ def test_group_changes_are_checked(client: Any) -> None:
     assert client.put("/groups/ctr", json={"serving": "solo"}).status_code == 409
     assert client.put("/groups/ctr", json={"serving": "a", "split": {"a": -1}}).status_code == 422
     assert client.put("/groups/nope", json={"serving": "a"}).status_code == 404
+    # Names that no model can have are the body's fault (a 422), never the registry's 500.
+    for name in ("", "-a", "a" * 65):
+        assert client.put("/groups/ctr", json={"serving": name}).status_code == 422
+        assert client.put("/groups/x", json={"serving": "a", "split": {name: 1}}).status_code == 422
     assert client.get("/groups/solo").status_code == 404
     assert client.get("/models/ctr").status_code == 404
     refused = client.delete("/models/a")  # it serves the group, and b is still in it
