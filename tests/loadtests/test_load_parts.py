@@ -36,7 +36,7 @@ from loadtests import (
     wrk_runs,
 )
 from loadtests.processes import Stack
-from service import commands
+from online_ctr.cli import api as api_command
 from service.api.schemas import PREDICT_REQUEST
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +183,7 @@ def _uvicorn_keywords(function: object) -> dict[str, str]:
 
 
 def test_bare_app_is_served_with_the_same_uvicorn_settings_as_the_api() -> None:
-    assert _uvicorn_keywords(bare_app.main) == _uvicorn_keywords(commands.api)
+    assert _uvicorn_keywords(bare_app.main) == _uvicorn_keywords(api_command.api)
 
 
 def test_entries_are_what_the_api_writes_for_a_single_example() -> None:
