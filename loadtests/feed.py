@@ -25,7 +25,6 @@ from online_ctr.store.keys import ModelKeys
 #: ``../shared/data`` beside the repository, where the data README says it is.
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRITEO = Path("criteo/criteo_kaggle_train_head10k.tsv")
-AVAZU = Path("avazu/avazu_train_head10k.csv")
 MODEL = ModelKeys("default")
 
 Row = tuple[dict[str, str | float], int]
