@@ -1,27 +1,62 @@
-"""The model and group operations on one Redis: what ``online-ctr models`` does, with the same
-steps, rules and refusals as the admin routes (:mod:`service.api.routes.models`).
+"""The model and group operations on one Redis (create, delete, promote, import, export),
+implemented once: the admin routes (:mod:`service.api.routes.models`,
+:mod:`service.api.routes.snapshots`) and ``online-ctr models|import|export`` only parse the
+request and answer with what these return, so the two cannot drift apart.
 
 Refusals are :class:`RegistryError` (an :class:`UnknownNameError` for a name that is not
-there) with the registry's message; the command prints it as one line.
+there) with the registry's message, and the snapshot errors of
+:mod:`online_ctr.store.snapshot_import` and :mod:`online_ctr.store.snapshot_export`; the API
+answers each with its status, the command prints it as one line. What is the caller's stays
+the caller's: the API's cache of served models, and its own model, which it serves and so
+creates again at once when emptied.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
 from online_ctr.config.settings import Settings
+from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import GroupInfo, Registry, RegistryError, UnknownNameError
-from online_ctr.store.state import ModelMismatchError, ModelStore
+from online_ctr.store.snapshot_export import Export, open_export
+from online_ctr.store.snapshot_import import Imported, SnapshotImport, check_name
+from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore
 from online_ctr.wiring import model_spec
 
 
-class ModelsAdmin:
-    """The registry and the models' keys of one Redis, as the settings name them."""
+def own_model_refusal(name: str) -> RegistryError:
+    """Creating the service's own model: its settings configure it."""
+    return RegistryError(
+        f"{name!r} is this service's own model (OCTR_MODEL), configured by its settings"
+    )
 
-    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+
+def group_refusal(name: str) -> UnknownNameError:
+    """Deleting a group by name: it ends with its last model."""
+    return UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What a delete removed: how many keys, and the group the model was of (if any)."""
+
+    keys: int
+    group: str | None = None
+
+
+class ModelsAdmin:
+    """The registry and the models' keys of one Redis, as the settings name them; the
+    ``registry`` of a caller that has one (the API's catalog) is used rather than a new one."""
+
+    def __init__(
+        self, redis: RedisClient, settings: Settings, registry: Registry | None = None
+    ) -> None:
         self.redis = redis
         self.own = settings.model
-        self.registry = Registry(redis, settings.max_models)
+        self.registry = registry or Registry(redis, settings.max_models)
         self._settings = settings
 
     async def list(self) -> tuple[dict[str, ModelConfig], dict[str, GroupInfo]]:
@@ -32,9 +67,7 @@ class ModelsAdmin:
     async def create(self, name: str, config: ModelConfig) -> bool:
         """Create the model (True), or confirm one that exists alike (False)."""
         if name == self.own:
-            raise RegistryError(
-                f"{name!r} is this service's own model (OCTR_MODEL), configured by its settings"
-            )
+            raise own_model_refusal(name)
         created = await self.registry.create(name, config)
         try:
             await ModelStore(self.redis, config.spec(name)).ensure()
@@ -44,25 +77,30 @@ class ModelsAdmin:
             raise RegistryError(str(error)) from None
         return created
 
-    async def delete(self, name: str) -> int:
-        """Delete the model's registry entry, then its keys; how many keys there were.
+    async def delete(self, name: str) -> Deleted:
+        """Delete the model's registry entry, then its keys, and the group's own keys (its
+        idempotency records, logged impressions, pending set) with its last model.
 
         The own model is only emptied: its service creates it again. Keys of a model the
         registry does not know (an imported snapshot, a model older than the registry) are
-        deleted too, so that this command can clear what blocks a ``models create``.
+        deleted too, so that a delete can clear what blocks a create.
         """
         if name == self.own:
-            return await self._store_by_name(name).delete()
+            return Deleted(await self._store_by_name(name).delete())
         if isinstance(await self.registry.lookup(name), GroupInfo):
-            raise UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
+            raise group_refusal(name)
         try:
             config = await self.registry.delete(name)
         except UnknownNameError:
             deleted = await self._store_by_name(name).delete()
             if not deleted:
                 raise
-            return deleted
-        return await ModelStore(self.redis, config.spec(name)).delete()
+            return Deleted(deleted)
+        deleted = await ModelStore(self.redis, config.spec(name)).delete()
+        group = config.group
+        if group is not None and await self.registry.lookup(group) is None:  # its last model
+            deleted += await self._delete_matching(FeedbackKeys.of(name, group).key("*"))
+        return Deleted(deleted, group)
 
     async def promote(self, group: str, serving: str, split: dict[str, float] | None) -> GroupInfo:
         """Make ``serving`` the group's serving model with ``split`` (None: keep the
@@ -72,10 +110,42 @@ class ModelsAdmin:
             if isinstance(found, ModelConfig):
                 raise UnknownNameError(f"{group!r} is a model, not a group")
             if found is None:
-                raise UnknownNameError(f"no model or group {group!r} (online-ctr models list)")
+                raise UnknownNameError(f"no model or group {group!r}")
             split = found.split
         return await self.registry.serve(group, serving, split)
+
+    async def import_snapshot(
+        self,
+        name: str,
+        data: AsyncIterator[bytes],
+        replace: bool = False,
+        expect: ModelSpec | None = None,
+    ) -> Imported:
+        """Import the snapshot file ``data`` as model ``name``, laid out by the settings'
+        buckets and shards; ``expect``: the spec the model must have (the API's own model,
+        which it goes on serving). A model other than the own one is recorded in the
+        registry, servable by name: the name is checked (a group, a model of one, a full
+        registry) before a byte of ``data`` is read, so a refusal leaves nothing in Redis."""
+        register = name != self.own
+        await check_name(self.registry, name, register)
+        layout = (self._settings.state_buckets, self._settings.state_shards)
+        recorder = self.registry if register else None
+        importer = SnapshotImport(self.redis, name, layout, replace, expect, recorder)
+        return await importer.run(data)
+
+    async def export(self, name: str) -> Export:
+        """Open an export of model ``name`` (of a group too); ModelNotFoundError."""
+        found = await self.registry.lookup(name)
+        group = found.group if isinstance(found, ModelConfig) else None
+        return await open_export(self.redis, name, group)
 
     def _store_by_name(self, name: str) -> ModelStore:
         # Only the name and key layout matter for deleting: the spec's rule is not checked.
         return ModelStore(self.redis, model_spec(self._settings.model_copy(update={"model": name})))
+
+    async def _delete_matching(self, pattern: str) -> int:
+        """Delete the keys matching ``pattern`` (one hash tag), one UNLINK per key."""
+        keys = [key async for key in self.redis.scan_iter(match=pattern, count=1000)]
+        for key in keys:
+            await self.redis.unlink(key)
+        return len(keys)

@@ -2,9 +2,9 @@
 ``/models`` and ``/groups`` routes.
 
 It talks to the Redis of ``OCTR_REDIS_URL`` directly (an admin on the machine needs no API
-key), with the routes' rules (:mod:`online_ctr.admin`). A refusal, an unknown name or a
-Redis that does not answer is one line on stderr and exit status 1; an invalid option is one
-line and exit status 2.
+key), through the very operations the routes call (:mod:`online_ctr.admin`). A refusal, an
+unknown name or a Redis that does not answer is one line on stderr and exit status 1; an
+invalid option is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def delete_model(args: argparse.Namespace) -> int:
         print("nothing deleted (pass --yes to skip the question)")
         return 1
     deleted = _run(settings, lambda admin: admin.delete(args.name))
-    print(f"deleted model {args.name!r}: {deleted} keys")
+    print(f"deleted model {args.name!r}: {deleted.keys} keys")
     return 0
 
 

@@ -1,7 +1,8 @@
 """``online-ctr export NAME FILE`` and ``online-ctr import FILE NAME``: the command-line twins of
 ``GET`` and ``PUT /models/{name}/snapshot``.
 
-Like ``models delete``, they talk to the Redis of ``OCTR_REDIS_URL`` (or ``--redis-url``)
+They run :class:`online_ctr.admin.ModelsAdmin`'s operations, the routes' own. Like
+``models delete``, they talk to the Redis of ``OCTR_REDIS_URL`` (or ``--redis-url``)
 directly: an admin on the machine needs no API key, and no API needs to run. Both stream
 (one chunk of rows in memory). An export is written to ``FILE.partial`` and renamed when
 complete, so ``FILE`` is never a truncated snapshot; ``-`` is stdout (export) or stdin (import).
@@ -20,14 +21,14 @@ from typing import IO, Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from online_ctr.admin import ModelsAdmin
 from online_ctr.config.settings import Settings
 from online_ctr.learning.snapshot import SnapshotError
 from online_ctr.process import StartupError, configure_logging, describe_settings_error
 from online_ctr.store.keys import valid_model_name
-from online_ctr.store.model_config import ModelConfig
-from online_ctr.store.registry import Registry, RegistryError
-from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
-from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport, check_name
+from online_ctr.store.registry import RegistryError
+from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError
+from online_ctr.store.snapshot_import import Imported, ModelExistsError
 from online_ctr.wiring import redis_client
 
 #: Bytes read from the file per piece when importing.
@@ -116,9 +117,7 @@ def _run(work: Any) -> Any:
 async def _export(settings: Settings, name: str, file: str) -> int:
     client = redis_client(settings)
     try:
-        found = await Registry(client, settings.max_models).lookup(name)
-        group = found.group if isinstance(found, ModelConfig) else None
-        export = await open_export(client, name, group)
+        export = await ModelsAdmin(client, settings).export(name)
         if file == "-":
             return await _write(export.chunks(), sys.stdout.buffer)
         partial = Path(f"{file}.partial")
@@ -148,20 +147,14 @@ async def _pieces(stream: IO[bytes]) -> AsyncIterator[bytes]:
         yield piece
 
 
-async def _import(settings: Settings, file: str, name: str, replace: bool) -> Any:
+async def _import(settings: Settings, file: str, name: str, replace: bool) -> Imported:
     client = redis_client(settings)
-    layout = (settings.state_buckets, settings.state_shards)
-    registry = Registry(client, settings.max_models)
+    admin = ModelsAdmin(client, settings)
     try:
-        # A model other than the service's own is recorded in the registry, servable by name;
-        # a full registry refuses it before anything is written.
-        register = name != settings.model
-        await check_name(registry, name, register)
-        recorder = registry if register else None
-        importer = SnapshotImport(client, name, layout, replace, None, recorder)
+        # The name is checked (a group's, a full registry) before a byte of the file is read.
         if file == "-":
-            return await importer.run(_pieces(sys.stdin.buffer))
+            return await admin.import_snapshot(name, _pieces(sys.stdin.buffer), replace)
         with open(file, "rb") as stream:
-            return await importer.run(_pieces(stream))
+            return await admin.import_snapshot(name, _pieces(stream), replace)
     finally:
         await client.aclose()

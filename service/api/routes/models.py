@@ -5,18 +5,22 @@ model of a group serves (admin scope).
 ``group`` it joins that group (created with its first model), whose feedback every model of
 it learns. The service's own model (``OCTR_MODEL``) comes from the settings: it cannot be
 created here, and deleting it starts it again empty.
+
+Each operation is :class:`online_ctr.admin.ModelsAdmin`'s, as ``online-ctr models`` runs it;
+a route adds only what is the API's: the answer, and dropping what its catalog knew of a name.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
 
+from online_ctr.admin import ModelsAdmin
 from online_ctr.store.keys import MODEL_NAME
 from online_ctr.store.model_config import ModelConfig
-from online_ctr.store.registry import RegistryError, UnknownNameError
-from online_ctr.store.state import ModelMismatchError, ModelStore
+from online_ctr.store.registry import UnknownNameError
+from service.api.catalog import Catalog
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
 from service.api.listing import group_response, model_list
@@ -57,15 +61,23 @@ Name = Annotated[
 ]
 
 
+async def get_admin(request: Request) -> ModelsAdmin:
+    """The admin operations on this service's Redis, with its catalog's registry."""
+    catalog: Catalog = request.app.state.catalog
+    return ModelsAdmin(catalog.own.store.redis, request.app.state.settings, catalog.registry)
+
+
+AdminDep = Annotated[ModelsAdmin, Depends(get_admin)]
+
+
 @router.get("/models", responses=_errors(503))
-async def list_models(catalog: CatalogDep) -> ModelListResponse:
+async def list_models(catalog: CatalogDep, admin: AdminDep) -> ModelListResponse:
     """Every model (its rule and group) and every group (its models and serving model)."""
-    configs = await catalog.registry.models()
-    groups = await catalog.registry.groups()
+    configs, groups = await admin.list()
     own = catalog.own
     if own.name not in configs:  # not registered yet: Redis was down until now
         await own.ensure()
-        configs = await catalog.registry.models()
+        configs, groups = await admin.list()
     return model_list(configs, groups, own.name)
 
 
@@ -75,25 +87,14 @@ async def list_models(catalog: CatalogDep) -> ModelListResponse:
     responses={**_errors(409, 415, 422, 503), 200: {"description": "Existed already, alike."}},
 )
 async def create_model(
-    name: Name, config: ModelConfig, catalog: CatalogDep, response: Response
+    name: Name, config: ModelConfig, catalog: CatalogDep, admin: AdminDep, response: Response
 ) -> ModelInfoResponse:
     """Create a model (201), or confirm one that exists with this very configuration (200).
 
     Another configuration under the same name is a 409: delete the model first. Models of a
     group share its feature hashing and join settings, since they learn the same feedback.
     """
-    if name == catalog.own.name:
-        raise RegistryError(
-            f"{name!r} is this service's own model (OCTR_MODEL), configured by its settings"
-        )
-    created = await catalog.registry.create(name, config)
-    store = ModelStore(catalog.own.store.redis, config.spec(name))
-    try:
-        await store.ensure()
-    except ModelMismatchError as error:
-        if created:  # keys of an unregistered model of that name (an old import, say)
-            await catalog.registry.delete(name)
-        raise RegistryError(str(error)) from None
+    created = await admin.create(name, config)
     catalog.forget(name)
     if config.group is not None:
         catalog.forget(config.group)
@@ -109,35 +110,21 @@ async def read_model(name: Name, catalog: CatalogDep) -> ModelInfoResponse:
 
 
 @router.delete("/models/{name}", responses=_errors(404, 409, 422, 503))
-async def delete_model(name: Name, catalog: CatalogDep) -> ModelDeletedResponse:
-    """Delete the model and all its keys: state, feedback not learned yet, dead letters.
+async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> ModelDeletedResponse:
+    """Delete the model and all its keys: state, feedback not learned yet, dead letters; with
+    a group's last model, the group's keys too (idempotency records, logged impressions).
 
     The service's own model starts again empty, with the settings this service runs with;
     its learner notices on its next commit and starts over. Any other model is gone, and
     its workers stop; the serving model of a group can only go after another was promoted.
     """
-    if name == catalog.own.name:
+    if name == catalog.own.name:  # served by this process: emptied and created again at once
         return ModelDeletedResponse(name=name, keys_deleted=await catalog.own.delete())
-    if isinstance(await catalog.get(name, fresh=True), ServedGroup):
-        raise UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
-    config = await catalog.registry.delete(name)
-    redis = catalog.own.store.redis
-    deleted = await ModelStore(redis, config.spec(name)).delete()
+    deleted = await admin.delete(name)
     catalog.forget(name)
-    if config.group is not None:
-        catalog.forget(config.group)
-        if await catalog.registry.lookup(config.group) is None:  # its last model: it ends
-            deleted += await _delete_matching(redis, f"octr:{{g:{config.group}}}:*")
-    return ModelDeletedResponse(name=name, keys_deleted=deleted)
-
-
-async def _delete_matching(redis: Any, pattern: str) -> int:
-    """Delete the keys matching ``pattern`` (one hash tag: a group's impressions, pending
-    set and idempotency records), one UNLINK per key."""
-    keys = [key async for key in redis.scan_iter(match=pattern, count=1000)]
-    for key in keys:
-        await redis.unlink(key)
-    return len(keys)
+    if deleted.group is not None:
+        catalog.forget(deleted.group)
+    return ModelDeletedResponse(name=name, keys_deleted=deleted.keys)
 
 
 @router.get("/groups/{name}", responses=_errors(404, 422, 503))
@@ -148,15 +135,12 @@ async def read_group(name: Name, catalog: CatalogDep) -> GroupResponse:
 
 @router.put("/groups/{name}", responses=_errors(404, 409, 415, 422, 503))
 async def update_group(
-    name: Name, update: Annotated[GroupUpdate, Body()], catalog: CatalogDep
+    name: Name, update: Annotated[GroupUpdate, Body()], catalog: CatalogDep, admin: AdminDep
 ) -> GroupResponse:
     """Promote a model of the group to serving it, and set (or, absent, keep) the traffic
     split of requests that send a ``split_key``. One call; every API process follows
     within ``OCTR_REGISTRY_REFRESH_S``."""
-    split = update.split
-    if split is None:
-        split = (await _group_of(catalog, name)).info.split
-    info = await catalog.registry.serve(name, update.serving, split)
+    info = await admin.promote(name, update.serving, update.split)
     catalog.forget(name)
     return group_response(info)
 

@@ -5,6 +5,7 @@ Both work on any model in this service's Redis, not only the one it serves (an e
 read-only; an import creates the model with the file's rule and hyper-parameters and this
 service's layout). Importing under the name this service serves needs the file's rule,
 hyper-parameters and hashing to be the ones it runs, since it goes on serving that model.
+Both are :class:`online_ctr.admin.ModelsAdmin`'s, as ``online-ctr export|import`` runs them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import StreamingResponse
 
 from online_ctr.store.keys import MODEL_NAME
-from online_ctr.store.model_config import ModelConfig
-from online_ctr.store.snapshot_export import open_export
-from online_ctr.store.snapshot_import import SnapshotImport, check_name
-from service.api.catalog import Catalog
-from service.api.deps import ServedDep
+from service.api.deps import CatalogDep, ServedDep
+from service.api.routes.models import AdminDep
 from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
 
 router = APIRouter(tags=["models"])
@@ -66,14 +64,11 @@ _IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     response_class=StreamingResponse,
     responses=_EXPORT_RESPONSES,
 )
-async def export_snapshot(name: ModelName, request: Request) -> StreamingResponse:
+async def export_snapshot(name: ModelName, admin: AdminDep) -> StreamingResponse:
     """Export the model (rule, hyper-parameters, every feature's state, step and counters)
     as one versioned file, streamed. Taken while the model learns, the file is its exact
     state at one step."""
-    catalog: Catalog = request.app.state.catalog
-    found = await catalog.registry.lookup(name)
-    group = found.group if isinstance(found, ModelConfig) else None
-    export = await open_export(catalog.own.store.redis, name, group)
+    export = await admin.export(name)
     headers = {"Content-Disposition": f'attachment; filename="{name}.octr"'}
     return StreamingResponse(export.chunks(), media_type=SNAPSHOT_TYPE, headers=headers)
 
@@ -95,6 +90,8 @@ async def import_snapshot(
     name: ModelName,
     request: Request,
     served: ServedDep,
+    catalog: CatalogDep,
+    admin: AdminDep,
     replace: Annotated[
         bool, Query(description="Replace a model of that name (all its keys) if there is one.")
     ] = False,
@@ -102,17 +99,11 @@ async def import_snapshot(
     """Import a snapshot file as model ``name``, streamed. The model takes the file's rule,
     hyper-parameters, hashing, state, step and counters, and this service's layout
     (``OCTR_STATE_BUCKETS``, ``OCTR_STATE_SHARDS``)."""
-    settings = request.app.state.settings
+    # The model this service serves must stay the one it runs; any other is recorded in the
+    # registry, servable by name (a full registry refuses it before the upload is read).
     expect = served.store.spec if name == served.name else None
-    layout = (settings.state_buckets, settings.state_shards)
-    catalog: Catalog = request.app.state.catalog
-    # A model this service does not serve is recorded in the registry, servable by name: a
-    # full registry refuses it here, before a byte of the upload is read or written.
-    registry = catalog.registry if name != served.name else None
-    await check_name(catalog.registry, name, register=registry is not None)
-    importer = SnapshotImport(served.store.redis, name, layout, replace, expect, registry)
-    imported = await importer.run(request.stream())
-    if registry is not None:  # what was known of an older model of that name is stale
+    imported = await admin.import_snapshot(name, request.stream(), replace, expect)
+    if name != served.name:  # what was known of an older model of that name is stale
         catalog.forget(name)
     return SnapshotImportedResponse(
         name=imported.name,
