@@ -12,13 +12,14 @@ before it reads any state (:meth:`CommitLog.pending`), and replaying is idempote
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array
+from online_ctr.store.redis_types import RedisClient, StreamEntries
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import Runs
 
@@ -66,7 +67,7 @@ def _ids(ids: NDArray[np.uint64]) -> bytes:
 class CommitLog:
     """Finalizing commits and reading back the ones not yet applied everywhere."""
 
-    def __init__(self, redis: Any, keys: ModelKeys, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, keys: ModelKeys, scripts: Scripts) -> None:
         self.redis = redis
         self.keys = keys
         self.scripts = scripts
@@ -107,7 +108,7 @@ class CommitLog:
 
     async def pending(self) -> list[tuple[int, Runs]]:
         """Every commit still in the redo log, oldest first, with its records per shard."""
-        entries = await self.redis.xrange(self.keys.redo)
+        entries = cast(StreamEntries, await self.redis.xrange(self.keys.redo))
         return [(int(entry_id.split(b"-")[0]), _runs(fields)) for entry_id, fields in entries]
 
     async def trim(self, through: int) -> None:

@@ -33,16 +33,16 @@ length is not trusted.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
+from online_ctr.store.redis_types import RedisClient
 
 
-async def make_filters(redis: Any, keys: ModelKeys, layout: Layout, drop: int = 0) -> None:
+async def make_filters(redis: RedisClient, keys: ModelKeys, layout: Layout, drop: int = 0) -> None:
     """Every shard's filter at its full length, before the model holds any feature; first,
     with ``drop``, the filters of that many shards are deleted (an old model's, any layout).
     Redis makes a new string exactly as long as asked; SETRANGE leaves an existing one's bits
@@ -74,7 +74,7 @@ class ExistenceFilter:
             self.bits[shard] = np.frombuffer(bitmaps[shard] or b"", np.uint8)
 
     @classmethod
-    async def load(cls, redis: Any, keys: ModelKeys, layout: Layout) -> ExistenceFilter:
+    async def load(cls, redis: RedisClient, keys: ModelKeys, layout: Layout) -> ExistenceFilter:
         """The model's filters as stored now (one GET per shard, in one pipeline)."""
         async with redis.pipeline(transaction=False) as pipe:
             for shard in range(layout.shards):

@@ -13,11 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from online_ctr.store.keys import ModelKeys
+from online_ctr.store.redis_types import text
 from online_ctr.store.scripts import Scripts
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass
@@ -33,7 +30,7 @@ class Lease:
     async def hold(self) -> bool:
         """Take the lease if free, or keep it if ours; False if another learner has it."""
         status, value = await self._call(self.token, "")
-        self.token = _text(value) if _text(status) == "held" else ""
+        self.token = text(value) if text(status) == "held" else ""
         return bool(self.token)
 
     async def release(self) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.model_config import JoinConfig, ModelConfig
+from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.scripts import register
 
 
@@ -78,14 +78,10 @@ def encode_config(config: ModelConfig) -> str:
     return json.dumps(config.model_dump(mode="json"), sort_keys=True)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Registry:
     """Reads and changes the registry."""
 
-    def __init__(self, redis: Any, max_models: int) -> None:
+    def __init__(self, redis: RedisClient, max_models: int) -> None:
         self.redis = redis
         self.keys = RegistryKeys()
         self.max_models = max_models
@@ -93,17 +89,17 @@ class Registry:
 
     async def _run(self, *args: object) -> tuple[str, str]:
         outcome, detail = await self._script(keys=[self.keys.models, self.keys.groups], args=args)
-        return _text(outcome), _text(detail)
+        return text(outcome), text(detail)
 
     async def models(self) -> dict[str, ModelConfig]:
         """Every model, by name."""
         raw = await self.redis.hgetall(self.keys.models)
-        return {_text(k): ModelConfig.model_validate_json(v) for k, v in raw.items()}
+        return {text(k): ModelConfig.model_validate_json(v) for k, v in raw.items()}
 
     async def groups(self) -> dict[str, GroupInfo]:
         """Every group, by name."""
         raw = await self.redis.hgetall(self.keys.groups)
-        return {_text(k): GroupInfo.decode(_text(k), v) for k, v in raw.items()}
+        return {text(k): GroupInfo.decode(text(k), v) for k, v in raw.items()}
 
     async def configs(self, names: tuple[str, ...]) -> dict[str, ModelConfig]:
         """The configurations of the models ``names`` that exist."""

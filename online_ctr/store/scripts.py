@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
+from online_ctr.store.redis_types import RedisClient
+
 
 def _source(name: str) -> str:
     return resources.files("online_ctr.store").joinpath(name).read_text()
@@ -30,7 +32,7 @@ def _script(name: str) -> str:
     return "".join(_source(part) + "\n" for part in parts)
 
 
-def register(redis: Any, name: str) -> Any:
+def register(redis: RedisClient, name: str) -> Any:
     """The script ``name.lua`` with its prelude, registered on ``redis``: the one way every
     script of the store is registered, those of :class:`Scripts` and the feedback side's
     (``append``, ``impressions_log``, ``join``, ``sweep``) alike."""
@@ -55,6 +57,6 @@ class Scripts:
     registry: Any
 
     @classmethod
-    def register(cls, redis: Any) -> Scripts:
+    def register(cls, redis: RedisClient) -> Scripts:
         names = [field.name for field in fields(cls)]
         return cls(**{name: register(redis, name) for name in names})

@@ -25,6 +25,7 @@ from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 from online_ctr.store.calibration_codec import FIT_FIELD
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
+from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 
 #: Per shard: its number and its records.
@@ -51,7 +52,9 @@ class Rows:
 class StateShards:
     """The state shards of one model."""
 
-    def __init__(self, redis: Any, keys: ModelKeys, layout: Layout, scripts: Scripts) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: ModelKeys, layout: Layout, scripts: Scripts
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.layout = layout

@@ -31,11 +31,12 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from online_ctr.learning.snapshot import Footer, Header, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.keys import ModelKeys
+from online_ctr.store.redis_types import RedisClient, StreamEntries, text
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.state import ModelSpec, spec_from_meta
 
@@ -66,15 +67,11 @@ class Closed:
     features_tracked: int
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Export:
     """One export of one model, pinned from :func:`open_export` until :meth:`chunks` ends."""
 
     def __init__(
-        self, redis: Any, spec: ModelSpec, token: str, epoch: str, commits: tuple[int, int]
+        self, redis: RedisClient, spec: ModelSpec, token: str, epoch: str, commits: tuple[int, int]
     ) -> None:
         self.redis = redis
         self.spec = spec
@@ -91,7 +88,7 @@ class Export:
             keys=[keys.meta, keys.redo, keys.pins, keys.expiry],
             args=[what, self.token, PIN_TTL_MS],
         )
-        answer = [_text(part) if isinstance(part, bytes | str) else str(part) for part in reply]
+        answer = [text(part) if isinstance(part, bytes | str) else str(part) for part in reply]
         if answer[0] != "ok":
             raise ExportFailedError(
                 f"the export of model {self.spec.name!r} took too long to stay exact (its pin "
@@ -146,15 +143,18 @@ class Export:
         """The records of the redo entries ``keep..through``, in commit order."""
         low = f"{self.keep}-0"
         while True:
-            entries = await self.redis.xrange(
-                self.keys.redo, min=low, max=f"{through}-1", count=REDO_PAGE
+            entries = cast(
+                StreamEntries,
+                await self.redis.xrange(
+                    self.keys.redo, min=low, max=f"{through}-1", count=REDO_PAGE
+                ),
             )
             for _, fields in entries:
                 for _, blob in sorted(fields.items()):
                     yield snapshot_scan.records(self.spec.layout, blob)
             if len(entries) < REDO_PAGE:
                 return
-            low = "(" + _text(entries[-1][0])
+            low = "(" + text(entries[-1][0])
 
     def _footer(self, closed: Closed) -> Footer:
         # Which commits the export spans: the model was at pinned_seq when the scan began, at
@@ -175,7 +175,7 @@ class Export:
         )
 
 
-async def open_export(redis: Any, name: str, group: str | None = None) -> Export:
+async def open_export(redis: RedisClient, name: str, group: str | None = None) -> Export:
     """Pin model ``name`` (of ``group``) for an export; :class:`ModelNotFoundError` if there
     is none."""
     keys = ModelKeys(name, group)
@@ -184,12 +184,12 @@ async def open_export(redis: Any, name: str, group: str | None = None) -> Export
     reply = await scripts.snapshot_pin(
         keys=[keys.meta, keys.redo, keys.pins, keys.expiry], args=["pin", token, PIN_TTL_MS]
     )
-    if _text(reply[0]) != "ok":
+    if text(reply[0]) != "ok":
         raise ModelNotFoundError(f"no model {name!r} in this Redis")
-    meta = {_text(k): _text(v) for k, v in (await redis.hgetall(keys.meta)).items()}
+    meta = {text(k): text(v) for k, v in (await redis.hgetall(keys.meta)).items()}
     try:
         spec = spec_from_meta(name, meta)
     except (KeyError, ValueError):
         await redis.hdel(keys.pins, token)
         raise
-    return Export(redis, spec, token, _text(reply[1]), (int(reply[2]), int(reply[3])))
+    return Export(redis, spec, token, text(reply[1]), (int(reply[2]), int(reply[3])))

@@ -27,7 +27,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -39,6 +38,7 @@ from online_ctr.store import snapshot_scan
 from online_ctr.store.filter import make_filters
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.model_config import ModelConfig, config_of
+from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import StateShards
@@ -73,10 +73,6 @@ class _Counts:
     tracked: int = 0
     stable: int = 0
     expiring: int = 0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def check_name(registry: Registry, name: str, register: bool) -> None:
@@ -130,7 +126,7 @@ class SnapshotImport:
 
     def __init__(
         self,
-        redis: Any,
+        redis: RedisClient,
         name: str,
         layout: tuple[int, int],
         replace: bool = False,
@@ -214,7 +210,7 @@ class SnapshotImport:
         reply = await self.scripts.claim(
             keys=self.keys.log_side(), args=[self.token, "replace" if self.replace else ""]
         )
-        status = _text(reply[0])
+        status = text(reply[0])
         if status != "ok":
             doing = "is being imported" if status == "importing" else "exists"
             raise ModelExistsError(
@@ -250,7 +246,7 @@ class SnapshotImport:
 
     async def _delete(self) -> None:
         """Remove what the import wrote, if the name is still its own."""
-        if _text(await self.redis.hget(self.keys.meta, "importing") or b"") == self.token:
+        if text(await self.redis.hget(self.keys.meta, "importing") or b"") == self.token:
             assert self.spec is not None
             await ModelStore(self.redis, self.spec).delete()
 

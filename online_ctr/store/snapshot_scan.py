@@ -11,13 +11,14 @@ feature comes out once, with the value read last. Memory holds one call's reply.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import NEW, Array, Layout
+from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 
 #: Fields read per call of ``scan.lua`` (about 0.5 MB of reply, a few ms of Redis time);
@@ -52,17 +53,17 @@ def records(layout: Layout, blob: bytes) -> Chunk:
     return features(layout, buckets, fields, raw[:, 4 + layout.field_bytes :].tobytes())
 
 
-async def _whole(redis: Any, key: str) -> dict[bytes, bytes]:
+async def _whole(redis: RedisClient, key: str) -> dict[bytes, bytes]:
     """A large bucket, page by page (HSCAN may repeat a field: the last value read stays)."""
     merged: dict[bytes, bytes] = {}
     cursor = None
     while cursor != 0:
         cursor, page = await redis.hscan(key, cursor or 0, count=HSCAN_COUNT)
-        merged.update(page)
+        merged.update(cast(dict[bytes, bytes], page))
     return merged
 
 
-async def _large(redis: Any, layout: Layout, prefix: str, buckets: list[int]) -> Chunk:
+async def _large(redis: RedisClient, layout: Layout, prefix: str, buckets: list[int]) -> Chunk:
     owners: list[int] = []
     fields: list[bytes] = []
     values: list[bytes] = []
@@ -75,7 +76,7 @@ async def _large(redis: Any, layout: Layout, prefix: str, buckets: list[int]) ->
 
 
 async def scan_state(
-    redis: Any, keys: ModelKeys, layout: Layout, scripts: Scripts
+    redis: RedisClient, keys: ModelKeys, layout: Layout, scripts: Scripts
 ) -> AsyncIterator[Chunk]:
     """Every stored feature of the model, in chunks of about :data:`FIELDS_PER_CALL`."""
     for shard in range(layout.shards):

@@ -30,6 +30,7 @@ from online_ctr.store.commits import CommitLog
 from online_ctr.store.filter import make_filters
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
+from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.replica import Fresh, StateReplica
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import Rows, StateShards
@@ -140,18 +141,16 @@ _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 _INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class ModelStore:
     """Reads and writes one model; shared by the API and the worker."""
 
-    def __init__(self, redis: Any, spec: ModelSpec, replica_features: int = 0) -> None:
+    def __init__(self, redis: RedisClient, spec: ModelSpec, replica_features: int = 0) -> None:
         """``replica_features``: serve from a copy of at most that many hot features
         (:mod:`online_ctr.store.replica`; 0, or on Redis Cluster: read every feature from the
         shards)."""
-        self.redis = redis
+        # Any, not RedisClient, for the readers of ``store.redis`` outside the store: redis-py
+        # types a reply as the union of every decoding, which they do not narrow yet.
+        self.redis: Any = redis
         self.spec = spec
         self.keys = ModelKeys(spec.name, spec.group)
         self.scripts = Scripts.register(redis)
@@ -182,7 +181,7 @@ class ModelStore:
                 f"model {self.spec.name!r} is being imported from a snapshot; try again shortly"
             )
         stored_spec = dict(_BEFORE_STORED)  # overridden by what a newer version stored
-        stored_spec |= {_text(k): _text(v) for k, v in stored.items() if _text(k) in described}
+        stored_spec |= {text(k): text(v) for k, v in stored.items() if text(k) in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
 
@@ -217,7 +216,7 @@ class ModelStore:
             pipe.xlen(self.keys.stream)
             pipe.xlen(self.keys.dead)
             raw, expiring, lag, dead = await pipe.execute()
-        stored = {k: _text(v) for k, v in zip(_INFO_FIELDS, raw, strict=True) if v is not None}
+        stored = {k: text(v) for k, v in zip(_INFO_FIELDS, raw, strict=True) if v is not None}
         meta = _BEFORE_STORED | stored
         return ModelInfo(
             name=self.spec.name,
@@ -242,7 +241,7 @@ class ModelStore:
         # As finalize.lua reads it (checks.lua's whole): digits only, no sign, spaces or '_'.
         if not (step.isascii() and step.isdigit()) or int(step) > 2**53:
             raise ModelDamagedError(f"meta field t is not a whole number: {step}")
-        return int(step), _text(epoch or b"")
+        return int(step), text(epoch or b"")
 
     async def delete(self) -> int:
         """Delete every key of the model (its log side and every shard's keys, found with
