@@ -42,6 +42,8 @@ Codes = NDArray[np.int64]
 
 #: Rules with a compact form: their state is (weight-bearing value, n).
 RULES = ("ftrl", "l1sgd")
+#: Those of them whose weight-bearing value is the first field times the rate (``eta z``).
+SCALED = ("ftrl",)
 #: The state encodings a model may use.
 ENCODINGS = ("float64", "compact")
 
@@ -139,7 +141,7 @@ class CompactCodec:
 
     def scale(self, n: Array) -> Array:
         """Weight-bearing value over the first state field: FTRL's ``eta``, else 1."""
-        if self.rule == "ftrl":
+        if self.rule in SCALED:
             return self.alpha / (self.beta + np.sqrt(n))  # as kernels._rate, op for op
         return np.ones_like(n)
 

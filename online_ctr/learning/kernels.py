@@ -1,27 +1,34 @@
-"""The compiled per-example loop behind :func:`online_ctr.learning.sequential.learn_sequential`, and
-each rule's scalar math.
+"""The compiled per-example loop behind :func:`online_ctr.learning.sequential.learn_sequential`.
 
 Why numba: each example is scored with the state the previous one left, so numpy cannot
-vectorize the loop over examples, and Python costs microseconds per feature. Each function
-mirrors the numpy function of :mod:`online_ctr.learning.rules` named in its docstring operation for
-operation (same floating-point operations in the same order), so the two agree bit for bit;
-the numpy modules stay the readable reference. ``state`` is the rule's ``(k, fields)`` array,
-``i`` a row, ``p`` the hyper-parameters in the order of :data:`KERNELS`, ``t`` a float step.
+vectorize the loop over examples, and Python costs microseconds per feature. The loop knows no
+rule: :func:`learner` builds one per rule from the rule's own per-row math (``weight_of``,
+``update_row`` in its module, see :mod:`online_ctr.learning.rules.base`), so a rule's math is
+written in its module only. ``state`` is the rule's ``(k, fields)`` array, ``i`` a row, ``p``
+the hyper-parameters (``rule.kernel_params``), ``t`` a float step.
 
-All of it lives in this one module on purpose: numba's disk cache is refreshed when the
-cached function's source file changes, not when a function it calls from another file does.
+numba's disk cache is refreshed when the cached function's source file changes, not when a
+function it calls from another file does; so each rule's compiled loop carries a hash of the
+source files of the functions it compiles in, which numba's cache key includes.
 ``error_model="numpy"`` gives IEEE results (inf, nan) where Python would raise, as numpy does.
 
->>> state, p = np.zeros((1, 2)), np.array([0.1, 1.0, 0.0, 0.0])  # FTRL, l1 = l2 = 0
->>> _ftrl_update(state, 0, -0.5, 0.25, 1.0, p)
->>> state, _ftrl_weight(state, 0, p)  # w = -z / ((beta + sqrt(n)) / alpha)
-(array([[-0.5 ,  0.25]]), 0.03333333333333333)
+>>> from online_ctr.learning.rules import get_rule
+>>> rule = get_rule("ftrl")
+>>> p = rule.kernel_params(rule.params(alpha=0.1, beta=1.0, l1=0.0, l2=0.0))
+>>> state, one = np.zeros((1, 2)), np.array([0, 1])
+>>> logits, probabilities = learner(rule)(
+...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1),
+...     np.zeros(1, np.uint64), False)
+>>> probabilities, state  # g = 0.5 - 1: z = -0.5, n = 0.25
+(array([0.5]), array([[-0.5 ,  0.25]]))
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -29,10 +36,11 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from online_ctr.learning.compact import RULES, SCALED
+from online_ctr.learning.rules.base import SCALAR, RowUpdateFn, RowWeightFn, Rule
+
 Array = NDArray[np.float64]
 Function = TypeVar("Function", bound=Callable[..., Any])
-
-FTRL, RDA, FOBOS, TG, TRUNCATION, L1SGD = range(6)
 
 # The compact encoding's constants (online_ctr.learning.compact), as globals numba folds in.
 _FRACTION, _WEIGHT_MIN, _WEIGHT_MAX = 8192.0, -32768.0, 32767.0
@@ -43,16 +51,6 @@ _GOLDEN, _MIX1, _MIX2 = (
     np.uint64(0x94D049BB133111EB),
 )
 _S11, _S22, _S27, _S30, _S31 = (np.uint64(s) for s in (11, 22, 27, 30, 31))
-
-#: Per rule name: the kernel's code, and the hyper-parameters in the order ``p`` holds them.
-KERNELS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "ftrl": (FTRL, ("alpha", "beta", "l1", "l2")),
-    "rda": (RDA, ("l1", "gamma")),
-    "fobos": (FOBOS, ("alpha", "beta", "l1")),
-    "tg": (TG, ("alpha", "beta", "l1", "theta", "k")),
-    "truncation": (TRUNCATION, ("alpha", "beta", "theta", "k")),
-    "l1sgd": (L1SGD, ("alpha", "beta", "l1")),
-}
 
 
 def _skip_blas_probe() -> None:
@@ -106,181 +104,6 @@ inlined = _inlined
 
 
 @_helper
-def _sign(v: float) -> float:
-    """``np.sign``: 0.0 for either zero, nan for nan."""
-    if v > 0.0:
-        return 1.0
-    if v < 0.0:
-        return -1.0
-    return 0.0 if v == 0.0 else v
-
-
-@_helper
-def _soft_threshold(v: float, a: float) -> float:
-    """``rules.base.soft_threshold``; ``np.maximum`` propagates nan, hence the comparison."""
-    shrunk = abs(v) - a
-    return _sign(v) * (0.0 if shrunk < 0.0 else shrunk)
-
-
-@_helper
-def _rate(n: float, alpha: float, beta: float) -> float:
-    """``rules.base.adaptive_rate``."""
-    return alpha / (beta + math.sqrt(n))
-
-
-@_helper
-def _ftrl_weight(state: Array, i: int, p: Array) -> float:
-    """``rules.ftrl.weights`` (McMahan et al. 2013, Algorithm 1); it ignores the step."""
-    alpha, beta, l1, l2 = p[0], p[1], p[2], p[3]
-    z, n = state[i, 0], state[i, 1]
-    if abs(z) <= l1:
-        return 0.0
-    w: float = -(z - _sign(z) * l1) / ((beta + math.sqrt(n)) / alpha + l2)
-    return w
-
-
-@_helper
-def _ftrl_update(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """``rules.ftrl.update``."""
-    z, n = state[i, 0], state[i, 1]
-    w = _ftrl_weight(state, i, p)
-    sigma = (math.sqrt(n + g2) - math.sqrt(n)) / p[0]
-    state[i, 0] = z + g - sigma * w
-    state[i, 1] = n + g2
-
-
-@_helper
-def _rda_weight(state: Array, i: int, t: float, p: Array) -> float:
-    """``rules.rda.weights`` (Xiao 2010, with ``beta_t = gamma sqrt(t)``)."""
-    l1, gamma = p[0], p[1]
-    steps = max(t, 1.0)
-    gbar = state[i, 0] / steps
-    if abs(gbar) <= l1 or t == 0.0:
-        return 0.0
-    w: float = -(math.sqrt(steps) / gamma) * (gbar - l1 * _sign(gbar))
-    return w
-
-
-@_helper
-def _fobos_weight(state: Array, i: int, t: float, p: Array) -> float:
-    """``rules.fobos.weights`` (Duchi & Singer 2009, applied lazily), with
-    ``_pending_penalty`` written out."""
-    alpha, beta, l1 = p[0], p[1], p[2]
-    penalty = (t - state[i, 2]) * (_rate(state[i, 1], alpha, beta) * l1)
-    return _soft_threshold(state[i, 0], penalty)
-
-
-@_helper
-def _fobos_update(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """``rules.fobos.update``."""
-    alpha, beta, l1 = p[0], p[1], p[2]
-    w = _fobos_weight(state, i, t - 1.0, p)
-    n = state[i, 1] + g2
-    eta = _rate(n, alpha, beta)
-    state[i, 0] = _soft_threshold(w - eta * g, eta * l1)
-    state[i, 1] = n
-    state[i, 2] = t
-
-
-@_helper
-def _tg_truncate(v: float, a: float, theta: float) -> float:
-    """``rules.tg.truncate``: ``T1(v, a, theta)``."""
-    return _soft_threshold(v, a) if abs(v) <= theta else v
-
-
-@_helper
-def _tg_gravity(n: float, p: Array) -> float:
-    """``rules.tg._gravity``: ``k eta_i l1``."""
-    a: float = p[4] * _rate(n, p[0], p[1]) * p[2]
-    return a
-
-
-@_helper
-def _tg_weight(state: Array, i: int, t: float, p: Array) -> float:
-    """``rules.tg.weights`` (Langford, Li & Zhang 2009, applied lazily), with ``_events``
-    written out: float floor division, as numpy's."""
-    k = p[4]
-    events = t // k - state[i, 2] // k
-    return _tg_truncate(state[i, 0], events * _tg_gravity(state[i, 1], p), p[3])
-
-
-@_helper
-def _tg_update(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """``rules.tg.update``."""
-    w = _tg_weight(state, i, t - 1.0, p)
-    n = state[i, 1] + g2
-    v = w - _rate(n, p[0], p[1]) * g
-    if t % p[4] == 0.0:
-        v = _tg_truncate(v, _tg_gravity(n, p), p[3])
-    state[i, 0], state[i, 1], state[i, 2] = v, n, t
-
-
-@_helper
-def _truncation_weight(state: Array, i: int, t: float, p: Array) -> float:
-    """``rules.truncation.weights`` (Langford, Li & Zhang 2009, section 3.1), with
-    ``_next_event`` written out."""
-    theta, k = p[2], p[3]
-    w: float = state[i, 0]
-    if (state[i, 2] // k + 1.0) * k <= t and abs(w) <= theta:
-        return 0.0
-    return w
-
-
-@_helper
-def _truncation_update(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """``rules.truncation.update``, with ``T0`` written out."""
-    w = _truncation_weight(state, i, t - 1.0, p)
-    n = state[i, 1] + g2
-    v = w - _rate(n, p[0], p[1]) * g
-    if t % p[3] == 0.0 and abs(v) <= p[2]:
-        v = 0.0
-    state[i, 0], state[i, 1], state[i, 2] = v, n, t
-
-
-@_helper
-def _l1sgd_update(state: Array, i: int, g: float, g2: float, p: Array) -> None:
-    """``rules.l1sgd.update`` (seed 001); its weight is stored."""
-    w = state[i, 0]
-    n = state[i, 1] + g2
-    state[i, 0] = w - _rate(n, p[0], p[1]) * (g + p[2] * _sign(w))
-    state[i, 1] = n
-
-
-@_helper
-def _weight(rule: int, state: Array, i: int, t: float, p: Array) -> float:
-    """``rules[rule].weights`` for row ``i`` at step ``t``."""
-    if rule == FTRL:
-        return _ftrl_weight(state, i, p)
-    if rule == RDA:
-        return _rda_weight(state, i, t, p)
-    if rule == FOBOS:
-        return _fobos_weight(state, i, t, p)
-    if rule == TG:
-        return _tg_weight(state, i, t, p)
-    if rule == TRUNCATION:
-        return _truncation_weight(state, i, t, p)
-    w: float = state[i, 0]  # L1-SGD stores its weight
-    return w
-
-
-@_helper
-def _update(rule: int, state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """``rules[rule].update`` of row ``i`` with one example's gradient, as step ``t``."""
-    if rule == FTRL:
-        _ftrl_update(state, i, g, g2, t, p)
-    elif rule == RDA:
-        state[i, 0] += g  # rules.rda.update: z sums the gradients
-    elif rule == FOBOS:
-        _fobos_update(state, i, g, g2, t, p)
-    elif rule == TG:
-        _tg_update(state, i, g, g2, t, p)
-    elif rule == TRUNCATION:
-        _truncation_update(state, i, g, g2, t, p)
-    else:
-        _l1sgd_update(state, i, g, g2, p)
-
-
-@_helper
 def _mix(x: np.uint64) -> np.uint64:
     """``compact._mix``: SplitMix64's output function."""
     x = x + _GOLDEN
@@ -321,20 +144,35 @@ def _round_n(n: float, r: float) -> float:
 
 
 @_helper
-def _quantize(rule: int, state: Array, i: int, feature: np.uint64, step: int, p: Array) -> None:
-    """``compact.CompactCodec.quantize`` of row ``i``, just updated as ``step``."""
+def _rate(n: float, alpha: float, beta: float) -> float:
+    """``compact.CompactCodec.scale`` of FTRL: ``rules.base.rate``, op for op."""
+    return alpha / (beta + math.sqrt(n))
+
+
+@_helper
+def _quantize(scaled: bool, state: Array, i: int, feature: np.uint64, step: int, p: Array) -> None:
+    """``compact.CompactCodec.quantize`` of row ``i``, just updated as ``step``; ``scaled``:
+    the weight-bearing value is ``eta`` times the first field (FTRL's ``z``)."""
     h = _mix(feature ^ _mix(np.uint64(step)))
     r_weight = float(h >> _S11) * 2.0**-53
     r_n = float(_mix(h) >> _S22) * 2.0**-42
     n = _round_n(state[i, 1], r_n)
-    scale = _rate(n, p[0], p[1]) if rule == FTRL else 1.0
+    scale = _rate(n, p[0], p[1]) if scaled else 1.0
     state[i, 0] = _round_weight(state[i, 0] * scale, r_weight) / scale
     state[i, 1] = n
 
 
-@_inlined
+#: What :func:`learner` sets in its copies of :func:`_learn` and of the function it compiles:
+#: the rule's ``weight_of`` and ``update_row``, whether its compact form scales the weight by
+#: the rate (``compact.SCALED``), and whether it has one (``compact.RULES``). Only declared
+#: here, hence the linter's "undefined name" waived where they are read.
+_weight_of: RowWeightFn
+_update_row: RowUpdateFn
+_SCALED: bool
+_COMPACT: bool
+
+
 def _learn(
-    rule: int,
     compact: bool,
     p: Array,
     state: Array,
@@ -346,62 +184,125 @@ def _learn(
     labels: Array,
     ids: NDArray[np.uint64],
 ) -> tuple[Array, Array]:
-    """:func:`learn_examples` for one ``rule`` and encoding (``compact``), constants once
-    inlined there, so that the compiler drops the other rules' branches from the loop: several
-    times faster than testing ``rule`` for every feature."""
+    """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
+    inlined there, so that the float64 loop never tests it. Compiled once per rule, with
+    ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`)."""
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
         step = float(t + j)
         s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
         for k in range(indptr[j], indptr[j + 1]):
-            s += _weight(rule, state, inverse[k], step, p) * values[k]
+            s += _weight_of(state, inverse[k], step, p) * values[k]  # noqa: F821
         clipped = min(max(s, -logit_clip), logit_clip)
         probability = 1.0 / (1.0 + math.exp(-clipped))
         logits[j], probabilities[j] = s, probability
         residual = probability - labels[j]
         for k in range(indptr[j], indptr[j + 1]):
             g = residual * values[k]
-            _update(rule, state, inverse[k], g, g * g, step + 1.0, p)
+            _update_row(state, inverse[k], g, g * g, step + 1.0, p)  # noqa: F821
             if compact:
-                _quantize(rule, state, inverse[k], ids[inverse[k]], t + j + 1, p)
+                _quantize(_SCALED, state, inverse[k], ids[inverse[k]], t + j + 1, p)  # noqa: F821
     return logits, probabilities
 
 
-@_compiled
-def learn_examples(
-    rule: int,
-    p: Array,
-    state: Array,
-    t: int,
-    logit_clip: float,
-    indptr: NDArray[np.int64],
-    inverse: NDArray[np.intp],
-    values: Array,
-    labels: Array,
-    ids: NDArray[np.uint64],
-    compact: bool,
-) -> tuple[Array, Array]:
-    """Predict then learn each example in turn, updating ``state`` in place; returns the
-    logits (unclipped) and probabilities. Mirrors ``learner.score`` and ``rule.update`` at B = 1;
-    with ``compact``, each updated row is then rounded as ``compact.CompactCodec.quantize``
-    (``ids`` are the rows' feature ids, which seed its randomness).
+def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
+    """The function :func:`learner` compiles, with ``fingerprint`` in its closure: numba keys
+    its disk cache by this file and the function's bytecode and closure, so the hash of the
+    rule's source files there is what makes an edit of the rule compile anew."""
+
+    def learn_examples(
+        p: Array,
+        state: Array,
+        t: int,
+        logit_clip: float,
+        indptr: NDArray[np.int64],
+        inverse: NDArray[np.intp],
+        values: Array,
+        labels: Array,
+        ids: NDArray[np.uint64],
+        compact: bool,
+    ) -> tuple[Array, Array]:
+        fingerprint  # noqa: B018  (read, so that it is a closure cell)
+        if _COMPACT and compact:  # noqa: F821
+            return _learn(True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+        return _learn(False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+
+    return learn_examples
+
+
+#: Per rule name, its compiled learner (built on first use).
+_LEARNERS: dict[str, Callable[..., tuple[Array, Array]]] = {}
+#: Each scalar function of the rules, compiled (see :func:`_jitted`).
+_JITTED: dict[Callable[..., Any], Any] = {}
+
+
+def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
+    """``rule``'s compiled loop: predict then learn each example in turn, updating ``state`` in
+    place; returns the logits (unclipped) and probabilities. Mirrors ``learner.score`` and
+    ``rule.update`` at B = 1: ``rule.weight_of`` scores, ``rule.update_row`` learns. With
+    ``compact`` (for a rule of ``compact.RULES``), each updated row is then rounded as
+    ``compact.CompactCodec.quantize`` (``ids`` are the rows' feature ids, which seed its
+    randomness). Arguments: ``p`` (``rule.kernel_params``), ``state``, ``t``, ``logit_clip``,
+    ``indptr``, ``inverse``, ``values``, ``labels``, ``ids``, ``compact``.
+
+    Built from the rule alone, with no table of rules here: its two functions are compiled,
+    with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of
+    :func:`_learn` whose globals name them, so the compiler sees direct calls and inlines them.
     """
-    if compact:  # a constant in each branch, as the rule: the float64 loop never tests it
-        if rule == FTRL:
-            return _learn(FTRL, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-        # L1-SGD, the only other rule with a compact form (learn_sequential checks it)
-        return _learn(L1SGD, True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-    if rule == FTRL:
-        return _learn(FTRL, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-    if rule == RDA:
-        return _learn(RDA, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-    if rule == FOBOS:
-        return _learn(FOBOS, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-    if rule == TG:
-        return _learn(TG, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-    if rule == TRUNCATION:
-        return _learn(
-            TRUNCATION, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids
+    if rule.name not in _LEARNERS:
+        files: set[str] = set()
+        weight_of, update_row = _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
+        learn = _with_globals(
+            _learn,
+            _learn.__qualname__,
+            _weight_of=weight_of,
+            _update_row=update_row,
+            _SCALED=rule.name in SCALED,
         )
-    return _learn(L1SGD, False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+        template = _learn_examples("")
+        fingerprint = hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()
+        function = types.FunctionType(
+            template.__code__,
+            {**template.__globals__, "_learn": _inlined(learn), "_COMPACT": rule.name in RULES},
+            template.__name__,
+            None,
+            (types.CellType(fingerprint),),
+        )
+        # The cache's file name: one per rule.
+        function.__qualname__ = f"learn_examples_{rule.name}"
+        _LEARNERS[rule.name] = _compiled(function)
+    return _LEARNERS[rule.name]
+
+
+def _with_globals(function: Function, qualname: str, **names: Any) -> Function:
+    """A copy of ``function`` that sees ``names`` among its module's globals."""
+    copy = types.FunctionType(
+        function.__code__,
+        {**function.__globals__, **names},
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    copy.__qualname__ = qualname
+    return cast(Function, copy)
+
+
+def _jitted(function: Callable[..., Any], files: set[str]) -> Any:
+    """``function`` compiled, calling the compiled form of each scalar function it names;
+    ``files`` gains the source files of all of them."""
+    files.add(function.__code__.co_filename)
+    callees = {
+        name: _jitted(value, files)
+        for name in function.__code__.co_names
+        if callable(value := function.__globals__.get(name)) and getattr(value, SCALAR, False)
+    }
+    if function not in _JITTED:
+        _JITTED[function] = _helper(_with_globals(function, function.__qualname__, **callees))
+    return _JITTED[function]
+
+
+def _read(path: str) -> bytes:
+    """The bytes of the file at ``path``."""
+    with open(path, "rb") as source:
+        return source.read()

@@ -81,12 +81,11 @@ def learn_sequential(
     ``compact`` ``encoding`` each update is rounded to what that encoding stores
     (:mod:`online_ctr.learning.compact`)."""
     check_encoding(encoding, rule.name)
-    code, p = _kernel(rule, params)
+    p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
     _check_shapes(rule, new_state, batch, features)
     labels = np.ascontiguousarray(batch.labels, dtype=np.float64)
-    logits, probabilities = kernels.learn_examples(
-        code,
+    logits, probabilities = kernels.learner(rule)(
         p,
         new_state,
         int(t),  # a float or numpy step would compile another specialization
@@ -100,15 +99,6 @@ def learn_sequential(
     )
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Learned(logits, probabilities, log_loss(probabilities, labels), new_state, counts)
-
-
-def _kernel(rule: Rule, params: Any) -> tuple[int, Array]:
-    """The rule's kernel code and its hyper-parameters as the kernel reads them."""
-    try:
-        code, names = kernels.KERNELS[rule.name]
-    except KeyError:
-        raise ValueError(f"no sequential kernel for rule {rule.name!r}") from None
-    return code, np.array([float(getattr(params, name)) for name in names])
 
 
 def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) -> None:

@@ -9,13 +9,20 @@ t)`` gives the weights used to predict example ``t + 1``; ``update(state, g, g2,
 mini-batch whose last example is example ``t`` (so a batch of B examples that starts after
 ``t0`` examples passes ``t = t0 + B``), with ``g`` and ``g2`` the per-feature sums of the
 gradients and of their squares over the batch.
+
+Each rule writes its math once more, per row, for the compiled learner
+(:mod:`online_ctr.learning.kernels`): ``weight_of(state, i, t, p)`` and ``update_row(state, i, g,
+g2, t, p)``, with ``p`` the hyper-parameters in the order of the rule's parameter class. They are
+plain Python on floats, in the subset numba compiles, and marked :func:`scalar` together with
+every function of theirs they call; this module never imports numba.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,6 +57,53 @@ def adaptive_rate(n: Array, alpha: float, beta: float) -> Array:
     array([0.1  , 0.025])
     """
     return alpha / (beta + np.sqrt(n))
+
+
+#: The attribute :func:`scalar` sets: the kernels compile a function that has it.
+SCALAR = "__scalar__"
+ScalarFn = TypeVar("ScalarFn", bound=Callable[..., Any])
+
+
+def scalar(function: ScalarFn) -> ScalarFn:
+    """Mark ``function`` as math on floats and state rows that numba can compile: the
+    compiled learner compiles it, and every function so marked that it calls."""
+    setattr(function, SCALAR, True)
+    return function
+
+
+@scalar
+def sign(v: float) -> float:
+    """``np.sign`` of one float: 0.0 for either zero, nan for nan.
+
+    >>> sign(-2.0), sign(0.0), sign(3.0)
+    (-1.0, 0.0, 1.0)
+    """
+    if v > 0.0:
+        return 1.0
+    if v < 0.0:
+        return -1.0
+    return 0.0 if v == 0.0 else v
+
+
+@scalar
+def shrink(v: float, a: float) -> float:
+    """:func:`soft_threshold` of one float; ``np.maximum`` propagates nan, hence the comparison.
+
+    >>> shrink(-3.0, 1.0), shrink(0.5, 1.0)
+    (-2.0, 0.0)
+    """
+    shrunk = abs(v) - a
+    return sign(v) * (0.0 if shrunk < 0.0 else shrunk)
+
+
+@scalar
+def rate(n: float, alpha: float, beta: float) -> float:
+    """:func:`adaptive_rate` of one ``n``.
+
+    >>> rate(9.0, alpha=0.1, beta=1.0)
+    0.025
+    """
+    return alpha / (beta + math.sqrt(n))
 
 
 def require(condition: bool, message: str) -> None:
@@ -91,11 +145,15 @@ WeightsFn = Callable[[Array, Step, Any], Array]
 RatesFn = Callable[[Array, int, Any], Array]
 UpdateFn = Callable[[Array, Array, Array, int, Any], Array]
 ExpiryFn = Callable[[Array, int, Any], Array]
+#: ``weight_of(state, i, t, p)`` and ``update_row(state, i, g, g2, t, p)``, see the module.
+RowWeightFn = Callable[[Array, int, float, Array], float]
+RowUpdateFn = Callable[[Array, int, float, float, float, Array], None]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A learning rule: its state layout, hyper-parameter class and four pure functions.
+    """A learning rule: its state layout, hyper-parameter class, four pure functions on arrays
+    and its per-row math for the compiled learner (``weight_of``, ``update_row``).
 
     ``expiry(state, t, params)`` gives, for each feature whose weight at step ``t`` is nonzero,
     the first step ``s > t`` at which its weight is exactly zero if the feature is not touched
@@ -115,11 +173,18 @@ class Rule:
     update: UpdateFn
     expiry: ExpiryFn
     rates: RatesFn
+    weight_of: RowWeightFn
+    update_row: RowUpdateFn
 
     def params(self, **values: float) -> Any:
         """Build this rule's hyper-parameters, ignoring names the rule does not use."""
         known = {f.name for f in fields(self.params_type)}
         return self.params_type(**{k: v for k, v in values.items() if k in known})
+
+    def kernel_params(self, params: Any) -> Array:
+        """The hyper-parameters as ``weight_of`` and ``update_row`` read them: floats in the
+        order of the parameter class's fields."""
+        return np.array([float(getattr(params, f.name)) for f in fields(self.params_type)])
 
     def zeros(self, k: int) -> Array:
         """The state of ``k`` features never seen before."""
@@ -130,7 +195,7 @@ class Rule:
         field must be); None if every row is one. Every value is finite, a sum of squares
         ``>= 0``, a step a whole number in ``[0, 2^53)``.
 
-        >>> toy = Rule("toy", "", ("w", "n", "t_last"), object, *[never_expires] * 4)
+        >>> toy = Rule("toy", "", ("w", "n", "t_last"), object, *[never_expires] * 6)
         >>> toy.state_problem(np.array([[0.5, 1.0, 3.0], [0.5, -1.0, 3.0]]))
         (1, 'n', 'a sum of squared gradients, >= 0')
         >>> toy.state_problem(np.array([[0.5, 1.0, 3.0]])) is None

@@ -41,6 +41,9 @@ from online_ctr.learning.rules.base import (
     adaptive_rate,
     first_zero_step,
     per_coordinate_rates,
+    rate,
+    scalar,
+    shrink,
     soft_threshold,
 )
 
@@ -80,6 +83,31 @@ def expiry(state: Array, t: int, params: FOBOSParams) -> Array:
     return first_zero_step(weights, state, t, params, estimate)
 
 
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s weight, as :func:`weights` with :func:`_pending_penalty` written out; ``p``
+    is alpha, beta, l1.
+
+    >>> float(weight_of(np.array([[0.225, 1.0, 1.0]]), 0, 3.0, np.array([0.5, 1.0, 0.1])))
+    0.175
+    """
+    alpha, beta, l1 = p[0], p[1], p[2]
+    penalty = (t - state[i, 2]) * (rate(state[i, 1], alpha, beta) * l1)
+    return shrink(state[i, 0], penalty)
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place."""
+    alpha, beta, l1 = p[0], p[1], p[2]
+    w = weight_of(state, i, t - 1.0, p)
+    n = state[i, 1] + g2
+    eta = rate(n, alpha, beta)
+    state[i, 0] = shrink(w - eta * g, eta * l1)
+    state[i, 1] = n
+    state[i, 2] = t
+
+
 RULE = Rule(
     name="fobos",
     title="L1-FOBOS (Duchi & Singer 2009), per-coordinate rates",
@@ -89,4 +117,6 @@ RULE = Rule(
     update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )

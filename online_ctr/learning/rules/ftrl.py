@@ -29,11 +29,21 @@ array([0.025     , 0.06666667])
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from online_ctr.learning.rules.base import Array, Rule, Step, adaptive_rate, never_expires, require
+from online_ctr.learning.rules.base import (
+    Array,
+    Rule,
+    Step,
+    adaptive_rate,
+    never_expires,
+    require,
+    scalar,
+    sign,
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,31 @@ def rates(state: Array, t: int, params: FTRLParams) -> Array:
     return np.where(params.beta + np.sqrt(n) > 0, eta, params.alpha)
 
 
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s weight, as :func:`weights`; ``p`` is alpha, beta, l1, l2.
+
+    >>> float(weight_of(np.array([[-3.0, 9.0]]), 0, 1.0, np.array([0.1, 1.0, 1.0, 1.0])))
+    0.04878048780487805
+    """
+    alpha, beta, l1, l2 = p[0], p[1], p[2], p[3]
+    z, n = state[i, 0], state[i, 1]
+    if abs(z) <= l1:
+        return 0.0
+    w: float = -(z - sign(z) * l1) / ((beta + math.sqrt(n)) / alpha + l2)
+    return w
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place."""
+    z, n = state[i, 0], state[i, 1]
+    w = weight_of(state, i, t, p)
+    sigma = (math.sqrt(n + g2) - math.sqrt(n)) / p[0]
+    state[i, 0] = z + g - sigma * w
+    state[i, 1] = n + g2
+
+
 RULE = Rule(
     name="ftrl",
     title="FTRL-Proximal (McMahan et al. 2013)",
@@ -86,4 +121,6 @@ RULE = Rule(
     update=update,
     expiry=never_expires,
     rates=rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )

@@ -32,6 +32,9 @@ from online_ctr.learning.rules.base import (
     adaptive_rate,
     never_expires,
     per_coordinate_rates,
+    rate,
+    scalar,
+    sign,
 )
 
 
@@ -53,6 +56,28 @@ def update(state: Array, g: Array, g2: Array, t: int, params: L1SGDParams) -> Ar
     return np.column_stack((w, n))
 
 
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s stored weight."""
+    w: float = state[i, 0]
+    return w
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place; ``p`` is alpha, beta, l1.
+
+    >>> state = np.array([[0.25, 1.0]])
+    >>> update_row(state, 0, 0.0, 0.0, 2.0, np.array([0.5, 1.0, 0.1]))
+    >>> state
+    array([[0.225, 1.   ]])
+    """
+    w = state[i, 0]
+    n = state[i, 1] + g2
+    state[i, 0] = w - rate(n, p[0], p[1]) * (g + p[2] * sign(w))
+    state[i, 1] = n
+
+
 RULE = Rule(
     name="l1sgd",
     title="L1-SGD (seed 001), per-coordinate rates",
@@ -62,4 +87,6 @@ RULE = Rule(
     update=update,
     expiry=never_expires,
     rates=per_coordinate_rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )

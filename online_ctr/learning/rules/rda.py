@@ -28,11 +28,21 @@ array([0.5, 0.5])
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from online_ctr.learning.rules.base import NEVER, Array, Rule, Step, first_zero_step, require
+from online_ctr.learning.rules.base import (
+    NEVER,
+    Array,
+    Rule,
+    Step,
+    first_zero_step,
+    require,
+    scalar,
+    sign,
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,28 @@ def rates(state: Array, t: int, params: RDAParams) -> Array:
     return np.full(state.shape[0], 1.0 / (params.gamma * np.sqrt(t + 1.0)))
 
 
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s weight, as :func:`weights`; ``p`` is l1, gamma.
+
+    >>> float(weight_of(np.array([[-6.0]]), 0, 4.0, np.array([0.1, 1.0])))
+    2.8
+    """
+    l1, gamma = p[0], p[1]
+    steps = max(t, 1.0)
+    gbar = state[i, 0] / steps
+    if abs(gbar) <= l1 or t == 0.0:
+        return 0.0
+    w: float = -(math.sqrt(steps) / gamma) * (gbar - l1 * sign(gbar))
+    return w
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place: ``z`` sums the gradients."""
+    state[i, 0] += g
+
+
 RULE = Rule(
     name="rda",
     title="L1-RDA (Xiao 2010)",
@@ -82,4 +114,6 @@ RULE = Rule(
     update=update,
     expiry=expiry,
     rates=rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )

@@ -42,8 +42,11 @@ from online_ctr.learning.rules.base import (
     adaptive_rate,
     first_zero_step,
     per_coordinate_rates,
+    rate,
     require,
     require_period,
+    scalar,
+    shrink,
     soft_threshold,
 )
 
@@ -108,6 +111,43 @@ def expiry(state: Array, t: int, params: TGParams) -> Array:
     return first_zero_step(weights, state, t, params, estimate)
 
 
+@scalar
+def _truncate_one(v: float, a: float, theta: float) -> float:
+    """:func:`truncate` of one float."""
+    return shrink(v, a) if abs(v) <= theta else v
+
+
+@scalar
+def _gravity_of(n: float, p: Array) -> float:
+    """:func:`_gravity` of one ``n``: ``k eta_i l1``."""
+    a: float = p[4] * rate(n, p[0], p[1]) * p[2]
+    return a
+
+
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s weight, as :func:`weights` with :func:`_events` written out (float floor
+    division, as numpy's); ``p`` is alpha, beta, l1, theta, k.
+
+    >>> float(weight_of(np.array([[0.2, 1.0, 2.0]]), 0, 4.0, np.array([0.5, 1.0, 0.1, 1.0, 2.0])))
+    0.15000000000000002
+    """
+    k = p[4]
+    events = t // k - state[i, 2] // k
+    return _truncate_one(state[i, 0], events * _gravity_of(state[i, 1], p), p[3])
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place."""
+    w = weight_of(state, i, t - 1.0, p)
+    n = state[i, 1] + g2
+    v = w - rate(n, p[0], p[1]) * g
+    if t % p[4] == 0.0:
+        v = _truncate_one(v, _gravity_of(n, p), p[3])
+    state[i, 0], state[i, 1], state[i, 2] = v, n, t
+
+
 RULE = Rule(
     name="tg",
     title="Truncated gradient (Langford, Li & Zhang 2009), per-coordinate rates",
@@ -117,4 +157,6 @@ RULE = Rule(
     update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )

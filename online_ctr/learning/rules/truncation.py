@@ -34,8 +34,10 @@ from online_ctr.learning.rules.base import (
     Step,
     adaptive_rate,
     per_coordinate_rates,
+    rate,
     require,
     require_period,
+    scalar,
 )
 
 
@@ -93,6 +95,32 @@ def expiry(state: Array, t: int, params: TruncationParams) -> Array:
     return np.where(np.abs(w) <= params.theta, _next_event(t_last, params.k), NEVER)
 
 
+@scalar
+def weight_of(state: Array, i: int, t: float, p: Array) -> float:
+    """Row ``i``'s weight, as :func:`weights` with :func:`_next_event` written out; ``p`` is
+    alpha, beta, theta, k.
+
+    >>> weight_of(np.array([[0.25, 1.0, 1.0]]), 0, 2.0, np.array([0.5, 1.0, 0.3, 2.0]))
+    0.0
+    """
+    theta, k = p[2], p[3]
+    w: float = state[i, 0]
+    if (state[i, 2] // k + 1.0) * k <= t and abs(w) <= theta:
+        return 0.0
+    return w
+
+
+@scalar
+def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
+    """:func:`update` of row ``i``, in place, with ``T0`` written out."""
+    w = weight_of(state, i, t - 1.0, p)
+    n = state[i, 1] + g2
+    v = w - rate(n, p[0], p[1]) * g
+    if t % p[3] == 0.0 and abs(v) <= p[2]:
+        v = 0.0
+    state[i, 0], state[i, 1], state[i, 2] = v, n, t
+
+
 RULE = Rule(
     name="truncation",
     title="Simple truncation (Langford, Li & Zhang 2009), per-coordinate rates",
@@ -102,4 +130,6 @@ RULE = Rule(
     update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
+    weight_of=weight_of,
+    update_row=update_row,
 )
