@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
 
 import httpx
@@ -19,7 +19,7 @@ from online_ctr.client.results import (
     ModelInfo,
     Prediction,
 )
-from online_ctr.client.retry import Retry
+from online_ctr.client.retry import Retry, attempts
 
 
 class AsyncClient:
@@ -28,8 +28,8 @@ class AsyncClient:
     A batched call sends its requests one after another, in order (so examples are learned in
     the order given); run several calls concurrently for parallel requests.
 
-    Learning by prediction id is not here yet: the service does not have it (see
-    :mod:`online_ctr.client.operations`).
+    Labelling served predictions by prediction id (``POST /learn`` with joins on) is not
+    here yet, though the service has it (see :mod:`online_ctr.client.operations`).
     """
 
     def __init__(
@@ -87,21 +87,22 @@ class AsyncClient:
     async def export_model(self, name: str, file: snapshots.Target) -> int:
         """Stream model ``name`` into a snapshot ``file`` (a path, or a binary file open for
         writing); the bytes written. Needs the ``admin`` scope."""
-        attempts = self.retry.start()
-        while True:
+        saved: list[int] = []
+
+        async def attempt(timeout_s: float) -> httpx.Response:
+            request = self._http.build_request("GET", snapshots.route(name), timeout=timeout_s)
+            response = await self._http.send(request, stream=True)
             try:
-                async with self._http.stream(
-                    "GET", snapshots.route(name), timeout=attempts.timeout_s(self.timeout_s)
-                ) as response:
-                    wait = attempts.after_response(response)
-                    if wait is None:
-                        if response.is_error:
-                            await response.aread()  # the error's JSON, for its message
-                        answers.check(response)
-                        return await _save(response.aiter_bytes(), file)
-            except httpx.TransportError as error:
-                wait = attempts.after_error(error)
-            await asyncio.sleep(wait)
+                if response.is_success:  # a connection lost mid-file is retried whole
+                    saved.append(await _save(response.aiter_bytes(), file))
+                else:
+                    await response.aread()  # the error's JSON, for its message
+            finally:
+                await response.aclose()
+            return response
+
+        answers.check(await self._retrying(attempt))
+        return saved[-1]
 
     async def import_model(
         self, file: snapshots.Target, name: str, *, replace: bool = False
@@ -109,24 +110,19 @@ class AsyncClient:
         """Stream a snapshot ``file`` (a path, or a binary file) in as model ``name``; with
         ``replace``, in place of a model of that name. Needs the ``admin`` scope."""
         upload = snapshots.Upload(file)
-        attempts = (self.retry if upload.repeatable else Retry(attempts=1)).start()
         params = {"replace": "true"} if replace else {}
         headers = {"Content-Type": snapshots.SNAPSHOT_TYPE}
-        while True:
-            with upload.opened() as stream:
+
+        async def attempt(timeout_s: float) -> httpx.Response:
+            with upload.opened() as stream:  # from its start, for each attempt
                 request = self._http.build_request(
                     "PUT", snapshots.route(name), content=snapshots.apieces(stream),
-                    params=params, headers=headers, timeout=attempts.timeout_s(self.timeout_s),
+                    params=params, headers=headers, timeout=timeout_s,
                 )  # fmt: skip
-                try:
-                    response = await self._http.send(request)
-                except httpx.TransportError as error:
-                    await asyncio.sleep(attempts.after_error(error))
-                    continue
-            wait = attempts.after_response(response)
-            if wait is None:
-                return answers.imported(response)
-            await asyncio.sleep(wait)
+                return await self._http.send(request)
+
+        retry = self.retry if upload.repeatable else Retry(attempts=1)
+        return answers.imported(await self._retrying(attempt, retry))
 
     async def aclose(self) -> None:
         """Close the connections."""
@@ -156,18 +152,23 @@ class AsyncClient:
         return operation.combine(parts)
 
     async def _send(self, call: Call) -> httpx.Response:
-        attempts = self.retry.start()
-        while True:
-            request = call.request(self._http, attempts.timeout_s(self.timeout_s))
+        async def attempt(timeout_s: float) -> httpx.Response:
+            return await self._http.send(call.request(self._http, timeout_s))
+
+        return await self._retrying(attempt)
+
+    async def _retrying(
+        self, attempt: Callable[[float], Awaitable[httpx.Response]], retry: Retry | None = None
+    ) -> httpx.Response:
+        """Make ``attempt`` (one request, given its timeout) as the retry loop says."""
+        for step in attempts(retry or self.retry, self.timeout_s):
+            if step.wait_s:
+                await asyncio.sleep(step.wait_s)
             try:
-                response = await self._http.send(request)
+                step.answered(await attempt(step.timeout_s))
             except httpx.TransportError as error:
-                await asyncio.sleep(attempts.after_error(error))
-                continue
-            wait = attempts.after_response(response)
-            if wait is None:
-                return response
-            await asyncio.sleep(wait)
+                step.failed(error)
+        return step.answer
 
 
 async def _save(pieces: AsyncIterator[bytes], file: snapshots.Target) -> int:

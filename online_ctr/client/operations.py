@@ -9,9 +9,10 @@ line in each client.
 Model snapshots (export and import) are not operations: their bodies are streamed, never
 held whole, so the clients send them themselves (:mod:`online_ctr.client.snapshots`).
 
-Hook, not built yet: learning by prediction id goes here, as such a function, once the
-service has that endpoint (issue 12, item 2); it does not exist yet, so no request shape is
-guessed."""
+Not built yet: labelling served predictions by ``prediction_id``. The service has it (``POST
+/learn`` with ``{"prediction_id": ..., "label": ...}`` or ``examples`` of them, for a model with
+``OCTR_JOIN_WINDOW_S`` > 0; see the README's *Clicks that arrive later*); this client does not
+send it yet. It goes here, as one more function returning an :class:`Operation`."""
 
 from __future__ import annotations
 

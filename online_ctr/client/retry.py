@@ -7,6 +7,10 @@ a 500. Retrying is safe for every call the client makes: ``/predict`` and ``GET 
 read, ``/learn`` carries an ``Idempotency-Key`` that stays the same on every retry of a
 request (the service appends a request's examples once however often it arrives), and
 ``DELETE /models`` ends in the same state however often it runs.
+
+The retry loop is written once, :func:`attempts`: it yields each attempt to make, and the
+blocking and asyncio clients only sleep, send and report what came back (``for step in
+attempts(...)``), so the two cannot come to retry differently.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
@@ -127,3 +131,58 @@ class Attempts:
         if at_least_s is not None:
             wait = max(wait, at_least_s)
         return wait if self.clock() + wait < self.deadline else None
+
+
+@dataclass
+class Attempt:
+    """One attempt :func:`attempts` asks for: wait ``wait_s``, then send with ``timeout_s``
+    (read after the wait: what the deadline leaves then), and report the outcome."""
+
+    wait_s: float
+    _attempts: Attempts
+    _timeout_s: float
+    response: httpx.Response | None = None
+    error: httpx.TransportError | None = None
+
+    @property
+    def timeout_s(self) -> float:
+        """This attempt's timeout: the configured one, cut to what the deadline leaves."""
+        return self._attempts.timeout_s(self._timeout_s)
+
+    def answered(self, response: httpx.Response) -> None:
+        """The attempt got ``response`` (its body read if it may be retried)."""
+        self.response = response
+
+    def failed(self, error: httpx.TransportError) -> None:
+        """The attempt got no answer."""
+        self.error = error
+
+    @property
+    def answer(self) -> httpx.Response:
+        """The response the loop ended with."""
+        assert self.response is not None, "attempts() ended without a response"
+        return self.response
+
+
+def attempts(
+    policy: Retry, timeout_s: float, rng: random.Random | None = None
+) -> Iterator[Attempt]:
+    """The retry loop: yields each attempt of one request until one is answered for good (the
+    last attempt yielded holds the :attr:`Attempt.answer`); raises :class:`UnreachableError`
+    when a failure may not be retried, or attempts or deadline are spent.
+
+    A response that is retried is dropped unread: an attempt whose response may be retried
+    (a streamed one) reads its body before reporting it.
+    """
+    state = policy.start(rng)
+    wait = 0.0
+    while True:
+        step = Attempt(wait, state, timeout_s)
+        yield step
+        if step.error is not None:
+            wait = state.after_error(step.error)
+            continue
+        next_wait = state.after_response(step.answer)
+        if next_wait is None:
+            return
+        wait = next_wait

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 
 import httpx
@@ -19,7 +19,7 @@ from online_ctr.client.results import (
     ModelInfo,
     Prediction,
 )
-from online_ctr.client.retry import Retry
+from online_ctr.client.retry import Retry, attempts
 
 
 class Client:
@@ -30,8 +30,9 @@ class Client:
     attempt, ``retry`` the attempts (see :class:`Retry`); ``max_batch`` is the most examples
     per request (the service's ``OCTR_MAX_EXAMPLES_PER_REQUEST``). ``transport`` replaces
     httpx's network transport (a proxy, a mounted ASGI app). Errors are
-    :class:`OnlineCtrError` subclasses. Learning by prediction id is not here yet: the
-    service does not have it (see :mod:`online_ctr.client.operations`).
+    :class:`OnlineCtrError` subclasses. Labelling served predictions by prediction id
+    (``POST /learn`` with joins on) is not here yet, though the service has it (see
+    :mod:`online_ctr.client.operations`).
     """
 
     def __init__(
@@ -87,21 +88,22 @@ class Client:
     def export_model(self, name: str, file: snapshots.Target) -> int:
         """Stream model ``name`` into a snapshot ``file`` (a path, or a binary file open for
         writing); the bytes written. Needs the ``admin`` scope."""
-        attempts = self.retry.start()
-        while True:
+        saved: list[int] = []
+
+        def attempt(timeout_s: float) -> httpx.Response:
+            request = self._http.build_request("GET", snapshots.route(name), timeout=timeout_s)
+            response = self._http.send(request, stream=True)
             try:
-                with self._http.stream(
-                    "GET", snapshots.route(name), timeout=attempts.timeout_s(self.timeout_s)
-                ) as response:
-                    wait = attempts.after_response(response)
-                    if wait is None:
-                        if response.is_error:
-                            response.read()  # the error's JSON, for its message
-                        answers.check(response)
-                        return _save(response.iter_bytes(), file)
-            except httpx.TransportError as error:
-                wait = attempts.after_error(error)
-            time.sleep(wait)
+                if response.is_success:  # a connection lost mid-file is retried whole
+                    saved.append(_save(response.iter_bytes(), file))
+                else:
+                    response.read()  # the error's JSON, for its message
+            finally:
+                response.close()
+            return response
+
+        answers.check(self._retrying(attempt))
+        return saved[-1]
 
     def import_model(
         self, file: snapshots.Target, name: str, *, replace: bool = False
@@ -109,24 +111,19 @@ class Client:
         """Stream a snapshot ``file`` (a path, or a binary file) in as model ``name``; with
         ``replace``, in place of a model of that name. Needs the ``admin`` scope."""
         upload = snapshots.Upload(file)
-        attempts = (self.retry if upload.repeatable else Retry(attempts=1)).start()
         params = {"replace": "true"} if replace else {}
         headers = {"Content-Type": snapshots.SNAPSHOT_TYPE}
-        while True:
-            with upload.opened() as stream:
+
+        def attempt(timeout_s: float) -> httpx.Response:
+            with upload.opened() as stream:  # from its start, for each attempt
                 request = self._http.build_request(
                     "PUT", snapshots.route(name), content=snapshots.pieces(stream),
-                    params=params, headers=headers, timeout=attempts.timeout_s(self.timeout_s),
+                    params=params, headers=headers, timeout=timeout_s,
                 )  # fmt: skip
-                try:
-                    response = self._http.send(request)
-                except httpx.TransportError as error:
-                    time.sleep(attempts.after_error(error))
-                    continue
-            wait = attempts.after_response(response)
-            if wait is None:
-                return answers.imported(response)
-            time.sleep(wait)
+                return self._http.send(request)
+
+        retry = self.retry if upload.repeatable else Retry(attempts=1)
+        return answers.imported(self._retrying(attempt, retry))
 
     def close(self) -> None:
         """Close the connections."""
@@ -156,18 +153,22 @@ class Client:
         return operation.combine(parts)
 
     def _send(self, call: Call) -> httpx.Response:
-        attempts = self.retry.start()
-        while True:
-            request = call.request(self._http, attempts.timeout_s(self.timeout_s))
+        return self._retrying(
+            lambda timeout_s: self._http.send(call.request(self._http, timeout_s))
+        )
+
+    def _retrying(
+        self, attempt: Callable[[float], httpx.Response], retry: Retry | None = None
+    ) -> httpx.Response:
+        """Make ``attempt`` (one request, given its timeout) as the retry loop says."""
+        for step in attempts(retry or self.retry, self.timeout_s):
+            if step.wait_s:
+                time.sleep(step.wait_s)
             try:
-                response = self._http.send(request)
+                step.answered(attempt(step.timeout_s))
             except httpx.TransportError as error:
-                time.sleep(attempts.after_error(error))
-                continue
-            wait = attempts.after_response(response)
-            if wait is None:
-                return response
-            time.sleep(wait)
+                step.failed(error)
+        return step.answer
 
 
 def _save(pieces: Iterator[bytes], file: snapshots.Target) -> int:
