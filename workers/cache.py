@@ -20,8 +20,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.hashing import RowIndexes
 from online_ctr.learning.rules.base import Array
-from online_ctr.learning.table import Rows, StateTable
+from online_ctr.learning.table import StateTable
 
 
 class StateCache:
@@ -36,25 +37,27 @@ class StateCache:
     def __len__(self) -> int:
         return len(self.table)
 
-    def find(self, ids: NDArray[np.uint64]) -> Rows:
+    def find(self, ids: NDArray[np.uint64]) -> RowIndexes:
         """Each id's row, or -1 where not cached."""
         return self.table.rows(ids, create=False)
 
-    def insert(self, ids: NDArray[np.uint64], state: Array, stored: NDArray[np.bool_]) -> Rows:
+    def insert(
+        self, ids: NDArray[np.uint64], state: Array, stored: NDArray[np.bool_]
+    ) -> RowIndexes:
         """Cache distinct, absent ids with their state as read; returns their rows."""
         rows = self.table.rows(ids, create=True)
         self.table.data[rows, : self.width] = state
         self.table.data[rows, self.width] = stored
         return rows
 
-    def state(self, rows: Rows) -> Array:
+    def state(self, rows: RowIndexes) -> Array:
         return self.table.data[rows, : self.width]
 
-    def stored(self, rows: Rows) -> NDArray[np.bool_]:
+    def stored(self, rows: RowIndexes) -> NDArray[np.bool_]:
         stored: NDArray[np.bool_] = self.table.data[rows, self.width] > 0
         return stored
 
-    def update(self, rows: Rows, state: Array) -> None:
+    def update(self, rows: RowIndexes, state: Array) -> None:
         """Rows just committed: their new state, now stored, used now."""
         self.uses += 1
         data = self.table.data

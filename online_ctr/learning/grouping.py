@@ -3,8 +3,9 @@ return_inverse=True)``, computed with a hash table instead of a sort of every oc
 
 A worker's group of 65,536 Criteo rows holds about 2.6 million occurrences of about 100,000
 distinct ids; ``np.unique`` sorts all 2.6 million, and that sort was two thirds of a worker's
-drain. Here one compiled pass over the occurrences finds the distinct ids (an open-addressing
-table, linear probing), and only those are sorted. The result is exactly ``np.unique``'s:
+drain. Here one compiled pass over the occurrences finds the distinct ids (the project's
+open-addressing table, :func:`online_ctr.learning.hashing.distinct`), and only those are
+sorted. The result is exactly ``np.unique``'s:
 the same sorted ids and the same inverse, so nothing downstream can tell the two apart.
 Below :data:`SMALL` occurrences (a single ``/predict``) ``np.unique`` itself is used: the
 sort is cheap there and the call costs nothing to load.
@@ -22,61 +23,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning.kernels import compiled, helper
+from online_ctr.learning import hashing
 
 #: Occurrences below which ``np.unique`` is used as it is.
 SMALL = 1 << 13
-
-
-@compiled
-def _distinct(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
-    """The distinct ids in order of first occurrence, and each occurrence's index in them.
-
-    The table starts small and doubles when half full, so it stays the size of the distinct
-    ids (which fit in the CPU's caches), not of the occurrences (which would not)."""
-    n = ids.shape[0]
-    size = 1 << 12
-    slot_row = np.full(size, -1, np.intp)
-    distinct = np.empty(n, np.uint64)
-    inverse = np.empty(n, np.intp)
-    k = 0
-    for j in range(n):
-        x = ids[j]
-        s = _slot(x, size)
-        while True:
-            row = slot_row[s]
-            if row < 0:
-                slot_row[s] = k
-                distinct[k] = x
-                inverse[j] = k
-                k += 1
-                if 2 * k > size:
-                    size *= 2
-                    slot_row = _rehash(distinct, k, size)
-                break
-            if distinct[row] == x:
-                inverse[j] = row
-                break
-            s = (s + 1) & (size - 1)
-    return distinct[:k], inverse
-
-
-@helper
-def _slot(x: np.uint64, size: int) -> np.intp:
-    # Ids are hashes already; the fold only guards against ids that differ in high bits.
-    return np.intp((x ^ (x >> np.uint64(32))) & np.uint64(size - 1))
-
-
-@helper
-def _rehash(distinct: NDArray[np.uint64], k: int, size: int) -> NDArray[np.intp]:
-    """A table of ``size`` slots holding the first ``k`` distinct ids."""
-    slot_row = np.full(size, -1, np.intp)
-    for row in range(k):
-        s = _slot(distinct[row], size)
-        while slot_row[s] >= 0:
-            s = (s + 1) & (size - 1)
-        slot_row[s] = row
-    return slot_row
 
 
 def unique_inverse(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
@@ -84,7 +34,7 @@ def unique_inverse(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray
     if len(ids) < SMALL:
         unique, inverse = np.unique(ids, return_inverse=True)
         return unique, inverse.ravel().astype(np.intp, copy=False)
-    distinct, first_inverse = _distinct(np.ascontiguousarray(ids, dtype=np.uint64))
+    distinct, first_inverse = hashing.distinct(np.ascontiguousarray(ids, dtype=np.uint64))
     order = np.argsort(distinct)  # ids are distinct: any sort gives the same order
     rank = np.empty(len(order), np.intp)
     rank[order] = np.arange(len(order))
@@ -97,9 +47,9 @@ def distinct_inverse(ids: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArr
     in, the sort of the distinct ids is wasted (5% of a batch ``/predict``'s CPU)."""
     if len(ids) < SMALL:
         return unique_inverse(ids)
-    return _distinct(np.ascontiguousarray(ids, dtype=np.uint64))
+    return hashing.distinct(np.ascontiguousarray(ids, dtype=np.uint64))
 
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the grouping pass now, not in a first request."""
-    _distinct(np.zeros(1, np.uint64))
+    hashing.distinct(np.zeros(1, np.uint64))

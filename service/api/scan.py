@@ -20,8 +20,9 @@ accepts too, and makes the same batch of: a test holds the two equal, on real ro
 bodies mutated at random.
 
 :class:`NameIds` then finds each ``field=value`` name's id in a compiled hash table keyed by the
-name's bytes (compared in full, so exact); only names it has not seen are hashed (BLAKE2b, as
-:mod:`online_ctr.learning.features` defines ids), all at once.
+name's bytes (compared in full, so exact; its slots and probe are those of the project's table,
+:mod:`online_ctr.learning.hashing`, by the name's hash); only names it has not seen are hashed
+(BLAKE2b, as :mod:`online_ctr.learning.features` defines ids), all at once.
 
 >>> body = b'{"examples": [{"label": 1, "features": {"site": "news", "os": "ios"}}]}'
 >>> scanned = scan(body, want_label=True)
@@ -42,6 +43,7 @@ from fastapi import Request
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch, FeatureHasher, merge_repeats
+from online_ctr.learning.hashing import hash_slot, next_slot, slot_count
 from online_ctr.learning.kernels import compiled, helper, inlined
 from service.api.limits import Limits
 from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
@@ -207,7 +209,7 @@ class NameIds:
         self.arena[used : self.starts[count]] = np.frombuffer(b"".join(names), np.uint8)
         self.count = count
         if 2 * count > len(self.slots):
-            self.slots = np.zeros((_doubled(len(self.slots), 2 * count), 4), np.int64)
+            self.slots = np.zeros((slot_count(count), 4), np.int64)
             first = 0  # every name placed again
         _place(self.slots, self.hashes, self.ids, self.starts, self.arena, first, count)
 
@@ -344,9 +346,9 @@ def _repeats_a_field(
         while size < 2 * (last - first):
             size *= 2
         seen = np.full((size, 2), -1, np.int64)
-    mask = size - 1
+    mask = np.uint64(size - 1)
     for k in range(first, last):
-        slot = np.int64(_mix(data, spans[k, 0], spans[k, 1], _MIX2) & np.uint64(mask))
+        slot = hash_slot(_mix(data, spans[k, 0], spans[k, 1], _MIX2), mask)
         while seen[slot, 0] == first:
             other = seen[slot, 1]
             length = spans[k, 1] - spans[k, 0]
@@ -354,7 +356,7 @@ def _repeats_a_field(
                 data, spans[k, 0], data, spans[other, 0], length
             ):
                 return True
-            slot = (slot + 1) & mask
+            slot = next_slot(slot, mask)
         seen[slot, 0], seen[slot, 1] = first, k
     return False
 
@@ -510,7 +512,7 @@ def _look_up(
         h = _name_hash(data, field, field_end, value, value_end)
         head, tail = _name_words(data, field, field_end, value, value_end)
         length = field_end - field + 1 + value_end - value
-        slot = h & mask  # unsigned: no negative-index wrap-around in the probes
+        slot = hash_slot(h, mask)
         missing[k] = h
         while slots[slot, _NAME] != 0:
             if (
@@ -528,7 +530,7 @@ def _look_up(
                 missing[k] = 0
                 unseen -= 1
                 break
-            slot = (slot + np.uint64(1)) & mask
+            slot = next_slot(slot, mask)
     return found, missing, unseen
 
 
@@ -616,11 +618,11 @@ def _place(
     last: int,
 ) -> None:
     """Put entries ``first:last`` into their slots."""
-    mask = len(slots) - 1
+    mask = np.uint64(len(slots) - 1)
     for e in range(first, last):
-        slot = np.int64(hashes[e] & np.uint64(mask))
+        slot = hash_slot(hashes[e], mask)
         while slots[slot, _NAME] != 0:
-            slot = (slot + 1) & mask
+            slot = next_slot(slot, mask)
         name = (starts[e] << _LENGTH_BITS) | (starts[e + 1] - starts[e])
         slots[slot, _NAME], slots[slot, _ID] = name, ids[e]
         head, tail = _arena_words(arena, starts[e], starts[e + 1] - starts[e])

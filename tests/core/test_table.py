@@ -8,13 +8,16 @@ from online_ctr.learning.table import StateTable
 from workers.cache import StateCache
 
 
-def test_table_agrees_with_a_dict_through_growth_and_colliding_low_bits() -> None:
+def test_table_agrees_with_a_dict_through_growth_and_colliding_slots() -> None:
     rng = np.random.default_rng(7)
     table, expected = StateTable(width=1, capacity=16), dict[int, int]()
     for round_ in range(40):
-        # Ids sharing their low 12 bits collide in the slots: long probes, wrap-around.
-        fresh = rng.integers(0, 2**52, 300, dtype=np.uint64) << np.uint64(12)
-        fresh |= rng.integers(0, 2**64 - 1, 300, dtype=np.uint64, endpoint=True) % 2
+        # Ids whose halves xor to the same low 12 bits (one of two) collide in the slots,
+        # which fold the high half into the low one: long probes, wrap-around.
+        high = rng.integers(0, 2**32, 300, dtype=np.uint64)
+        low = high ^ (rng.integers(0, 2**20, 300, dtype=np.uint64) << np.uint64(12))
+        low ^= rng.integers(0, 2, 300, dtype=np.uint64)
+        fresh = (high << np.uint64(32)) | (low & np.uint64(2**32 - 1))
         known = np.fromiter(expected, np.uint64) if expected else fresh[:0]
         asked = np.unique(np.concatenate([fresh, rng.choice(known, min(len(known), 200))]))
         rows = table.rows(asked, create=True)
