@@ -1,11 +1,11 @@
 """One summed-gradient mini-batch of logistic regression: predict with the weights at the
 batch's start, then sum the log-loss gradients per feature and hand them to the rule.
 
-Learning is sequential by default (:mod:`online_ctr.learning.sequential`, which computes the same
-loss
-and gradient one example at a time); this mini-batch is the opt-in alternative, and the scoring
-functions here also serve predictions. The rules never see examples. The Redis worker and
-``InMemoryModel(..., minibatch=True)`` both call :func:`learn`, so they agree exactly.
+Learning is sequential by default (:mod:`online_ctr.learning.sequential`, which computes the
+same loss and gradient one example at a time, and which the Redis worker and ``online-ctr
+replay`` both call, so they agree exactly); this mini-batch is the opt-in alternative
+(``InMemoryModel(..., minibatch=True)``), and the scoring functions here also serve
+predictions. The rules never see examples.
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.rules import get_rule
