@@ -4,8 +4,10 @@ Why numba: each example is scored with the state the previous one left, so numpy
 vectorize the loop over examples, and Python costs microseconds per feature. The loop knows no
 rule: :func:`learner` builds one per rule from the rule's own per-row math (``weight_of``,
 ``update_row`` in its module, see :mod:`online_ctr.learning.rules.base`), so a rule's math is
-written in its module only. ``state`` is the rule's ``(k, fields)`` array, ``i`` a row, ``p``
-the hyper-parameters (``rule.kernel_params``), ``t`` a float step.
+written in its module only; :func:`row_math` compiles from the same two functions the rule's
+array forms (``Rule.weights``, ``Rule.update``: scoring, the mini-batch learner). ``state`` is
+the rule's ``(k, fields)`` array, ``i`` a row, ``p`` the hyper-parameters
+(``rule.kernel_params``), ``t`` a float step.
 
 numba's disk cache is refreshed when the cached function's source file changes, not when a
 function it calls from another file does; so each rule's compiled loop carries a hash of the
@@ -30,6 +32,7 @@ import math
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -273,6 +276,78 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
         function.__qualname__ = f"learn_examples_{rule.name}"
         _LEARNERS[rule.name] = _compiled(function)
     return _LEARNERS[rule.name]
+
+
+def _row_loops(fingerprint: str) -> tuple[Callable[..., Array], Callable[..., Array]]:
+    """The two loops :func:`row_math` compiles per rule, reading ``fingerprint`` (a closure
+    cell, part of numba's cache key, as in :func:`_learn_examples`)."""
+
+    def weights_rows(state: Array, ts: Array, p: Array) -> Array:
+        """Each row's ``_weight_of`` at ``ts[i]``, or at ``ts[0]`` if ``ts`` has one step."""
+        fingerprint  # noqa: B018
+        w = np.empty(state.shape[0])
+        each = len(ts) != 1
+        for i in range(state.shape[0]):
+            w[i] = _weight_of(state, i, ts[i] if each else ts[0], p)  # noqa: F821
+        return w
+
+    def update_rows(state: Array, g: Array, g2: Array, t: float, p: Array) -> Array:
+        """A copy of ``state`` with ``_update_row`` applied to each row as step ``t``."""
+        fingerprint  # noqa: B018
+        new = state.copy()
+        for i in range(state.shape[0]):
+            _update_row(new, i, g[i], g2[i], t, p)  # noqa: F821
+        return new
+
+    return weights_rows, update_rows
+
+
+@dataclass(frozen=True)
+class RowMath:
+    """A rule's array math, compiled from its row math: ``weights(state, ts, p)`` with ``ts``
+    one step or one per row, and ``update(state, g, g2, t, p)`` returning new state; all
+    arguments float64, C-contiguous (``rules.base.Rule.weights`` and ``update`` see to it)."""
+
+    weights: Callable[[Array, Array, Array], Array]
+    update: Callable[[Array, Array, Array, float, Array], Array]
+
+
+#: Per rule name, its compiled array math (built on first use).
+_ROW_MATH: dict[str, RowMath] = {}
+
+
+def row_math(rule: Rule) -> RowMath:
+    """``rule.weight_of`` and ``rule.update_row`` looped over the rows, compiled: what
+    ``rule.weights`` and ``rule.update`` compute. The same float operations in the same order
+    as the rule's row math, one row after another (numba's fastmath stays off, so nothing is
+    fused or reordered)."""
+    if rule.name not in _ROW_MATH:
+        files: set[str] = set()
+        names = {
+            "_weight_of": _jitted(rule.weight_of, files),
+            "_update_row": _jitted(rule.update_row, files),
+        }
+        fingerprint = hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()
+        weights_rows, update_rows = _row_loops("")
+        _ROW_MATH[rule.name] = RowMath(
+            weights=_keyed(weights_rows, f"weights_rows_{rule.name}", fingerprint, names),
+            update=_keyed(update_rows, f"update_rows_{rule.name}", fingerprint, names),
+        )
+    return _ROW_MATH[rule.name]
+
+
+def _keyed(template: Function, qualname: str, fingerprint: str, names: dict[str, Any]) -> Any:
+    """``template`` (a function with one free variable) compiled and cached on disk as
+    ``qualname``, seeing ``names`` among its globals and ``fingerprint`` in its closure."""
+    function = types.FunctionType(
+        template.__code__,
+        {**template.__globals__, **names},
+        template.__name__,
+        None,
+        (types.CellType(fingerprint),),
+    )
+    function.__qualname__ = qualname
+    return _compiled(function)
 
 
 def _with_globals(function: Function, qualname: str, **names: Any) -> Function:

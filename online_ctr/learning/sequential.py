@@ -126,3 +126,5 @@ def warm_up(rule: Rule, params: Any) -> None:
     learn_sequential(
         rule, params, rule.zeros(1), 0, batch, Features(batch.ids, np.zeros(1, np.intp))
     )
+    rule.update(rule.zeros(1), np.zeros(1), np.zeros(1), 1, params)  # its array math too
+    rule.weights(rule.zeros(1), 1, params)

@@ -14,7 +14,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from online_ctr.learning.rules import fobos, ftrl, rda
-from online_ctr.learning.rules.base import soft_threshold
+from tests.core.rule_oracles import soft_threshold
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -87,7 +87,7 @@ def test_ftrl_weight_is_argmin_of_its_objective(seed: int, z: float, l1: float) 
         l1=l1,
         l2=float(rng.choice([0.0, rng.uniform(0.0, 2.0)])),
     )
-    w = float(ftrl.weights(np.array([[z, n]]), 1, params)[0])
+    w = float(ftrl.RULE.weights(np.array([[z, n]]), 1, params)[0])
     c = params.l2 + (params.beta + np.sqrt(n)) / params.alpha
 
     def objective(x: float) -> float:
@@ -119,7 +119,7 @@ def test_fobos_update_is_gradient_step_then_proximal_argmin(seed: int, g: float,
     )
     w0, n0, t = float(rng.normal()), [0.0, rng.exponential(4.0)][seed % 2], 17
     state = np.array([[w0, n0, t - 1.0]])  # touched on the previous step: nothing pending
-    w = float(fobos.update(state, np.array([g]), np.array([g * g]), t, params)[0, 0])
+    w = float(fobos.RULE.update(state, np.array([g]), np.array([g * g]), t, params)[0, 0])
     eta = params.alpha / (params.beta + np.sqrt(n0 + g * g))
     v = w0 - eta * g
 
@@ -138,7 +138,7 @@ def test_rda_weight_is_argmin_of_dual_average_objective(seed: int, gbar: float, 
     # z = gbar t is exact for these t only up to rounding; use the quotient the rule sees.
     z = gbar * t
     a = z / t
-    w = float(rda.weights(np.array([[z]]), t, params)[0])
+    w = float(rda.RULE.weights(np.array([[z]]), t, params)[0])
     c = params.gamma / np.sqrt(t)
 
     def objective(x: float) -> float:
@@ -161,4 +161,4 @@ def test_cases_cover_the_edges() -> None:
 def test_ftrl_with_no_data_and_no_damping_is_zero_without_warnings() -> None:
     """n = 0, beta = l2 = 0: the closed form's denominator is 0, but z = 0 masks it."""
     params = ftrl.FTRLParams(alpha=0.1, beta=0.0, l1=0.0, l2=0.0)
-    assert ftrl.weights(np.zeros((3, 2)), 0, params).tolist() == [0.0, 0.0, 0.0]
+    assert ftrl.RULE.weights(np.zeros((3, 2)), 0, params).tolist() == [0.0, 0.0, 0.0]

@@ -24,7 +24,8 @@ from online_ctr.learning.learner import unique_features
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.planted import planted_stream
 from online_ctr.learning.rules import RULES, fobos, rda, tg, truncation
-from online_ctr.learning.rules.base import Array, Rule, soft_threshold
+from online_ctr.learning.rules.base import Array, Rule
+from tests.core.rule_oracles import soft_threshold
 
 WIDTH, STEPS, PRESENCE = 8, 200, 0.3
 

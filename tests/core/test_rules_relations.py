@@ -40,7 +40,7 @@ def test_ftrl_without_regularization_is_per_coordinate_sgd(seed: int) -> None:
     state = ftrl.RULE.zeros(6)
     w_sgd, n = np.zeros(6), np.zeros(6)
     for t, g in enumerate(grads, start=1):
-        state = ftrl.update(state, g, g * g, t, params)
+        state = ftrl.RULE.update(state, g, g * g, t, params)
         n = n + g * g
         # An absent coordinate has g = 0, so it does not move however large eta is.
         w_sgd = w_sgd - params.alpha / (params.beta + np.sqrt(n)) * g
@@ -50,7 +50,9 @@ def test_ftrl_without_regularization_is_per_coordinate_sgd(seed: int) -> None:
         # worst, when w has just crossed zero). rtol 1e-11 leaves 25x room and still fails at
         # once on an O(1) slip such as a missing sigma term; atol 1e-12 only matters for a
         # weight passing within 1e-12 of zero, where a relative error means nothing.
-        np.testing.assert_allclose(ftrl.weights(state, t, params), w_sgd, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(
+            ftrl.RULE.weights(state, t, params), w_sgd, rtol=1e-11, atol=1e-12
+        )
     assert np.count_nonzero(w_sgd) == 6
 
 
@@ -73,11 +75,11 @@ def test_truncated_gradient_with_infinite_theta_and_k_1_is_l1_clipped_sgd(
     zeros_seen = 0
     for t, g in enumerate(grads, start=1):
         present = g != 0
-        touched = tg.update(state[present], g[present], g[present] ** 2, t, params)
+        touched = tg.RULE.update(state[present], g[present], g[present] ** 2, t, params)
         state[present] = touched
         n = n + g * g
         w = l1_clipped_sgd(w, g, n, params)
-        lazy = tg.weights(state, t, params)
+        lazy = tg.RULE.weights(state, t, params)
         if presence == 1.0:
             # Every coordinate every step: the same operations in the same order, bit for bit.
             np.testing.assert_array_equal(lazy, w)
@@ -104,11 +106,11 @@ def test_truncated_gradient_with_infinite_theta_and_k_1_is_fobos_bit_for_bit(see
     a, b = tg.RULE.zeros(8), fobos.RULE.zeros(8)
     for t, g in enumerate(grads, start=1):
         present = g != 0
-        a[present] = tg.update(a[present], g[present], g[present] ** 2, t, tg_params)
-        b[present] = fobos.update(b[present], g[present], g[present] ** 2, t, fobos_params)
+        a[present] = tg.RULE.update(a[present], g[present], g[present] ** 2, t, tg_params)
+        b[present] = fobos.RULE.update(b[present], g[present], g[present] ** 2, t, fobos_params)
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(
-            tg.weights(a, t, tg_params), fobos.weights(b, t, fobos_params)
+            tg.RULE.weights(a, t, tg_params), fobos.RULE.weights(b, t, fobos_params)
         )
 
 
@@ -132,10 +134,10 @@ def test_truncated_gradient_with_shrinkage_theta_is_simple_truncation(seed: int,
         present = g != 0
         seen |= present
         zero = np.zeros(int(present.sum()))
-        a[present] = tg.update(a[present], g[present], zero, t, tg_params)
-        b[present] = truncation.update(b[present], g[present], zero, t, tr_params)
-        w = tg.weights(a, t, tg_params)
-        np.testing.assert_array_equal(w, truncation.weights(b, t, tr_params))
+        a[present] = tg.RULE.update(a[present], g[present], zero, t, tg_params)
+        b[present] = truncation.RULE.update(b[present], g[present], zero, t, tr_params)
+        w = tg.RULE.weights(a, t, tg_params)
+        np.testing.assert_array_equal(w, truncation.RULE.weights(b, t, tr_params))
         truncated += int(np.count_nonzero((w == 0) & seen))
     assert truncated > 0, "no weight was ever truncated: the case is untested"
 
@@ -165,7 +167,7 @@ def test_truncated_gradient_step_with_matched_gravity_is_simple_truncation_step(
     state = np.array([[w, n, t - 1.0]])  # touched on the step before: nothing pending
     args = (np.array([g]), np.array([g * g]), t)
     np.testing.assert_array_equal(
-        tg.update(state, *args, tg_params), truncation.update(state, *args, tr_params)
+        tg.RULE.update(state, *args, tg_params), truncation.RULE.update(state, *args, tr_params)
     )
 
 
@@ -173,15 +175,21 @@ def test_truncation_operators_include_theta_itself() -> None:
     """Seed 001 writes T0 and T1 on the closed intervals [0, theta] and [-theta, 0]."""
     theta, a = 0.5, 0.125
     v = np.array([-0.75, -theta, -0.0625, 0.0, 0.0625, theta, np.nextafter(theta, 1.0)])
+    zero = np.zeros(len(v))
+    rows = np.column_stack((v, zero, zero))  # touched at step 0, n = 0: eta = alpha / beta
+    once = tg.TGParams(alpha=0.5, beta=1.0, l1=a / 0.5, theta=theta, k=1)  # k eta l1 = a
     np.testing.assert_array_equal(
-        tg.truncate(v, a, theta), [-0.75, -0.375, 0.0, 0.0, 0.0, 0.375, v[-1]]
+        tg.RULE.update(rows, zero, zero, 1, once)[:, 0],
+        [-0.75, -0.375, 0.0, 0.0, 0.0, 0.375, v[-1]],
     )
+    at_events = truncation.TruncationParams(alpha=0.5, beta=1.0, theta=theta, k=1)
     np.testing.assert_array_equal(
-        truncation.truncate(v, theta), [-0.75, 0.0, 0.0, 0.0, 0.0, 0.0, v[-1]]
+        truncation.RULE.update(rows, zero, zero, 1, at_events)[:, 0],
+        [-0.75, 0.0, 0.0, 0.0, 0.0, 0.0, v[-1]],
     )
     # Lazily too: a weight stored at exactly theta meets the next event.
     tg_params = tg.TGParams(alpha=0.5, beta=1.0, l1=0.25, theta=theta, k=2)
     state = np.array([[theta, 0.0, 1.0]])
-    assert tg.weights(state, 2, tg_params)[0] == theta - 2 * 0.5 * 0.25
+    assert tg.RULE.weights(state, 2, tg_params)[0] == theta - 2 * 0.5 * 0.25
     tr_params = truncation.TruncationParams(alpha=0.5, beta=1.0, theta=theta, k=2)
-    assert truncation.weights(state, 2, tr_params)[0] == 0.0
+    assert truncation.RULE.weights(state, 2, tr_params)[0] == 0.0

@@ -10,22 +10,29 @@ mini-batch whose last example is example ``t`` (so a batch of B examples that st
 ``t0`` examples passes ``t = t0 + B``), with ``g`` and ``g2`` the per-feature sums of the
 gradients and of their squares over the batch.
 
-Each rule writes its math once more, per row, for the compiled learner
-(:mod:`online_ctr.learning.kernels`): ``weight_of(state, i, t, p)`` and ``update_row(state, i, g,
-g2, t, p)``, with ``p`` the hyper-parameters in the order of the rule's parameter class. They are
-plain Python on floats, in the subset numba compiles, and marked :func:`scalar` together with
-every function of theirs they call; this module never imports numba.
+Each rule writes that math once, per row: ``weight_of(state, i, t, p)`` and ``update_row(state,
+i, g, g2, t, p)``, with ``p`` the hyper-parameters in the order of the rule's parameter class.
+They are plain Python on floats, in the subset numba compiles, and marked :func:`scalar` together
+with every function of theirs they call. :mod:`online_ctr.learning.kernels` compiles from them
+both the sequential learner and the array forms :meth:`Rule.weights` and :meth:`Rule.update`
+call; it is imported on the first such call, so importing the rules never loads numba (the
+command line parses its arguments before). The numpy array math the rules were first written
+in is kept as the tests' oracle (``tests/core/rule_oracles.py``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from online_ctr.learning.kernels import RowMath
 
 Array = NDArray[np.float64]
 Step = float | Array
@@ -39,15 +46,6 @@ MAX_STEP = 2**53
 #: gradients, ``t_last`` the step of the feature's last touch.
 SUMS_OF_SQUARES = frozenset({"n"})
 STEP_FIELDS = frozenset({"t_last"})
-
-
-def soft_threshold(v: Array, a: Step) -> Array:
-    """``S_a(v) = sgn(v) max(0, |v| - a)``, the proximal map of ``a |v|``.
-
-    >>> soft_threshold(np.array([-3.0, 0.5, 2.0]), 1.0)
-    array([-2.,  0.,  1.])
-    """
-    return np.sign(v) * np.maximum(0.0, np.abs(v) - a)
 
 
 def adaptive_rate(n: Array, alpha: float, beta: float) -> Array:
@@ -87,7 +85,7 @@ def sign(v: float) -> float:
 
 @scalar
 def shrink(v: float, a: float) -> float:
-    """:func:`soft_threshold` of one float; ``np.maximum`` propagates nan, hence the comparison.
+    """``S_a(v) = sgn(v) max(0, |v| - a)``, the proximal map of ``a |v|``; nan gives nan.
 
     >>> shrink(-3.0, 1.0), shrink(0.5, 1.0)
     (-2.0, 0.0)
@@ -143,7 +141,6 @@ class AdaptiveL1Params(AdaptiveRateParams):
 
 WeightsFn = Callable[[Array, Step, Any], Array]
 RatesFn = Callable[[Array, int, Any], Array]
-UpdateFn = Callable[[Array, Array, Array, int, Any], Array]
 ExpiryFn = Callable[[Array, int, Any], Array]
 #: ``weight_of(state, i, t, p)`` and ``update_row(state, i, g, g2, t, p)``, see the module.
 RowWeightFn = Callable[[Array, int, float, Array], float]
@@ -152,8 +149,9 @@ RowUpdateFn = Callable[[Array, int, float, float, float, Array], None]
 
 @dataclass(frozen=True)
 class Rule:
-    """A learning rule: its state layout, hyper-parameter class, four pure functions on arrays
-    and its per-row math for the compiled learner (``weight_of``, ``update_row``).
+    """A learning rule: its state layout, hyper-parameter class, its per-row math (``weight_of``,
+    ``update_row``) and two pure functions on arrays (``expiry``, ``rates``). Its array math,
+    :meth:`weights` and :meth:`update`, is the row math compiled over the rows.
 
     ``expiry(state, t, params)`` gives, for each feature whose weight at step ``t`` is nonzero,
     the first step ``s > t`` at which its weight is exactly zero if the feature is not touched
@@ -169,8 +167,6 @@ class Rule:
     title: str
     fields: tuple[str, ...]
     params_type: type[Any]
-    weights: WeightsFn
-    update: UpdateFn
     expiry: ExpiryFn
     rates: RatesFn
     weight_of: RowWeightFn
@@ -180,6 +176,24 @@ class Rule:
         """Build this rule's hyper-parameters, ignoring names the rule does not use."""
         known = {f.name for f in fields(self.params_type)}
         return self.params_type(**{k: v for k, v in values.items() if k in known})
+
+    def weights(self, state: Array, t: Step, params: Any) -> Array:
+        """The weights of the rows of ``state`` after step ``t`` (one step, or one per row):
+        ``weight_of`` of each row."""
+        steps = np.asarray(t, dtype=np.float64).reshape(-1)
+        rows = np.ascontiguousarray(state, dtype=np.float64)
+        return _compiled(self).weights(rows, steps, _packed(params))
+
+    def update(self, state: Array, g: Array, g2: Array, t: int, params: Any) -> Array:
+        """New state after a mini-batch ending at step ``t`` with per-row gradient sums ``g``
+        and sums of squares ``g2``: ``update_row`` of each row; ``state`` is left alone."""
+        return _compiled(self).update(
+            np.ascontiguousarray(state, dtype=np.float64),
+            np.ascontiguousarray(g, dtype=np.float64),
+            np.ascontiguousarray(g2, dtype=np.float64),
+            float(t),
+            _packed(params),
+        )
 
     def kernel_params(self, params: Any) -> Array:
         """The hyper-parameters as ``weight_of`` and ``update_row`` read them: floats in the
@@ -195,7 +209,7 @@ class Rule:
         field must be); None if every row is one. Every value is finite, a sum of squares
         ``>= 0``, a step a whole number in ``[0, 2^53)``.
 
-        >>> toy = Rule("toy", "", ("w", "n", "t_last"), object, *[never_expires] * 6)
+        >>> toy = Rule("toy", "", ("w", "n", "t_last"), object, *[never_expires] * 4)
         >>> toy.state_problem(np.array([[0.5, 1.0, 3.0], [0.5, -1.0, 3.0]]))
         (1, 'n', 'a sum of squared gradients, >= 0')
         >>> toy.state_problem(np.array([[0.5, 1.0, 3.0]])) is None
@@ -212,6 +226,31 @@ class Rule:
         """The latest step any row of ``state`` was touched at (0 if it keeps no steps)."""
         columns = [i for i, name in enumerate(self.fields) if name in STEP_FIELDS]
         return float(state[:, columns].max()) if columns and len(state) else 0.0
+
+
+#: Per rule name, its compiled array math (``kernels.RowMath``), once loaded.
+_COMPILED: dict[str, RowMath] = {}
+
+
+def _compiled(rule: Rule) -> RowMath:
+    """``kernels.row_math(rule)``: imported on the first call, so that importing the rules
+    never loads numba, and looked up here after (an import statement costs ~0.7 us a call)."""
+    compiled = _COMPILED.get(rule.name)
+    if compiled is None:
+        from online_ctr.learning.kernels import row_math  # numba loads here
+
+        compiled = _COMPILED[rule.name] = row_math(rule)
+    return compiled
+
+
+@functools.lru_cache(maxsize=256)
+def _packed(params: Any) -> Array:
+    """:meth:`Rule.kernel_params` of ``params`` (a frozen dataclass, so hashable), built once:
+    scoring a request calls :meth:`Rule.weights` with the model's same parameters every time.
+    Read-only, as it is shared."""
+    p = np.array([float(getattr(params, f.name)) for f in fields(params)])
+    p.flags.writeable = False
+    return p
 
 
 _FIELD_RULES = {

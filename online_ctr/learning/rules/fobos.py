@@ -17,10 +17,10 @@ Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i``
 soft threshold only shrinks a weight further).
 
 >>> params = FOBOSParams(alpha=0.5, beta=1.0, l1=0.1)
->>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
+>>> state = RULE.update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
 >>> state
 array([[0.225, 1.   , 1.   ]])
->>> weights(state, 3, params)
+>>> RULE.weights(state, 3, params)
 array([0.175])
 >>> expiry(state, 1, params)
 array([10.])
@@ -44,7 +44,6 @@ from online_ctr.learning.rules.base import (
     rate,
     scalar,
     shrink,
-    soft_threshold,
 )
 
 
@@ -59,34 +58,19 @@ def _pending_penalty(state: Array, rounds: Step, params: FOBOSParams) -> Array:
     return rounds * (adaptive_rate(n, params.alpha, params.beta) * params.l1)
 
 
-def weights(state: Array, t: Step, params: FOBOSParams) -> Array:
-    """The weight after step ``t``: the stored one shrunk by the rounds since its last touch."""
-    w, t_last = state[:, 0], state[:, 2]
-    return soft_threshold(w, _pending_penalty(state, np.asarray(t) - t_last, params))
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: FOBOSParams) -> Array:
-    """Catch up on the rounds missed before ``t``, then one forward and one backward step."""
-    w = weights(state, t - 1, params)
-    n = state[:, 1] + g2
-    eta = adaptive_rate(n, params.alpha, params.beta)
-    w = soft_threshold(w - eta * g, eta * params.l1)
-    return np.column_stack((w, n, np.full(w.shape, float(t))))
-
-
 def expiry(state: Array, t: int, params: FOBOSParams) -> Array:
     """Solve ``(s - t_last) eta_i l1 = |w|`` for ``s``, then settle the rounding."""
     per_round = _pending_penalty(state, 1.0, params)
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = state[:, 2] + np.abs(state[:, 0]) / per_round
     estimate = np.where(per_round > 0, estimate, NEVER)
-    return first_zero_step(weights, state, t, params, estimate)
+    return first_zero_step(RULE.weights, state, t, params, estimate)
 
 
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
-    """Row ``i``'s weight, as :func:`weights` with :func:`_pending_penalty` written out; ``p``
-    is alpha, beta, l1.
+    """Row ``i``'s weight after step ``t``: the stored one shrunk by the rounds since its last
+    touch (:func:`_pending_penalty` of one row); ``p`` is alpha, beta, l1.
 
     >>> float(weight_of(np.array([[0.225, 1.0, 1.0]]), 0, 3.0, np.array([0.5, 1.0, 0.1])))
     0.175
@@ -98,7 +82,8 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place."""
+    """Row ``i``'s update, in place: catch up on the rounds missed before ``t``, then one
+    forward and one backward step."""
     alpha, beta, l1 = p[0], p[1], p[2]
     w = weight_of(state, i, t - 1.0, p)
     n = state[i, 1] + g2
@@ -113,8 +98,6 @@ RULE = Rule(
     title="L1-FOBOS (Duchi & Singer 2009), per-coordinate rates",
     fields=("w", "n", "t_last"),
     params_type=FOBOSParams,
-    weights=weights,
-    update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
     weight_of=weight_of,

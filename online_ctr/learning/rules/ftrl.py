@@ -17,11 +17,11 @@ with ``beta > 0`` this is the rate the rule actually steps with. A never-seen fe
 ``beta = 0`` has ``eta = alpha``: its first update moves its weight by exactly ``alpha``.
 
 >>> params = FTRLParams(alpha=0.1, beta=1.0, l1=1.0, l2=1.0)
->>> state = update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 1, params)
+>>> state = RULE.update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 1, params)
 >>> state
 array([[-3.  ,  9.  ],
        [ 0.5 ,  0.25]])
->>> weights(state, 1, params)
+>>> RULE.weights(state, 1, params)
 array([0.04878049, 0.        ])
 >>> rates(state, 1, params)  # alpha / (beta + sqrt(n))
 array([0.025     , 0.06666667])
@@ -37,7 +37,6 @@ import numpy as np
 from online_ctr.learning.rules.base import (
     Array,
     Rule,
-    Step,
     adaptive_rate,
     never_expires,
     require,
@@ -62,23 +61,6 @@ class FTRLParams:
         require(self.l2 >= 0, f"l2 must be >= 0, got {self.l2}")
 
 
-def weights(state: Array, t: Step, params: FTRLParams) -> Array:
-    """Closed-form argmin of ``z w + l1 |w| + (l2 + (beta + sqrt(n)) / alpha) w^2 / 2``."""
-    z, n = state[:, 0], state[:, 1]
-    shrunk = z - np.sign(z) * params.l1
-    # With beta = l2 = 0 a feature with n = 0 divides 0 by 0; its z is 0 then, so it is masked.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = -shrunk / ((params.beta + np.sqrt(n)) / params.alpha + params.l2)
-    return np.where(np.abs(z) <= params.l1, 0.0, w)
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: FTRLParams) -> Array:
-    """Algorithm 1's per-coordinate update, with ``g2`` the sum of squared gradients."""
-    z, n = state[:, 0], state[:, 1]
-    sigma = (np.sqrt(n + g2) - np.sqrt(n)) / params.alpha
-    return np.column_stack((z + g - sigma * weights(state, t, params), n + g2))
-
-
 def rates(state: Array, t: int, params: FTRLParams) -> Array:
     """``alpha / (beta + sqrt(n))``; ``alpha`` where that divides by zero (``beta = n = 0``)."""
     n = state[:, 1]
@@ -89,7 +71,9 @@ def rates(state: Array, t: int, params: FTRLParams) -> Array:
 
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
-    """Row ``i``'s weight, as :func:`weights`; ``p`` is alpha, beta, l1, l2.
+    """Row ``i``'s weight: the closed-form argmin of ``z w + l1 |w| + (l2 + (beta + sqrt(n)) /
+    alpha) w^2 / 2``; ``p`` is alpha, beta, l1, l2. With beta = l2 = 0 a feature with n = 0
+    would divide 0 by 0; its z is 0 then, so it is answered before.
 
     >>> float(weight_of(np.array([[-3.0, 9.0]]), 0, 1.0, np.array([0.1, 1.0, 1.0, 1.0])))
     0.04878048780487805
@@ -104,7 +88,8 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place."""
+    """Algorithm 1's per-coordinate update of row ``i``, in place, with ``g2`` the sum of
+    squared gradients."""
     z, n = state[i, 0], state[i, 1]
     w = weight_of(state, i, t, p)
     sigma = (math.sqrt(n + g2) - math.sqrt(n)) / p[0]
@@ -117,8 +102,6 @@ RULE = Rule(
     title="FTRL-Proximal (McMahan et al. 2013)",
     fields=("z", "n"),
     params_type=FTRLParams,
-    weights=weights,
-    update=update,
     expiry=never_expires,
     rates=rates,
     weight_of=weight_of,

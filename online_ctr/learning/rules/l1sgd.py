@@ -12,9 +12,10 @@ Untouched weights do not change. State: ``w``, ``n``.
 Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i`` with
 ``eta_i = alpha / (beta + sqrt(n_i))`` (the step also moves by ``eta_i l1`` towards zero).
 
+>>> import numpy as np
 >>> params = L1SGDParams(alpha=0.5, beta=1.0, l1=0.1)
->>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
->>> update(state, np.array([0.0]), np.array([0.0]), 2, params)
+>>> state = RULE.update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
+>>> RULE.update(state, np.array([0.0]), np.array([0.0]), 2, params)
 array([[0.225, 1.   ]])
 """
 
@@ -22,14 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from online_ctr.learning.rules.base import (
     AdaptiveL1Params,
     Array,
     Rule,
-    Step,
-    adaptive_rate,
     never_expires,
     per_coordinate_rates,
     rate,
@@ -43,19 +40,6 @@ class L1SGDParams(AdaptiveL1Params):
     """L1-SGD hyper-parameters: rates ``alpha``/``beta`` and the L1 ``l1``."""
 
 
-def weights(state: Array, t: Step, params: L1SGDParams) -> Array:
-    """The stored weight."""
-    return state[:, 0].copy()
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: L1SGDParams) -> Array:
-    """One subgradient step on the features present."""
-    w = state[:, 0]
-    n = state[:, 1] + g2
-    w = w - adaptive_rate(n, params.alpha, params.beta) * (g + params.l1 * np.sign(w))
-    return np.column_stack((w, n))
-
-
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
     """Row ``i``'s stored weight."""
@@ -65,8 +49,9 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place; ``p`` is alpha, beta, l1.
+    """One subgradient step on row ``i``, in place; ``p`` is alpha, beta, l1.
 
+    >>> import numpy as np
     >>> state = np.array([[0.25, 1.0]])
     >>> update_row(state, 0, 0.0, 0.0, 2.0, np.array([0.5, 1.0, 0.1]))
     >>> state
@@ -83,8 +68,6 @@ RULE = Rule(
     title="L1-SGD (seed 001), per-coordinate rates",
     fields=("w", "n"),
     params_type=L1SGDParams,
-    weights=weights,
-    update=update,
     expiry=never_expires,
     rates=per_coordinate_rates,
     weight_of=weight_of,

@@ -17,8 +17,8 @@ next update (step ``t + 1``) moves a weight per unit of gradient, ``1 / (gamma s
 the same for every feature.
 
 >>> params = RDAParams(l1=0.1, gamma=1.0)
->>> state = update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 4, params)
->>> weights(state, 4, params)
+>>> state = RULE.update(RULE.zeros(2), np.array([-3.0, 0.5]), np.array([9.0, 0.25]), 4, params)
+>>> RULE.weights(state, 4, params)
 array([ 1.3 , -0.05])
 >>> expiry(state, 4, params)
 array([30.,  5.])
@@ -37,7 +37,6 @@ from online_ctr.learning.rules.base import (
     NEVER,
     Array,
     Rule,
-    Step,
     first_zero_step,
     require,
     scalar,
@@ -57,25 +56,11 @@ class RDAParams:
         require(self.gamma > 0, f"gamma must be > 0, got {self.gamma}")
 
 
-def weights(state: Array, t: Step, params: RDAParams) -> Array:
-    """Closed-form argmin of ``gbar w + l1 |w| + gamma / (2 sqrt(t)) w^2``; 0 before any data."""
-    z = state[:, 0]
-    steps = np.maximum(np.asarray(t, dtype=np.float64), 1.0)
-    gbar = z / steps
-    w = -(np.sqrt(steps) / params.gamma) * (gbar - params.l1 * np.sign(gbar))
-    return np.where((np.abs(gbar) <= params.l1) | (np.asarray(t) == 0), 0.0, w)
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: RDAParams) -> Array:
-    """Add the batch's gradient sum to ``z``; the step count enters only through ``weights``."""
-    return np.column_stack((state[:, 0] + g,))
-
-
 def expiry(state: Array, t: int, params: RDAParams) -> Array:
     """First step at which ``|z| / s <= l1``, that is ``s >= |z| / l1``."""
     z = np.abs(state[:, 0])
     estimate = z / params.l1 if params.l1 > 0 else np.full(z.shape, NEVER)
-    return first_zero_step(weights, state, t, params, estimate)
+    return first_zero_step(RULE.weights, state, t, params, estimate)
 
 
 def rates(state: Array, t: int, params: RDAParams) -> Array:
@@ -85,7 +70,8 @@ def rates(state: Array, t: int, params: RDAParams) -> Array:
 
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
-    """Row ``i``'s weight, as :func:`weights`; ``p`` is l1, gamma.
+    """Row ``i``'s weight: the closed-form argmin of ``gbar w + l1 |w| + gamma / (2 sqrt(t))
+    w^2``, 0 before any data; ``p`` is l1, gamma.
 
     >>> float(weight_of(np.array([[-6.0]]), 0, 4.0, np.array([0.1, 1.0])))
     2.8
@@ -101,7 +87,8 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place: ``z`` sums the gradients."""
+    """Row ``i``'s update, in place: ``z`` sums the gradients; the step count enters only
+    through the weight."""
     state[i, 0] += g
 
 
@@ -110,8 +97,6 @@ RULE = Rule(
     title="L1-RDA (Xiao 2010)",
     fields=("z",),
     params_type=RDAParams,
-    weights=weights,
-    update=update,
     expiry=expiry,
     rates=rates,
     weight_of=weight_of,

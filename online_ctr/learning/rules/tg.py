@@ -17,10 +17,10 @@ Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i``
 shrinks a weight towards zero, which the bound does not count).
 
 >>> params = TGParams(alpha=0.5, beta=1.0, l1=0.1, theta=1.0, k=2)
->>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 2, params)
+>>> state = RULE.update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 2, params)
 >>> state
 array([[0.2, 1. , 2. ]])
->>> weights(state, 4, params)
+>>> RULE.weights(state, 4, params)
 array([0.15])
 >>> expiry(state, 2, params)
 array([10.])
@@ -47,7 +47,6 @@ from online_ctr.learning.rules.base import (
     require_period,
     scalar,
     shrink,
-    soft_threshold,
 )
 
 
@@ -64,15 +63,6 @@ class TGParams(AdaptiveL1Params):
         require_period(self.k)
 
 
-def truncate(v: Array, a: Array | float, theta: float) -> Array:
-    """``T1(v, a, theta)``: shrink by ``a`` towards zero, but only where ``|v| <= theta``.
-
-    >>> truncate(np.array([-0.5, 0.05, 3.0]), 0.1, 1.0)
-    array([-0.4,  0. ,  3. ])
-    """
-    return np.where(np.abs(v) <= theta, soft_threshold(v, a), v)
-
-
 def _events(t_from: Step, t_to: Step, k: int) -> Array:
     """Truncation events at steps in ``(t_from, t_to]``: the multiples of ``k`` there."""
     return np.floor_divide(t_to, k) - np.floor_divide(t_from, k)
@@ -83,23 +73,6 @@ def _gravity(n: Array, params: TGParams) -> Array:
     return params.k * adaptive_rate(n, params.alpha, params.beta) * params.l1
 
 
-def weights(state: Array, t: Step, params: TGParams) -> Array:
-    """The weight after step ``t``: the stored one after the truncation events since its touch."""
-    w, n, t_last = state[:, 0], state[:, 1], state[:, 2]
-    m = _events(t_last, np.asarray(t, dtype=np.float64), params.k)
-    return truncate(w, m * _gravity(n, params), params.theta)
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: TGParams) -> Array:
-    """Catch up on events before ``t``, take the SGD step, truncate if ``t`` is a multiple of k."""
-    w = weights(state, t - 1, params)
-    n = state[:, 1] + g2
-    v = w - adaptive_rate(n, params.alpha, params.beta) * g
-    if t % params.k == 0:
-        v = truncate(v, _gravity(n, params), params.theta)
-    return np.column_stack((v, n, np.full(v.shape, float(t))))
-
-
 def expiry(state: Array, t: int, params: TGParams) -> Array:
     """The step of the ``ceil(|w| / a)``-th event after the last touch, if ``|w| <= theta``."""
     w, n, t_last = np.abs(state[:, 0]), state[:, 1], state[:, 2]
@@ -108,12 +81,16 @@ def expiry(state: Array, t: int, params: TGParams) -> Array:
         needed = np.ceil(w / a)
     first_event = (np.floor_divide(t_last, params.k) + needed) * params.k
     estimate = np.where((a > 0) & (w <= params.theta), first_event, NEVER)
-    return first_zero_step(weights, state, t, params, estimate)
+    return first_zero_step(RULE.weights, state, t, params, estimate)
 
 
 @scalar
 def _truncate_one(v: float, a: float, theta: float) -> float:
-    """:func:`truncate` of one float."""
+    """``T1(v, a, theta)``: shrink by ``a`` towards zero, but only where ``|v| <= theta``.
+
+    >>> _truncate_one(-0.5, 0.1, 1.0), _truncate_one(0.05, 0.1, 1.0), _truncate_one(3.0, 0.1, 1.0)
+    (-0.4, 0.0, 3.0)
+    """
     return shrink(v, a) if abs(v) <= theta else v
 
 
@@ -126,8 +103,9 @@ def _gravity_of(n: float, p: Array) -> float:
 
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
-    """Row ``i``'s weight, as :func:`weights` with :func:`_events` written out (float floor
-    division, as numpy's); ``p`` is alpha, beta, l1, theta, k.
+    """Row ``i``'s weight after step ``t``: the stored one after the truncation events since
+    its touch (:func:`_events` of one row, float floor division); ``p`` is alpha, beta, l1,
+    theta, k.
 
     >>> float(weight_of(np.array([[0.2, 1.0, 2.0]]), 0, 4.0, np.array([0.5, 1.0, 0.1, 1.0, 2.0])))
     0.15000000000000002
@@ -139,7 +117,8 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place."""
+    """Row ``i``'s update, in place: catch up on events before ``t``, take the SGD step,
+    truncate if ``t`` is a multiple of k."""
     w = weight_of(state, i, t - 1.0, p)
     n = state[i, 1] + g2
     v = w - rate(n, p[0], p[1]) * g
@@ -153,8 +132,6 @@ RULE = Rule(
     title="Truncated gradient (Langford, Li & Zhang 2009), per-coordinate rates",
     fields=("w", "n", "t_last"),
     params_type=TGParams,
-    weights=weights,
-    update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
     weight_of=weight_of,

@@ -13,8 +13,8 @@ Uncertainty: FTRL's form with this rule's own rate, ``u(x) = sum_i x_i^2 eta_i``
 can also zero a weight of at most ``theta``, which the bound does not count).
 
 >>> params = TruncationParams(alpha=0.5, beta=1.0, theta=0.3, k=2)
->>> state = update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
->>> weights(state, 1, params), weights(state, 2, params)
+>>> state = RULE.update(RULE.zeros(1), np.array([-1.0]), np.array([1.0]), 1, params)
+>>> RULE.weights(state, 1, params), RULE.weights(state, 2, params)
 (array([0.25]), array([0.]))
 >>> expiry(state, 1, params)
 array([2.])
@@ -31,8 +31,6 @@ from online_ctr.learning.rules.base import (
     AdaptiveRateParams,
     Array,
     Rule,
-    Step,
-    adaptive_rate,
     per_coordinate_rates,
     rate,
     require,
@@ -54,35 +52,9 @@ class TruncationParams(AdaptiveRateParams):
         require_period(self.k)
 
 
-def truncate(v: Array, theta: float) -> Array:
-    """``T0(v, theta)``.
-
-    >>> truncate(np.array([-0.5, 0.05, 3.0]), 0.1)
-    array([-0.5,  0. ,  3. ])
-    """
-    return np.where(np.abs(v) <= theta, 0.0, v)
-
-
 def _next_event(t_last: Array, k: int) -> Array:
     """The first multiple of ``k`` after ``t_last``."""
     return (np.floor_divide(t_last, k) + 1) * k
-
-
-def weights(state: Array, t: Step, params: TruncationParams) -> Array:
-    """The stored weight, or zero if an event since the last touch truncated it."""
-    w, t_last = state[:, 0], state[:, 2]
-    truncated = (_next_event(t_last, params.k) <= np.asarray(t)) & (np.abs(w) <= params.theta)
-    return np.where(truncated, 0.0, w)
-
-
-def update(state: Array, g: Array, g2: Array, t: int, params: TruncationParams) -> Array:
-    """Catch up on events before ``t``, take the SGD step, truncate if ``t`` is a multiple of k."""
-    w = weights(state, t - 1, params)
-    n = state[:, 1] + g2
-    v = w - adaptive_rate(n, params.alpha, params.beta) * g
-    if t % params.k == 0:
-        v = truncate(v, params.theta)
-    return np.column_stack((v, n, np.full(v.shape, float(t))))
 
 
 def expiry(state: Array, t: int, params: TruncationParams) -> Array:
@@ -97,8 +69,8 @@ def expiry(state: Array, t: int, params: TruncationParams) -> Array:
 
 @scalar
 def weight_of(state: Array, i: int, t: float, p: Array) -> float:
-    """Row ``i``'s weight, as :func:`weights` with :func:`_next_event` written out; ``p`` is
-    alpha, beta, theta, k.
+    """Row ``i``'s weight after step ``t``: the stored one, or zero if an event since the last
+    touch (:func:`_next_event` of one row) truncated it; ``p`` is alpha, beta, theta, k.
 
     >>> weight_of(np.array([[0.25, 1.0, 1.0]]), 0, 2.0, np.array([0.5, 1.0, 0.3, 2.0]))
     0.0
@@ -112,7 +84,8 @@ def weight_of(state: Array, i: int, t: float, p: Array) -> float:
 
 @scalar
 def update_row(state: Array, i: int, g: float, g2: float, t: float, p: Array) -> None:
-    """:func:`update` of row ``i``, in place, with ``T0`` written out."""
+    """Row ``i``'s update, in place: catch up on events before ``t``, take the SGD step,
+    truncate (``T0``) if ``t`` is a multiple of k."""
     w = weight_of(state, i, t - 1.0, p)
     n = state[i, 1] + g2
     v = w - rate(n, p[0], p[1]) * g
@@ -126,8 +99,6 @@ RULE = Rule(
     title="Simple truncation (Langford, Li & Zhang 2009), per-coordinate rates",
     fields=("w", "n", "t_last"),
     params_type=TruncationParams,
-    weights=weights,
-    update=update,
     expiry=expiry,
     rates=per_coordinate_rates,
     weight_of=weight_of,
