@@ -62,7 +62,7 @@ MODES = {
     "vw-cli": "the whole `{command} -d file` process, interpreter start-up included",
 }
 
-Rows = Sequence[tuple[Any, int]]
+LabelledExamples = Sequence[tuple[Any, int]]
 
 
 @dataclass(frozen=True)
@@ -163,26 +163,26 @@ def replicate(rows: Sequence[Any], examples: int) -> list[Any]:
     return (list(rows) * copies)[:examples]
 
 
-def mean_log_loss(p: np.ndarray, rows: Rows) -> float:
+def mean_log_loss(p: np.ndarray, rows: LabelledExamples) -> float:
     labels = np.fromiter((label for _, label in rows), np.float64, len(rows))
     return float(log_loss(p, labels).mean())
 
 
-def run_ours(rows: Rows, rule: str, batch_size: int) -> Run:
+def run_ours(rows: LabelledExamples, rule: str, batch_size: int) -> Run:
     model, hasher = InMemoryModel(get_rule(rule)), FeatureHasher()
     watch = Stopwatch()
     result = replay(rows, model, hasher, batch_size)
     return watch.stop(result.logloss)
 
 
-def run_river(rows: Rows, params: FTRLParams) -> Run:
+def run_river(rows: LabelledExamples, params: FTRLParams) -> Run:
     model = _river.ftrl_model(params.alpha, params.beta, params.l1, params.l2)
     watch = Stopwatch()
     p = _river.progressive_probabilities(model, rows)
     return replace(watch.stop(None), log_loss=mean_log_loss(p, rows))
 
 
-def run_pyvw_text(rows: Rows, params: FTRLParams) -> Run:
+def run_pyvw_text(rows: LabelledExamples, params: FTRLParams) -> Run:
     vw = _vw.workspace(vw_arguments(params))
     encoder = _vw.TextEncoder()
     watch = Stopwatch()

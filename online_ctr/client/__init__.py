@@ -21,7 +21,7 @@ from online_ctr.client.errors import (
 )
 from online_ctr.client.results import (
     Accepted,
-    Features,
+    FeatureMap,
     ModelDeleted,
     ModelImported,
     ModelInfo,
@@ -30,12 +30,17 @@ from online_ctr.client.results import (
 from online_ctr.client.retry import Retry
 from online_ctr.client.sync import Client
 
+#: FeatureMap's former name, kept so that callers' imports of it still work (in the tree,
+#: ``Features`` is a batch's distinct ids, :mod:`online_ctr.learning.learner`).
+Features = FeatureMap
+
 __all__ = [
     "Accepted",
     "ApiError",
     "AsyncClient",
     "Client",
     "ClientError",
+    "FeatureMap",
     "Features",
     "ModelDeleted",
     "ModelImported",

@@ -10,10 +10,10 @@ import httpx
 
 from online_ctr.client import answers, operations, snapshots
 from online_ctr.client.errors import OnlineCtrError
-from online_ctr.client.operations import MAX_BATCH, Call, Example, Operation, Part, Result
+from online_ctr.client.operations import MAX_BATCH, Call, LabelledExample, Operation, Part, Result
 from online_ctr.client.results import (
     Accepted,
-    Features,
+    FeatureMap,
     ModelDeleted,
     ModelImported,
     ModelInfo,
@@ -56,22 +56,22 @@ class AsyncClient:
             transport=transport,
         )
 
-    async def predict(self, features: Features) -> Prediction:
+    async def predict(self, features: FeatureMap) -> Prediction:
         """The click probability of one example."""
         return await self._run(operations.predict(features, self.model_name))
 
-    async def predict_many(self, rows: Iterable[Features]) -> list[Prediction]:
+    async def predict_many(self, rows: Iterable[FeatureMap]) -> list[Prediction]:
         """The click probabilities of many examples, in order, ``max_batch`` per request."""
         return await self._run(operations.predict_many(rows, self.model_name, self.max_batch))
 
     async def learn(
-        self, features: Features, label: int, idempotency_key: str | None = None
+        self, features: FeatureMap, label: int, idempotency_key: str | None = None
     ) -> Accepted:
         """Send one labelled example (``label`` 1: clicked) under ``idempotency_key`` (by
         default a new one, kept on retries: the example is accepted once)."""
         return await self._run(operations.learn(features, label, self.model_name, idempotency_key))
 
-    async def learn_many(self, examples: Iterable[Example]) -> Accepted:
+    async def learn_many(self, examples: Iterable[LabelledExample]) -> Accepted:
         """Send ``(features, label)`` pairs in order, ``max_batch`` per request, each with an
         ``Idempotency-Key`` of its own kept on its retries: each is accepted exactly once."""
         return await self._run(operations.learn_many(examples, self.model_name, self.max_batch))

@@ -25,7 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from online_ctr.client import answers
-from online_ctr.client.results import Accepted, Features, ModelDeleted, ModelInfo, Prediction
+from online_ctr.client.results import Accepted, FeatureMap, ModelDeleted, ModelInfo, Prediction
 
 #: The service's default ``OCTR_MAX_EXAMPLES_PER_REQUEST``.
 MAX_BATCH = 1000
@@ -34,7 +34,7 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 
 Part = TypeVar("Part")
 Result = TypeVar("Result")
-Example = tuple[Features, int]
+LabelledExample = tuple[FeatureMap, int]
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _new_key() -> dict[str, str]:
     return {IDEMPOTENCY_KEY: uuid.uuid4().hex}
 
 
-def predict(features: Features, model: str | None) -> Operation[list[Prediction], Prediction]:
+def predict(features: FeatureMap, model: str | None) -> Operation[list[Prediction], Prediction]:
     """``POST /predict`` for one example."""
     body = {"features": dict(features)}
     return Operation(
@@ -107,7 +107,7 @@ def predict(features: Features, model: str | None) -> Operation[list[Prediction]
 
 
 def predict_many(
-    rows: Iterable[Features], model: str | None, max_batch: int
+    rows: Iterable[FeatureMap], model: str | None, max_batch: int
 ) -> Operation[list[Prediction], list[Prediction]]:
     """``POST /predict`` for many examples, ``max_batch`` per request, answers in order."""
     calls = (
@@ -125,7 +125,7 @@ def predict_many(
 
 
 def learn(
-    features: Features, label: int, model: str | None, key: str | None
+    features: FeatureMap, label: int, model: str | None, key: str | None
 ) -> Operation[Accepted, Accepted]:
     """``POST /learn`` for one example, with ``key`` or a new ``Idempotency-Key``."""
     headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
@@ -136,7 +136,7 @@ def learn(
 
 
 def learn_many(
-    examples: Iterable[Example], model: str | None, max_batch: int
+    examples: Iterable[LabelledExample], model: str | None, max_batch: int
 ) -> Operation[Accepted, Accepted]:
     """``POST /learn`` for many examples, ``max_batch`` per request, each request with an
     ``Idempotency-Key`` of its own (made when the request is, and kept for its retries)."""

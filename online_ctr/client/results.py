@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 #: A feature value: a category (``str``), a finite number, or several categories.
 FeatureValue = str | float | Sequence[str]
 #: One example's features, ``field -> value``.
-Features = Mapping[str, FeatureValue]
+FeatureMap = Mapping[str, FeatureValue]
 
 
 @dataclass(frozen=True)

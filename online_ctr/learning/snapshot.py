@@ -27,7 +27,7 @@ numbers below 2^53, a finite log-loss sum >= 0), and what is not is named.
 >>> reader = Reader()
 >>> items = reader.feed(blob)
 >>> reader.close().t, [type(item).__name__ for item in items]
-(3, ['Header', 'Rows', 'Footer'])
+(3, ['Header', 'RowChunk', 'Footer'])
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Header:
 
 
 @dataclass(frozen=True)
-class Rows:
+class RowChunk:
     """A chunk of feature ids and their state rows."""
 
     ids: NDArray[np.uint64]
@@ -107,7 +107,7 @@ class Footer:
     logloss_text: str = ""
 
 
-Item = Header | Rows | Footer
+Item = Header | RowChunk | Footer
 
 
 def _section(kind: bytes, size: int, payload: bytes) -> bytes:
@@ -445,11 +445,11 @@ class Reader:
         bits = self.header.hash_bits or 64
         if bits < 64 and size and int(ids.max()) >> bits:
             raise SnapshotError(f"state chunk {self.chunks} has an id above {bits} hash bits")
-        rows = Rows(ids, state.reshape(size, self.header.width).astype(np.float64))
+        rows = RowChunk(ids, state.reshape(size, self.header.width).astype(np.float64))
         self._check_state(rows)
         return rows
 
-    def _check_state(self, rows: Rows) -> None:
+    def _check_state(self, rows: RowChunk) -> None:
         """Every row is a state the rule's learning can produce (a negative ``n`` or a NaN
         would make the model's answers NaN, or its later updates fail)."""
         assert self.rule is not None

@@ -38,7 +38,7 @@ CALL_BYTES = 1 << 17
 
 
 @dataclass(frozen=True)
-class Rows:
+class StoredRows:
     """Features' state as stored: one row per id (zeros if never stored), which are stored,
     and the model's step ``t`` and calibration fit (its stored text, None if none) read in
     the same command of the same round trip (the state is at least as new)."""
@@ -124,7 +124,7 @@ class StateShards:
                 raise reply
         return replies
 
-    async def read(self, ids: NDArray[np.uint64]) -> Rows:
+    async def read(self, ids: NDArray[np.uint64]) -> StoredRows:
         """The stored state of ``ids``."""
         layout = self.layout
         called, order = self._read_calls(ids)
@@ -137,7 +137,7 @@ class StateShards:
         else:
             state, stored = np.empty_like(values), np.empty_like(flags)
             state[order], stored[order] = values, flags
-        return Rows(state, stored, int(t or 0), fit)
+        return StoredRows(state, stored, int(t or 0), fit)
 
     def _read_calls(self, ids: NDArray[np.uint64]) -> tuple[list[Call], NDArray[np.intp] | None]:
         """The read script's calls for ``ids``, and the order their replies come in (None:

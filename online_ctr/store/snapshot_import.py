@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Header, Reader, Rows, SnapshotError
+from online_ctr.learning.snapshot import Footer, Header, Reader, RowChunk, SnapshotError
 from online_ctr.store import snapshot_scan
 from online_ctr.store.filter import make_filters
 from online_ctr.store.keys import ModelKeys
@@ -173,10 +173,10 @@ class SnapshotImport:
             assert self.spec is not None
             await self.registry.create(self.name, config_of(self.spec), replace=True)
 
-    async def _take(self, item: Header | Rows | Footer) -> None:
+    async def _take(self, item: Header | RowChunk | Footer) -> None:
         if isinstance(item, Header):
             await self._claim(item)
-        elif isinstance(item, Rows) and len(item.ids):
+        elif isinstance(item, RowChunk) and len(item.ids):
             assert self.spec is not None and self.shards is not None
             self.seq += 1
             await self.shards.apply(self.seq, self.spec.layout.records(item.ids, item.state))

@@ -33,7 +33,7 @@ from online_ctr.store.layout import Layout
 from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.replica import Fresh, StateReplica
 from online_ctr.store.scripts import Scripts
-from online_ctr.store.shards import Rows, StateShards
+from online_ctr.store.shards import StateShards, StoredRows
 
 
 class ModelMismatchError(RuntimeError):
@@ -192,7 +192,7 @@ class ModelStore:
     async def serving(self, ids: NDArray[np.uint64], rates: bool = False) -> Serving:
         """What scoring ``ids`` needs, from one read: their weights, with ``rates`` their
         step sizes (for the uncertainty), and the calibration fit if the model has one."""
-        rows: Fresh | Rows | None = None
+        rows: Fresh | StoredRows | None = None
         if self.replica is not None:
             rows = await self.replica.read(ids)
         if rows is None:

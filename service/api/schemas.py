@@ -43,7 +43,7 @@ Number = Annotated[
     float, Strict(), Field(allow_inf_nan=False, ge=-MAX_ABS_NUMBER, le=MAX_ABS_NUMBER)
 ]
 FeatureValue = Text | Number | list[Text]
-Features = Annotated[
+FeatureMap = Annotated[
     dict[FieldName, FeatureValue],
     Field(
         min_length=1,
@@ -143,7 +143,7 @@ class PredictItem(BaseModel):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"features": FEATURES}]}
     )
-    features: Features
+    features: FeatureMap
     prediction_id: PredictionId | None = Field(
         None,
         description="With joins on (OCTR_JOIN_WINDOW_S > 0): this prediction's id, new per "
@@ -205,7 +205,7 @@ class LearnExample(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"features": FEATURES, "label": 1}]}
     )
     single: ClassVar[bool] = True
-    features: Features
+    features: FeatureMap
     label: Label
 
     def rows(self) -> list[Example]:

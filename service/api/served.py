@@ -51,7 +51,7 @@ class Scores(NamedTuple):
     used: list[tuple[int, str]] | None = None
 
 
-class Rows(NamedTuple):
+class ScoringRequest(NamedTuple):
     """A request's examples, whether any of their values is a list, whether it asks for
     the uncertainty, and the prediction ids the caller gave (None where it gave none)."""
 
@@ -112,7 +112,7 @@ class ServedModel:
             metrics.stream_lag.labels(self.name),
         )
         self._ensured = False
-        self._scorer: Coalescer[Rows, Scores] = Coalescer(
+        self._scorer: Coalescer[ScoringRequest, Scores] = Coalescer(
             self._score, _examples, MAX_PASS_EXAMPLES, PASSES_IN_FLIGHT
         )
 
@@ -140,13 +140,13 @@ class ServedModel:
         Concurrent requests are scored together (see :mod:`service.api.coalesce`).
         """
         self.joins.check(ids)
-        return await self._scorer.submit(Rows(rows, lists, uncertainty, ids))
+        return await self._scorer.submit(ScoringRequest(rows, lists, uncertainty, ids))
 
     async def predict_hashed(self, batch: Batch) -> Scores:
         """:meth:`predict` of examples hashed already, without lists, uncertainty or ids."""
-        return await self._scorer.submit(Rows((), False, hashed=batch))
+        return await self._scorer.submit(ScoringRequest((), False, hashed=batch))
 
-    async def _score(self, requests: list[Rows]) -> list[Scores]:
+    async def _score(self, requests: list[ScoringRequest]) -> list[Scores]:
         """Score several requests' examples in one pass: one Redis read, one numpy pass."""
         await self.ensure()
         batch = self._hash(requests)
@@ -172,7 +172,7 @@ class ServedModel:
             start = end
         return scores
 
-    def _hash(self, requests: list[Rows]) -> Batch:
+    def _hash(self, requests: list[ScoringRequest]) -> Batch:
         """The pass's examples as one batch, each request hashed exactly as it would be alone.
 
         A logit is a float sum, so its last bits depend on the order of its terms, and the
@@ -250,5 +250,5 @@ class ServedModel:
         lag.set(info.stream_lag)
 
 
-def _examples(request: Rows) -> int:
+def _examples(request: ScoringRequest) -> int:
     return request.size()

@@ -10,13 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+import online_ctr.client
 from online_ctr.cli.embedded import free_port
 from online_ctr.client import (
     Accepted,
     AsyncClient,
     Client,
     ClientError,
-    Features,
+    FeatureMap,
     Prediction,
     Retry,
     UnreachableError,
@@ -28,15 +29,19 @@ pytestmark = pytest.mark.integration
 SITES = [f"site{i}.example" for i in range(20)]
 
 
-def examples(count: int, seed: int = 0) -> list[tuple[Features, int]]:
+def examples(count: int, seed: int = 0) -> list[tuple[FeatureMap, int]]:
     """Labelled examples whose label depends on the site, so the model learns something."""
     rng = random.Random(seed)
-    rows: list[tuple[Features, int]] = []
+    rows: list[tuple[FeatureMap, int]] = []
     for _ in range(count):
         site = rng.randrange(len(SITES))
         features = {"site": SITES[site], "device": rng.choice(["mobile", "desktop"])}
         rows.append((features, int(rng.random() < (0.8 if site < 10 else 0.1))))
     return rows
+
+
+def test_the_former_name_of_feature_map_still_imports() -> None:
+    assert online_ctr.client.Features is FeatureMap
 
 
 def learned(client: Client, count: int) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from online_ctr.cli.embedded import RedisServer
-from online_ctr.client import Accepted, Client, Features, Retry
+from online_ctr.client import Accepted, Client, FeatureMap, Retry
 from tests.client.conftest import ADMIN_KEY, Recorder, Service, wait_until
 from tests.client.test_client import examples
 
@@ -45,7 +45,7 @@ def test_learn_many_rides_out_a_redis_outage_exactly_once(
     service = start_authed(redis.url, OCTR_BATCH_SIZE="64")
     rows = examples(COUNT)
 
-    def feed() -> Iterator[tuple[Features, int]]:
+    def feed() -> Iterator[tuple[FeatureMap, int]]:
         """The examples; Redis goes away once the first half has been sent."""
         for index, row in enumerate(rows):
             if index == OUTAGE_AT:

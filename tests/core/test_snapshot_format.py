@@ -19,7 +19,7 @@ from online_ctr.learning.snapshot import (
     Footer,
     Header,
     Reader,
-    Rows,
+    RowChunk,
     SnapshotError,
     Writer,
 )
@@ -65,8 +65,8 @@ def test_round_trip_is_bit_exact_whatever_the_pieces(piece: int) -> None:
         8550.1234567890123,
         FOOTER.logloss_text,
     )
-    got_ids = np.concatenate([r.ids for r in rows if isinstance(r, Rows)])
-    got = np.concatenate([r.state for r in rows if isinstance(r, Rows)])
+    got_ids = np.concatenate([r.ids for r in rows if isinstance(r, RowChunk)])
+    got = np.concatenate([r.state for r in rows if isinstance(r, RowChunk)])
     np.testing.assert_array_equal(got_ids, ids)
     np.testing.assert_array_equal(got.view(np.uint64), state.view(np.uint64))  # bit for bit
     if piece > 1:

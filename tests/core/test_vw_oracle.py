@@ -52,23 +52,23 @@ PROBABILITY_TOLERANCE = 1e-5
 #: (alpha, beta, l1, l2): the issue's setting, no regularization, and a mixed one.
 SETTINGS = [(0.1, 1.0, 1.0, 1.0), (0.1, 1.0, 0.0, 0.0), (0.05, 1.0, 0.5, 2.0)]
 
-Rows = list[tuple[dict[str, str | float], int]]
+LabelledExamples = list[tuple[dict[str, str | float], int]]
 Setting = tuple[float, float, float, float]
 RecordProperty = Callable[[str, object], None]
 
 
 @pytest.fixture(scope="module")
-def rows() -> Rows:
+def rows() -> LabelledExamples:
     return list(read_examples(CRITEO, "criteo"))
 
 
 @pytest.fixture(scope="module")
-def labels(rows: Rows) -> np.ndarray:
+def labels(rows: LabelledExamples) -> np.ndarray:
     return np.array([label for _, label in rows], dtype=np.float64)
 
 
 @pytest.fixture(scope="module")
-def indexed_lines(rows: Rows) -> list[str]:
+def indexed_lines(rows: LabelledExamples) -> list[str]:
     """VW lines with each distinct feature name as its own integer index."""
     encoder = _vw.TextEncoder(by_index=True)
     lines = encoder.lines(rows)
@@ -79,7 +79,7 @@ def indexed_lines(rows: Rows) -> list[str]:
 _OURS: dict[Setting, np.ndarray] = {}
 
 
-def ours(rows: Rows, setting: Setting) -> np.ndarray:
+def ours(rows: LabelledExamples, setting: Setting) -> np.ndarray:
     """Our progressive probabilities at B = 1 (memoized: several tests compare against them)."""
     if setting not in _OURS:
         alpha, beta, l1, l2 = setting
@@ -140,7 +140,7 @@ def test_vw_predict_before_learn_is_the_progressive_score(
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: "a{}-b{}-l1_{}-l2_{}".format(*s))
 def test_ftrl_progressive_log_loss_matches_vw(
-    rows: Rows,
+    rows: LabelledExamples,
     labels: np.ndarray,
     indexed_lines: list[str],
     setting: Setting,
@@ -158,7 +158,7 @@ def test_ftrl_progressive_log_loss_matches_vw(
 
 
 def test_vw_hashing_its_own_names_stays_within_tolerance(
-    rows: Rows, labels: np.ndarray, record_property: RecordProperty
+    rows: LabelledExamples, labels: np.ndarray, record_property: RecordProperty
 ) -> None:
     setting = SETTINGS[0]
     encoder = _vw.TextEncoder()
@@ -175,7 +175,7 @@ def test_vw_hashing_its_own_names_stays_within_tolerance(
 
 
 def test_the_oracle_notices_a_missing_bias(
-    rows: Rows, indexed_lines: list[str], labels: np.ndarray
+    rows: LabelledExamples, indexed_lines: list[str], labels: np.ndarray
 ) -> None:
     setting = SETTINGS[0]
     theirs = vw_probabilities([*_vw.ftrl_arguments(*setting), "--noconstant"], indexed_lines)

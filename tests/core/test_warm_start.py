@@ -8,7 +8,7 @@ import pytest
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.owlqn import design_from_batch, loss_and_gradient, minimize
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Reader, Rows
+from online_ctr.learning.snapshot import Reader, RowChunk
 from online_ctr.learning.warm_start import seed_state, seed_step, snapshot, squared_gradients
 
 #: Hyper-parameters where every rule's shrinkage is active (l1, theta, k), so the seeded state
@@ -87,7 +87,7 @@ def test_the_warm_start_file_describes_the_seeded_model(name: str) -> None:
     reader = Reader()
     items = reader.feed(snapshot(rule, params, design, result.w, None, result.loss))
     footer = reader.close()
-    (chunk,) = [item for item in items if isinstance(item, Rows)]
+    (chunk,) = [item for item in items if isinstance(item, RowChunk)]
     np.testing.assert_array_equal(chunk.ids, design.ids)
     weights = rule.weights(chunk.state, footer.t, params)
     g2 = squared_gradients(design, result.w)

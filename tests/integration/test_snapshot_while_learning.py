@@ -16,7 +16,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Reader, Rows
+from online_ctr.learning.snapshot import Footer, Reader, RowChunk
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service
 
@@ -30,7 +30,7 @@ def unpack(blob: bytes) -> tuple[dict[int, np.ndarray], Footer]:
     reader = Reader()
     state: dict[int, np.ndarray] = {}
     for item in reader.feed(blob):
-        if isinstance(item, Rows):
+        if isinstance(item, RowChunk):
             state.update(zip(item.ids.tolist(), item.state, strict=True))
     return state, reader.close()
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.readers import read_examples
-from online_ctr.learning.snapshot import Reader, Rows
+from online_ctr.learning.snapshot import Reader, RowChunk
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
@@ -69,7 +69,7 @@ def pieces(blob: bytes, size: int = 4096) -> Iterator[bytes]:
 def test_export_then_import_under_another_name(learned: TestClient) -> None:
     blob = download(learned)
     reader = Reader()
-    rows = sum(len(item.ids) for item in reader.feed(blob) if isinstance(item, Rows))
+    rows = sum(len(item.ids) for item in reader.feed(blob) if isinstance(item, RowChunk))
     footer = reader.close()
     assert footer.t == len(ROWS) and rows >= footer.features_tracked > 0
 

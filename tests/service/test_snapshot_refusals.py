@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
-from online_ctr.learning.snapshot import PREAMBLE, SECTION, Footer, Header, Reader, Rows, Writer
+from online_ctr.learning.snapshot import PREAMBLE, SECTION, Footer, Header, Reader, RowChunk, Writer
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.snapshot_import import SnapshotImport
@@ -62,7 +62,7 @@ def rewritten(
     """``blob`` with its header, its last chunk's state or its footer changed; checksums right."""
     reader = Reader()
     items = reader.feed(blob)
-    chunks = [item for item in items if isinstance(item, Rows)]
+    chunks = [item for item in items if isinstance(item, RowChunk)]
     assert len(chunks) >= 2  # so a refusal of the last one comes after rows were written
     writer = Writer()
     out = writer.start(header(items[0]))  # type: ignore[arg-type]

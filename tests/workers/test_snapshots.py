@@ -15,7 +15,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Footer, Reader, Rows, SnapshotError
+from online_ctr.learning.snapshot import Footer, Reader, RowChunk, SnapshotError
 from online_ctr.store import snapshot_scan
 from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
@@ -53,7 +53,7 @@ def file_state(blob: bytes) -> tuple[dict[int, np.ndarray], Footer]:
     reader = Reader()
     state: dict[int, np.ndarray] = {}
     for item in reader.feed(blob):
-        if isinstance(item, Rows):
+        if isinstance(item, RowChunk):
             state.update(zip(item.ids.tolist(), item.state, strict=True))
     return state, reader.close()
 
