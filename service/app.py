@@ -30,7 +30,7 @@ from online_ctr.wiring import check_topology, redis_client
 from service.api import errors, scan
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
-from service.api.lane import PredictLane
+from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware
 from service.api.openapi import document_auth
 from service.api.routes import health, learn, metrics, models, predict, snapshots
@@ -122,7 +122,7 @@ def create_app(
     app.state.freeze_gc = freeze_gc
     app.state.metrics = Metrics(registry)
     errors.install(app)
-    app.add_middleware(PredictLane, fastapi=app)  # inside the edge: keys and limits apply
+    app.add_middleware(LaneDispatch, fastapi=app)  # inside the edge: keys and limits apply
     app.add_middleware(
         EdgeMiddleware,
         requests=app.state.metrics.http_requests,

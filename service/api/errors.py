@@ -168,6 +168,11 @@ def _not_json(request: Request, error: RequestValidationError) -> UnsupportedMed
     content_type = request.headers.get("content-type", "")
     if declares_json(content_type) or not any(e["loc"][:1] == ("body",) for e in error.errors()):
         return None
+    return not_json_error(content_type)
+
+
+def not_json_error(content_type: str) -> UnsupportedMediaTypeError:
+    """The 415 for a body sent with a ``content_type`` that is not JSON (or none)."""
     got = repr(content_type) if content_type else "no Content-Type"
     return UnsupportedMediaTypeError(
         f"send the body as JSON with 'Content-Type: application/json' (got {got})"

@@ -9,13 +9,15 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
 from service.api.deps import MODEL_PARAMETER, requested
-from service.api.fastjson import scanned_route
 from service.api.join_side import answer
+from service.api.lane import LaneRoute, ReadRequest, reads_body, validated
 from service.api.limits import InvalidFieldError
 from service.api.scan import scanned_body
 from service.api.schemas import (
     JoinBatch,
     JoinLabel,
+    LearnBatch,
+    LearnExample,
     LearnRequest,
     LearnResponse,
     error_responses,
@@ -68,21 +70,7 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
-async def learn_scanned(request: Request) -> Response | None:
-    """What :func:`learn` answers, for a body :func:`~service.api.scan.scan` reads; None for
-    any other body, a group, or a body over the model's limits."""
-    body, scanned = await scanned_body(request, want_label=True)
-    if scanned is None:
-        return None
-    model = await requested(request)
-    if not isinstance(model, ServedModel) or not scanned.within(model.limits):
-        return None
-    key = idempotency_key(request)
-    appended = await model.append(model.learn_names.batch(body, scanned), key)
-    return _json({"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed)
-
-
-router = APIRouter(tags=["feedback"], route_class=scanned_route(learn_scanned))
+router = APIRouter(tags=["feedback"], route_class=LaneRoute)
 
 
 @router.post(
@@ -92,7 +80,8 @@ router = APIRouter(tags=["feedback"], route_class=scanned_route(learn_scanned))
     responses=_RESPONSES,
     openapi_extra={"parameters": [*MODEL_PARAMETER["parameters"], _KEY_PARAMETER]},
 )
-async def learn(body: LearnRequest, request: Request) -> Response:
+@reads_body(LearnRequest)
+async def learn(request: ReadRequest) -> Response:
     """Append one labelled example (`features` + `label`) or several (`examples`); or, with
     joins on, label served predictions by `prediction_id` (one, or `examples` of them).
 
@@ -102,6 +91,22 @@ async def learn(body: LearnRequest, request: Request) -> Response:
     404 if the id is unknown, 409 if it was labelled already or came late; a batch answers
     202 with the refused ones in `rejected`.
     """
+    # The one way in (service.api.lane.LaneRoute: this function gets the Request, its body
+    # read).
+    # A plain body, for a model within its limits, is hashed from its bytes by the compiled
+    # scan: no object per feature. Any other body, and a group, is parsed and validated
+    # against LearnRequest, as FastAPI would, and answered below.
+    raw = request.raw
+    scanned = scanned_body(request, raw, want_label=True)
+    if scanned is not None:
+        target = await requested(request)
+        if isinstance(target, ServedModel) and scanned.within(target.limits):
+            key = idempotency_key(request)
+            appended = await target.append(target.learn_names.batch(raw, scanned), key)
+            return _json(
+                {"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed
+            )
+    body: LearnExample | LearnBatch | JoinLabel | JoinBatch = await validated(request)
     model = await requested(request)
     key = idempotency_key(request)
     if isinstance(body, JoinLabel | JoinBatch):

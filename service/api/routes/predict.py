@@ -5,21 +5,24 @@ from __future__ import annotations
 import time
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 
 from service.api.deps import MODEL_PARAMETER, requested
-from service.api.fastjson import FastJSONRoute
 from service.api.groups import ServedGroup
 from service.api.join_side import PredictionIdUsedError, used_error
+from service.api.lane import LaneRoute, ReadRequest, reads_body, validated
+from service.api.scan import scanned_body
 from service.api.schemas import (
+    PredictBatch,
     PredictBatchResponse,
+    PredictExample,
     PredictRequest,
     PredictResponse,
     error_responses,
 )
 from service.api.served import Scores, ServedModel
 
-router = APIRouter(tags=["predictions"], route_class=FastJSONRoute)
+router = APIRouter(tags=["predictions"], route_class=LaneRoute)
 
 
 @router.post(
@@ -28,7 +31,8 @@ router = APIRouter(tags=["predictions"], route_class=FastJSONRoute)
     responses=error_responses(404, 408, 409, 413, 415, 422, 503),
     openapi_extra=MODEL_PARAMETER,
 )
-async def predict(body: PredictRequest, request: Request) -> Response:
+@reads_body(PredictRequest)
+async def predict(request: ReadRequest) -> Response:
     """Score one example (`features`) or several (`examples`, answered in order).
 
     One Redis round trip reads the weights of every feature in the request (and, with
@@ -36,7 +40,20 @@ async def predict(body: PredictRequest, request: Request) -> Response:
     carries a `prediction_id` (the caller's, or a new one), logged before the answer is sent:
     send it to /learn with the label when the click comes.
     """
+    # The one way in (service.api.lane.LaneRoute: this function gets the Request, its body
+    # read).
+    # A plain body, for a model within its limits, is scored from its bytes: the compiled
+    # scan finds its names, and no object is made per feature. Any other body, and a group,
+    # is parsed and validated against PredictRequest, as FastAPI would, and answered below.
     started = time.perf_counter()
+    raw = request.raw
+    scanned = scanned_body(request, raw, want_label=False)
+    if scanned is not None:
+        target = await requested(request)
+        if isinstance(target, ServedModel) and scanned.within(target.limits):
+            scores = await target.predict_hashed(target.names.batch(raw, scanned))
+            return answer(target, scores, scanned.single, started)
+    body: PredictExample | PredictBatch = await validated(request)
     target = await requested(request)
     model = target.pick(body.split_key) if isinstance(target, ServedGroup) else target
     rows = body.rows()
