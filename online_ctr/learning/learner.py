@@ -59,7 +59,7 @@ class Scored:
 
 
 @dataclass(frozen=True)
-class Step(Scored):
+class LearnedBatch(Scored):
     """A scored mini-batch and the state after applying it."""
 
     state: Array
@@ -113,8 +113,10 @@ def score(
     return Scored(s, p, log_loss(p, batch.labels), g, g2, counts)
 
 
-def learn(rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features) -> Step:
+def learn(
+    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+) -> LearnedBatch:
     """Score the batch at step ``t``, then apply it as steps ``t+1..t+B``."""
     scored = score(rule, params, state, t, batch, features)
     new_state = rule.update(state, scored.g, scored.g2, t + len(batch), params)
-    return Step(**vars(scored), state=new_state)
+    return LearnedBatch(**vars(scored), state=new_state)
