@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -63,7 +63,7 @@ class FeedbackStream:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
         one entry), or one entry if ``single``; an empty group if the stream is empty."""
         if single:  # exactly one entry, even one that holds no decodable example
-            messages: list[Message] = await self.redis.xrange(self.keys.stream, count=1)
+            messages = cast(list[Message], await self.redis.xrange(self.keys.stream, count=1))
         else:
             messages = await self._head(max(1, max_examples))
         if not messages:
@@ -86,7 +86,9 @@ class FeedbackStream:
         while examples < max_examples:
             wanted = (max_examples - examples) / self.examples_per_entry
             count = max(1, min(MAX_PAGE_ENTRIES - len(messages), math.ceil(wanted)))
-            page: list[Message] = await self.redis.xrange(self.keys.stream, start, count=count)
+            page = cast(
+                list[Message], await self.redis.xrange(self.keys.stream, start, count=count)
+            )
             if not page:
                 break
             in_page = sum(header_examples(fields.get(b"b", b"")) for _, fields in page)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -150,7 +150,7 @@ class ModelStore:
         shards)."""
         # Any, not RedisClient, for the readers of ``store.redis`` outside the store: redis-py
         # types a reply as the union of every decoding, which they do not narrow yet.
-        self.redis: Any = redis
+        self.redis = redis
         self.spec = spec
         self.keys = ModelKeys(spec.name, spec.group)
         self.scripts = Scripts.register(redis)
@@ -171,7 +171,9 @@ class ModelStore:
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
             await make_filters(self.redis, self.keys, self.spec.layout)
-            await self.redis.hset(self.keys.meta, mapping=described)
+            # A dict[Any, Any]: redis-py's mapping is keyed by a union, and a Mapping's key
+            # type is invariant, so dict[str, str] is refused though every str is allowed.
+            await self.redis.hset(self.keys.meta, mapping=dict[Any, Any](described))
             await self.redis.hsetnx(self.keys.meta, "epoch", secrets.token_hex(8))
             stored = await self.redis.hgetall(self.keys.meta)
         if b"importing" in stored:
@@ -206,7 +208,8 @@ class ModelStore:
 
     async def calibration_histogram(self) -> Histogram:
         """The histogram the stored calibration fit was fitted on (empty before any)."""
-        return decode_histogram(await self.redis.hget(self.keys.meta, HISTOGRAM_FIELD))
+        raw = await self.redis.hget(self.keys.meta, HISTOGRAM_FIELD)
+        return decode_histogram(cast(bytes | None, raw))  # responses are not decoded
 
     async def info(self) -> ModelInfo:
         """The model's description and counters, read in one round trip."""
@@ -278,7 +281,7 @@ class ModelStore:
         newest = await self.redis.zrange(self.keys.workers, -1, -1, withscores=True)
         if not newest:
             return None
-        return float(seconds + micros / 1e6 - newest[0][1])
+        return float(seconds + micros / 1e6 - float(newest[0][1]))
 
 
 def _mismatch(name: str, stored: dict[str, str], wanted: dict[str, str]) -> str:
