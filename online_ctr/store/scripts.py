@@ -54,7 +54,6 @@ class Scripts:
     claim: Any
     finish: Any
     scan: Any
-    registry: Any
 
     @classmethod
     def register(cls, redis: RedisClient) -> Scripts:

@@ -103,8 +103,9 @@ async def read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-#: Where the dispatch leaves an error for the application's handlers to answer.
-_ERROR = "octr.lane_error"
+#: Where the dispatch leaves an error for the application's handlers to answer (a scope key,
+#: namespaced with the project's name; hyphenated, so no one reads it as a module).
+_ERROR = "online-ctr.lane_error"
 
 
 async def _raise(scope: Scope, receive: Receive, send: Send) -> None:
