@@ -94,6 +94,77 @@ class Metrics:
             ("model", "action"),
             registry=registry,
         )
+        # The bounds of docs/limits.md: what each holds, and what each refused or dropped.
+        self.idempotency_keys = Gauge(
+            "online_ctr_idempotency_keys",
+            "Idempotency-Key records held for the model's feedback (its group's, in a group).",
+            model,
+            registry=registry,
+        )
+        self.idempotency_keys_evicted = Counter(
+            "online_ctr_idempotency_keys_evicted",
+            "Idempotency-Key records dropped before their window ended, at "
+            "OCTR_MAX_IDEMPOTENCY_KEYS.",
+            model,
+            registry=registry,
+        )
+        self.pending_impressions = Gauge(
+            "online_ctr_pending_impressions",
+            "Logged predictions waiting for a label (the model's group's, in a group).",
+            model,
+            registry=registry,
+        )
+        self.unlogged_impressions = Counter(
+            "online_ctr_unlogged_impressions",
+            "Predictions answered without logging their impression, by reason: limit "
+            "(OCTR_MAX_PENDING_IMPRESSIONS) or redis_memory (Redis at its memory limit).",
+            ("model", "reason"),
+            registry=registry,
+        )
+        self.name_table_bytes = Gauge(
+            "online_ctr_name_table_bytes",
+            "Bytes held by the API's feature-name tables, all models together.",
+            registry=registry,
+        )
+        self.name_table_names = Gauge(
+            "online_ctr_name_table_names",
+            "Feature names held by the API's name tables, all models together.",
+            registry=registry,
+        )
+        self.name_table_resets = Counter(
+            "online_ctr_name_table_resets",
+            "Name tables emptied to stay within OCTR_NAME_TABLE_BYTES.",
+            registry=registry,
+        )
+        self.http_connections = Gauge(
+            "online_ctr_http_connections",
+            "Open HTTP connections.",
+            registry=registry,
+        )
+        self.http_refusals = Counter(
+            "online_ctr_http_refusals",
+            "Connections closed or requests refused at a connection bound, by reason: "
+            "header_bytes (431), header_timeout, concurrency (503).",
+            ("reason",),
+            registry=registry,
+        )
+        self.redis_memory = Gauge(
+            "online_ctr_redis_memory_bytes",
+            "Memory Redis uses (INFO memory used_memory).",
+            registry=registry,
+        )
+        self.redis_maxmemory = Gauge(
+            "online_ctr_redis_maxmemory_bytes",
+            "Redis's memory limit (maxmemory; 0: none).",
+            registry=registry,
+        )
+        self.redis_memory_refusals = Counter(
+            "online_ctr_redis_memory_refusals",
+            "Writes Redis refused at its memory limit (OOM), by what was refused: learn "
+            "(a /learn answered 503), impressions (logging skipped), commit (a worker waits).",
+            ("refused",),
+            registry=registry,
+        )
         self.http_requests = Counter(
             "online_ctr_http_requests",
             "HTTP requests answered, by route template and status class (2xx, 4xx, 5xx).",

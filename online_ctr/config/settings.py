@@ -168,6 +168,43 @@ class Settings(BaseSettings):
     idempotency_window_s: int = Field(
         86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."
     )
+    max_idempotency_keys: int = Field(
+        1_000_000,
+        ge=1,
+        description="Idempotency-Key records kept per model (or group); past it the oldest "
+        "are dropped first, shortening their retry window (docs/limits.md).",
+    )
+    max_pending_impressions: int = Field(
+        1_000_000,
+        ge=1,
+        description="Logged predictions waiting for a label, per model (or group); past it "
+        "/predict answers but logs no impression (docs/limits.md).",
+    )
+    name_table_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1 << 20,
+        description="Memory the API's feature-name tables may hold, across all models; past "
+        "it the largest table starts again empty (docs/limits.md).",
+    )
+    max_header_bytes: int = Field(
+        16_384, ge=1024, le=1 << 20, description="Request line and headers; larger: a 431."
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Longest a connection may take to send a request's headers."
+    )
+    idle_timeout_s: float = Field(
+        5.0, gt=0, description="An idle connection (no request in progress) is closed after this."
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Open HTTP connections and requests in progress, at most; more get a 503.",
+    )
+    redis_maxmemory: str | None = Field(
+        None,
+        description="Memory limit of the embedded Redis (bytes, or 512mb, 4gb); unset: a "
+        "share of the machine's memory (docs/limits.md).",
+    )
     body_timeout_s: float = Field(10.0, gt=0, description="Longest wait for a request body.")
     upload_timeout_s: float = Field(
         600.0, gt=0, description="Longest a snapshot upload (PUT /models/{name}/snapshot) may take."
