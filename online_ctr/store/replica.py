@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.budget import Budget
 from online_ctr.learning.table import StateTable
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
@@ -75,15 +76,25 @@ class StateReplica:
     """The copy of one model's hot features, for one serving process."""
 
     def __init__(
-        self, keys: ModelKeys, layout: Layout, scripts: Scripts, max_features: int
+        self,
+        keys: ModelKeys,
+        layout: Layout,
+        scripts: Scripts,
+        max_features: int,
+        budget: Budget | None = None,
     ) -> None:
+        """``budget``: the features of every model's copy together (one process's), past
+        which the largest copies start again empty (:mod:`online_ctr.learning.budget`)."""
         self.keys = keys
+        self.budget = budget
         self.layout = layout
         self.scripts = scripts
         self.max_features = max_features
         self.table = StateTable(layout.width)
         self.epoch = b""  # no model seen yet: the first call starts the copy
         self.seq = 0
+        if budget is not None:
+            budget.track(self)
         self._head = [
             layout.field_bytes,
             layout.value_bytes,
@@ -93,6 +104,14 @@ class StateReplica:
 
     def __len__(self) -> int:
         return len(self.table)
+
+    def held(self) -> int:
+        """Features in the copy (what the budget counts)."""
+        return len(self.table)
+
+    def forget(self) -> None:
+        """Start again, empty: exact as of any commit."""
+        self.table.clear()
 
     async def read(self, ids: NDArray[np.uint64]) -> Fresh | None:
         """The state of ``ids`` (distinct) as of the latest commit; None if the model has no
@@ -162,6 +181,8 @@ class StateReplica:
                 return
         rows = self.table.rows(ids, create=True)  # first: it may grow the table's arrays
         self.table.data[rows] = state
+        if self.budget is not None and len(ids):
+            self.budget.fit()
 
     def _restart(self, epoch: bytes, seq: int) -> None:
         self.table.clear()

@@ -20,11 +20,13 @@ import numpy as np
 from numpy.typing import NDArray
 from redis.exceptions import TryAgainError
 
+from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
 from online_ctr.learning.numeric import Numeric
 from online_ctr.learning.rules import Rule, get_rule
 from online_ctr.learning.rules.base import Array
+from online_ctr.store import idempotency
 from online_ctr.store.calibration_codec import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from online_ctr.store.commits import CommitLog
 from online_ctr.store.filter import make_filters
@@ -144,10 +146,16 @@ _INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
 class ModelStore:
     """Reads and writes one model; shared by the API and the worker."""
 
-    def __init__(self, redis: RedisClient, spec: ModelSpec, replica_features: int = 0) -> None:
+    def __init__(
+        self,
+        redis: RedisClient,
+        spec: ModelSpec,
+        replica_features: int = 0,
+        copies: Budget | None = None,
+    ) -> None:
         """``replica_features``: serve from a copy of at most that many hot features
         (:mod:`online_ctr.store.replica`; 0, or on Redis Cluster: read every feature from the
-        shards)."""
+        shards), counted against ``copies`` with other models' copies."""
         # Any, not RedisClient, for the readers of ``store.redis`` outside the store: redis-py
         # types a reply as the union of every decoding, which they do not narrow yet.
         self.redis = redis
@@ -158,7 +166,9 @@ class ModelStore:
         self.log = CommitLog(redis, self.keys, self.scripts)
         self.replica = None
         if replica_features and not self.shards.one_shard_per_call:
-            self.replica = StateReplica(self.keys, spec.layout, self.scripts, replica_features)
+            self.replica = StateReplica(
+                self.keys, spec.layout, self.scripts, replica_features, copies
+            )
 
     async def ensure(self, create: bool = True) -> None:
         """Create the model (its meta hash) if new; refuse a different existing one. Without
@@ -249,11 +259,14 @@ class ModelStore:
     async def delete(self) -> int:
         """Delete every key of the model (its log side and every shard's keys, found with
         SCAN on every node); returns how many there were. A learner at work is fenced off by
-        it and starts again on the new, empty model."""
+        it and starts again on the new, empty model. A model of no group loses its
+        Idempotency-Key records and their index too (a group's go with its last model)."""
         keys = list(self.keys.log_side())
         pattern = f"octr:{{{self.spec.name}/*}}:*"
         keys += [key async for key in self.redis.scan_iter(match=pattern, count=1000)]
         deleted = 0
+        if self.keys.group is None:
+            deleted = await idempotency.forget(self.redis, self.keys.feedback)
         for first in range(0, len(keys), 1000):
             # One key per UNLINK: on a cluster the keys of one call must share a slot.
             async with self.redis.pipeline(transaction=False) as pipe:

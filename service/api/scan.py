@@ -42,6 +42,7 @@ import numpy as np
 from fastapi import Request
 from numpy.typing import NDArray
 
+from online_ctr.learning.budget import Budget
 from online_ctr.learning.features import Batch, FeatureHasher, merge_repeats
 from online_ctr.learning.hashing import hash_slot, next_slot, slot_count
 from online_ctr.learning.kernels import compiled, helper, inlined
@@ -145,7 +146,8 @@ class NameIds:
     """Feature ids by the bytes of their names, for one hasher: the ids it gives, remembered
     in an open-addressing table that compiled code probes, whose arrays grow by doubling (a
     name takes the same probes whatever the table holds), up to a bound, as the hasher's own
-    cache."""
+    cache. With a ``budget`` (:mod:`online_ctr.learning.budget`) its bytes count against it:
+    the largest tables start again empty when all of them together hold too much."""
 
     #: Names held at most; past it the table starts again, empty. 2^18 names is a table of
     #: 2^19 slots (16 MiB), the size a model of 100,000 features fills: after the scale
@@ -154,17 +156,31 @@ class NameIds:
     #: such bodies: 0.23-0.26 s against 0.18-0.21 s; 2^18: 0.16-0.21 s at both sizes).
     LIMIT = 1 << 18
 
-    def __init__(self, hasher: FeatureHasher) -> None:
+    def __init__(self, hasher: FeatureHasher, budget: Budget | None = None) -> None:
         self.hasher = hasher
+        self.budget = budget
+        self._reset()
+        if budget is not None:
+            budget.track(self)
+
+    def held(self) -> int:
+        """Bytes of the table's arrays."""
+        arrays = (self.slots, self.hashes, self.ids, self.starts, self.arena)
+        return sum(array.nbytes for array in arrays)
+
+    def forget(self) -> None:
+        """Start again, empty (names are hashed again as they come)."""
         self._reset()
 
     def _reset(self) -> None:
+        # Small to start with, grown by doubling: an empty table costs ~1 KB, so the tables of
+        # many models that see few names hold little of the budget they share.
         self.count = 0
-        self.slots = np.zeros((1 << 12, 4), np.int64)  # at most half full; see _NAME
-        self.hashes = np.empty(1 << 11, np.uint64)
-        self.ids = np.empty(1 << 11, np.int64)
-        self.starts = np.zeros((1 << 11) + 1, np.int64)  # name i: arena[starts[i]:starts[i + 1]]
-        self.arena = np.empty(1 << 16, np.uint8)
+        self.slots = np.zeros((1 << 4, 4), np.int64)  # at most half full; see _NAME
+        self.hashes = np.empty(1 << 3, np.uint64)
+        self.ids = np.empty(1 << 3, np.int64)
+        self.starts = np.zeros((1 << 3) + 1, np.int64)  # name i: arena[starts[i]:starts[i + 1]]
+        self.arena = np.empty(1 << 8, np.uint8)
 
     def batch(self, body: bytes, scanned: Scanned) -> Batch:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
@@ -201,6 +217,8 @@ class NameIds:
         if self.count + len(distinct) > self.LIMIT:
             self._reset()
         self._add(distinct, distinct_hashes, distinct_ids)
+        if self.budget is not None:
+            self.budget.fit()
 
     def _add(self, names: list[bytes], hashes: NDArray[np.uint64], ids: NDArray[np.int64]) -> None:
         first, count = self.count, self.count + len(names)

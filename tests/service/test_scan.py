@@ -12,6 +12,7 @@ import orjson
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from online_ctr.learning.budget import Budget
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.readers import read_examples
 from service.api.scan import NameIds, scan
@@ -266,3 +267,20 @@ def test_mutated_bodies_are_read_only_where_the_general_path_agrees() -> None:
             assert want is not None, body
             assert_same(got, want)
     assert read > 1000  # the mutants the scan reads are not just the unchanged ones
+
+
+def test_name_tables_share_one_budget_and_keep_their_answers() -> None:
+    """Tables of several models under one budget: the sum stays within it, the table that
+    grows past it starts again, and every batch is still exactly the hasher's."""
+    budget = Budget(2 << 20)
+    tables = [NameIds(FeatureHasher(), budget) for _ in range(3)]
+    for round_ in range(30):
+        for number, names in enumerate(tables):
+            # Table 0 gets endless new names; the others the same few again and again.
+            fresh = range(round_ * 2000, round_ * 2000 + 2000) if number == 0 else range(50)
+            rows = [{"features": {"id": f"n{number}-{i}"}, "label": 0} for i in fresh]
+            body = json.dumps({"examples": rows}).encode()
+            assert_same(scanned(body, names), general(body, FeatureHasher()))
+            assert budget.held() <= budget.limit
+    assert budget.forgotten > 0
+    assert tables[1].count == tables[2].count == 50  # the small tables were never emptied

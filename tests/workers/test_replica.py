@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from online_ctr.learning.budget import Budget
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.replica import MOST_COMMITS, StateReplica
 from online_ctr.store.state import ModelStore
@@ -230,3 +231,21 @@ async def test_of_commits_the_copy_has_a_pass_takes_only_the_lagging_shards_it_r
     asked = np.concatenate([ids, unknown])
     expected = np.vstack([state, np.zeros((1, layout.width))])
     np.testing.assert_array_equal(await served(replica, asked), expected)
+
+
+async def test_the_copies_of_several_models_share_one_budget(make_store: MakeStore) -> None:
+    """Three models' copies under one budget of 600 features: the sum never passes it, the
+    largest copy starts again, and every answer is still what the shards hold."""
+    budget = Budget(600)
+    models = [await model_of(make_store, 1000, seed, applied=True) for seed in range(3)]
+    copies = [
+        StateReplica(store.keys, store.spec.layout, store.scripts, 1_000_000, budget)
+        for store, _, _ in models
+    ]
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        for copy, (store, ids, _) in zip(copies, models, strict=True):
+            asked = np.unique(rng.choice(ids, 150))
+            assert np.array_equal(await served(copy, asked), await truth(store, asked))
+            assert budget.held() <= 600
+    assert budget.forgotten > 0
