@@ -39,10 +39,17 @@ from online_ctr.learning.rules import RULES, get_rule
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _VARIABLE_NAME = re.compile(rf"(?<![\w'])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
 #: ``OCTR_`` variables that are not settings: docker-compose.yml reads them (from ``.env``,
-#: deploy/env.example) to choose the image, the replicas and the published port and secret, and
+#: deploy/env.example) to choose the image, the replicas, the published port and the secrets, and
 #: a shell that sources that file passes them on to whatever it runs next.
 COMPOSE_VARIABLES = frozenset(
-    {"OCTR_IMAGE", "OCTR_WORKER_REPLICAS", "OCTR_API_BIND", "OCTR_API_PORT", "OCTR_API_KEYS_SECRET"}
+    {
+        "OCTR_IMAGE",
+        "OCTR_WORKER_REPLICAS",
+        "OCTR_API_BIND",
+        "OCTR_API_PORT",
+        "OCTR_API_KEYS_SECRET",
+        "OCTR_METRICS_KEY_SECRET",
+    }
 )
 
 

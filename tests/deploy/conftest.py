@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -87,6 +88,21 @@ def prometheus_config() -> dict[str, Any]:
     """The Prometheus configuration the compose stack mounts."""
     result: dict[str, Any] = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     return result
+
+
+#: Where the compose stack mounts the API key Prometheus scrapes the API with (the secret
+#: ``metrics_key``), as the shipped configuration names it.
+METRICS_KEY_SECRET = "/run/secrets/metrics_key"
+
+
+def with_metrics_key_file(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The Prometheus configuration with the api job's key read from ``path``: only the file's
+    path changes, so the tests prove the shipped way of sending the key."""
+    changed = copy.deepcopy(config)
+    (api,) = [job for job in changed["scrape_configs"] if job["job_name"] == "api"]
+    assert api["authorization"]["credentials_file"] == METRICS_KEY_SECRET, api
+    api["authorization"]["credentials_file"] = str(path)
+    return changed
 
 
 def _require_tool(name: str) -> str:

@@ -176,6 +176,36 @@ def test_prometheus_scrapes_the_api_and_every_worker_replica(
     )
 
 
+def test_prometheus_reads_the_api_key_from_the_metrics_key_secret(
+    stack: dict[str, Any], prometheus_config: dict[str, Any]
+) -> None:
+    # The API shows its series of each model only to a key of the metrics scope.
+    (api_job,) = [job for job in prometheus_config["scrape_configs"] if job["job_name"] == "api"]
+    mounted = {s["source"]: s["target"] for s in stack["services"]["prometheus"]["secrets"]}
+    assert mounted == {"metrics_key": api_job["authorization"]["credentials_file"]}
+    assert stack["secrets"]["metrics_key"] == stack["secrets"]["metrics_key"] | {
+        "file": str(ROOT / "deploy" / "metrics-key")
+    }
+    # The key is Prometheus's alone: the API reads its scopes from api_keys.
+    for name, service in stack["services"].items():
+        sources = {s["source"] for s in service.get("secrets", [])}
+        assert name == "prometheus" or "metrics_key" not in sources, name
+
+
+def test_the_metrics_key_file_can_be_elsewhere(compose: list[str]) -> None:
+    shown = run_compose(
+        compose,
+        "config",
+        "--format",
+        "json",
+        OCTR_METRICS_KEY_SECRET="/etc/online-ctr/metrics-key",
+        **REQUIRED,
+    )
+    assert shown.returncode == 0, shown.stderr
+    secret = json.loads(shown.stdout)["secrets"]["metrics_key"]
+    assert secret["file"] == "/etc/online-ctr/metrics-key"
+
+
 def test_the_image_context_holds_every_package(stack: dict[str, Any]) -> None:
     api, worker = stack["services"]["api"], stack["services"]["worker"]
     assert api["build"] == worker["build"]

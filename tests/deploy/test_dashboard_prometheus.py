@@ -1,7 +1,8 @@
 """Every PromQL expression of the Grafana dashboard returns data from a real Prometheus.
 
-Starts a private Redis, the real ``online-ctr api`` and two ``online-ctr worker`` replicas, and
-Prometheus with the shipped configuration pointed at them on loopback; drives learn, predict and
+Starts a private Redis, the real ``online-ctr api`` (API keys on) and two ``online-ctr worker``
+replicas, and Prometheus with the shipped configuration pointed at them on loopback, scraping the
+API with a key of the ``metrics`` scope as the compose stack does; drives learn, predict and
 invalid traffic until every dashboard query answers with finite values, or a deadline passes.
 """
 
@@ -26,6 +27,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.deploy.conftest import with_metrics_key_file
+
 pytestmark = pytest.mark.integration
 
 ONLINE_CTR = Path(sys.executable).with_name("online-ctr")
@@ -34,6 +37,9 @@ DATA_DEADLINE_S = 120.0
 POLL_S = 0.25
 SITES = ("news", "sports", "video", "shop", "mail")
 DEVICES = ("phone", "tablet", "desktop")
+#: The test's API keys: a client's, and the one Prometheus scrapes the API with.
+CLIENT_KEY = "client-key-of-the-dashboard-test"
+METRICS_KEY = "metrics-key-of-the-dashboard-test"
 
 
 def free_port() -> int:
@@ -110,9 +116,7 @@ def service_environment(redis_url: str, **settings: str) -> dict[str, str]:
         if not name.startswith("OCTR_") and name != "REDIS_URL"
     }
     return (
-        environment
-        | {"OCTR_REDIS_URL": redis_url, "OCTR_HEARTBEAT_INTERVAL_S": "0.5", "OCTR_AUTH": "off"}
-        | settings
+        environment | {"OCTR_REDIS_URL": redis_url, "OCTR_HEARTBEAT_INTERVAL_S": "0.5"} | settings
     )
 
 
@@ -165,6 +169,11 @@ def stack(
     redis_port, api_port, prometheus_port = free_port(), free_port(), free_port()
     worker_ports = [free_port(), free_port()]
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    # As deploy/env.example says: the key in its own file, and in the API's keys file with the
+    # metrics scope.
+    keys_file, metrics_key_file = workdir / "api-keys", workdir / "metrics-key"
+    keys_file.write_text(f"{CLIENT_KEY} predict,learn\n{METRICS_KEY} metrics\n")
+    metrics_key_file.write_text(f"{METRICS_KEY}\n")
     processes.start(
         "redis",
         [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
@@ -173,9 +182,8 @@ def stack(
     wait_until("redis", lambda: _redis_answers(redis_port), processes)
 
     api_url = f"http://127.0.0.1:{api_port}"
-    processes.start(
-        "api", [str(ONLINE_CTR), "api"], service_environment(redis_url, OCTR_PORT=str(api_port))
-    )
+    api_settings = {"OCTR_PORT": str(api_port), "OCTR_API_KEYS_FILE": str(keys_file)}
+    processes.start("api", [str(ONLINE_CTR), "api"], service_environment(redis_url, **api_settings))
     for replica, port in enumerate(worker_ports, start=1):
         settings = {"OCTR_WORKER_METRICS_PORT": str(port), "OCTR_WORKER_NAME": f"worker-{replica}"}
         processes.start(
@@ -191,7 +199,8 @@ def stack(
         "prometheus": [f"127.0.0.1:{prometheus_port}"],
     }
     config_file = workdir / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(local_prometheus_config(prometheus_config, targets)))
+    config = with_metrics_key_file(prometheus_config, metrics_key_file)
+    config_file.write_text(yaml.safe_dump(local_prometheus_config(config, targets)))
     processes.start(
         "prometheus",
         [prometheus_binary, f"--config.file={config_file}",
@@ -237,6 +246,12 @@ def drive_traffic(client: httpx.Client, rng: random.Random) -> None:
         assert 400 <= response.status_code < 500, response.text
 
 
+def api_client(api_url: str) -> httpx.Client:
+    """A client of the API with the test's client key."""
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    return httpx.Client(base_url=api_url, headers=headers, timeout=10.0)
+
+
 def query(client: httpx.Client, expr: str) -> list[dict[str, Any]]:
     """An instant query's result vector."""
     response = client.get("/api/v1/query", params={"query": expr})
@@ -259,7 +274,7 @@ def test_every_dashboard_query_returns_data(stack: Stack, queries: list[Any]) ->
     results: dict[str, list[dict[str, Any]]] = {}
     deadline = time.monotonic() + DATA_DEADLINE_S
     with (
-        httpx.Client(base_url=stack.api_url, timeout=10.0) as api,
+        api_client(stack.api_url) as api,
         httpx.Client(base_url=stack.prometheus_url, timeout=10.0) as prometheus,
     ):
         while missing and time.monotonic() < deadline:
@@ -287,7 +302,7 @@ def test_the_model_variable_finds_the_model(stack: Stack, dashboard: dict[str, A
     (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "model"]
     metric = variable["query"]["query"].removeprefix("label_values(").split(",")[0]
     with (
-        httpx.Client(base_url=stack.api_url, timeout=10.0) as api,
+        api_client(stack.api_url) as api,
         httpx.Client(base_url=stack.prometheus_url, timeout=10.0) as prometheus,
     ):
         drive_traffic(api, random.Random(7))
@@ -298,3 +313,22 @@ def test_the_model_variable_finds_the_model(stack: Stack, dashboard: dict[str, A
             return "default" in values
 
         wait_until("the model label", listed, stack.processes)
+
+
+def test_prometheus_reads_model_series_only_the_metrics_key_shows(stack: Stack) -> None:
+    with (
+        api_client(stack.api_url) as api,
+        httpx.Client(base_url=stack.prometheus_url, timeout=10.0) as prometheus,
+    ):
+        drive_traffic(api, random.Random(11))
+        for key in (None, CLIENT_KEY):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            shown = httpx.get(f"{stack.api_url}/metrics", headers=headers, timeout=10.0)
+            assert shown.status_code == 200
+            assert 'model="' not in shown.text, key
+            assert "online_ctr_http_requests_total" in shown.text, key
+        wait_until(
+            "the API's model series in Prometheus",
+            lambda: bool(query(prometheus, 'online_ctr_nonzero_weights{job="api"}')),
+            stack.processes,
+        )
