@@ -4,7 +4,9 @@ Memory: on a fresh redis-server, N Criteo rows (the head file, cycled) are logge
 impressions as ``/predict`` logs them (passes of 1,000), and ``INFO`` ``used_memory`` growth
 over N is the bytes one pending impression holds (its hash: the served example, p, model,
 state; and its pending-set member). Then every window is closed and swept with ``drop`` (no
-stream entries), and the growth left over N is the bytes of one tombstone.
+stream entries), and the growth left over N is the bytes of one tombstone. With
+``--features K``, each row is K string features of its own instead (``f0=v<i>_0`` ...): the
+cost of wide examples. ``--memory-only`` skips the throughput.
 
 Throughput: N sequential single ``/predict`` calls (httpx, one connection) against the real
 ``online-ctr api`` process, with joins off and with joins on (each answer logged first),
@@ -50,7 +52,9 @@ async def memory(url: str, rows: list[Row]) -> tuple[float, float]:
         chunk = [x for x, _ in rows[start : start + PASS]]
         entries = codec.encode_rows(hasher.batch(chunk))
         ids = [f"p{start + j:012d}" for j in range(len(chunk))]
-        await impressions.log(ids, entries, [0.1] * len(chunk), "default", [len(chunk)])
+        sizes = [len(chunk)]
+        done = await impressions.log(ids, entries, [0.1] * len(chunk), "default", sizes, len(rows))
+        assert not done.unlogged, done
     pending = await _used(client) - before
     # Close every window now: a deadline of 0 for each (the load test's shortcut).
     await client.zunionstore(KEYS.feedback.pending, {KEYS.feedback.pending: 0})
@@ -59,6 +63,15 @@ async def memory(url: str, rows: list[Row]) -> tuple[float, float]:
     tombstones = await _used(client) - before
     await client.aclose()
     return pending / len(rows), tombstones / len(rows)
+
+
+def wide_rows(count: int, features: int) -> list[Row]:
+    """``count`` rows of ``features`` string features each, every value its own.
+
+    >>> wide_rows(1, 2)
+    [({'f0': 'v0_0', 'f1': 'v0_1'}, 0)]
+    """
+    return [({f"f{k}": f"v{i}_{k}" for k in range(features)}, 0) for i in range(count)]
 
 
 def _rate(url: str, rows: list[Row], requests: int) -> float:
@@ -91,16 +104,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--features", type=int, default=0, help="K features a row; 0: Criteo")
+    parser.add_argument("--memory-only", action="store_true")
     args = parser.parse_args(argv)
     rows = criteo_rows(args.data_dir)
+    logged, what = cycled(rows, args.impressions), "Criteo rows"
+    if args.features:
+        logged = wide_rows(args.impressions, args.features)
+        what = f"rows of {args.features:,} features"
     with tempfile.TemporaryDirectory() as scratch:
         with RedisServer(Path(scratch) / "memory", persist=False) as server:
-            pending, tombstone = asyncio.run(memory(server.url, cycled(rows, args.impressions)))
+            pending, tombstone = asyncio.run(memory(server.url, logged))
         print(
             f"memory: {pending:.0f} bytes per pending impression, {tombstone:.0f} bytes per "
-            f"tombstone ({args.impressions:,} Criteo rows)",
+            f"tombstone ({args.impressions:,} {what})",
             flush=True,
         )
+        if args.memory_only:
+            return 0
         off, on = throughput(Path(scratch), rows, args.requests, args.rounds)
     print(
         f"/predict: {off:.0f} req/s without joins, {on:.0f} req/s with join logging "

@@ -5,10 +5,13 @@ so that one call appends to the streams of every model that learns that feedback
 
 - ``impressions_log.lua`` logs a scoring pass: per example a hash ``{b, p, m, s}`` (the
   example as a one-example entry labelled 0, the served probability, the model, the state)
-  that expires after twice the window, and its deadline in the pending set;
+  that expires after twice the window, and its deadline in the pending set; whole requests,
+  while the pending set holds fewer than ``OCTR_MAX_PENDING_IMPRESSIONS``;
 - ``join.lua`` sets a pending impression's label, appends it and leaves a tombstone
   (``s=labelled``, for one window) so a repeated or late label gets a precise answer;
 - ``sweep.lua`` closes the windows that are due: negatives appended (or dropped), tombstones.
+
+A tombstone keeps only ``{m, s}``: both scripts delete the entry and the probability.
 
 Deadlines are Redis's clock (``TIME``), so API processes and workers never compare theirs.
 """
@@ -18,8 +21,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.store.keys import FeedbackKeys
@@ -28,6 +33,11 @@ from online_ctr.store.scripts import register
 
 #: Most windows one sweep call closes: bounds how long Redis is busy with it.
 SWEEP_COUNT = 2000
+
+
+#: Why a request's impressions were not logged: the pending set was full, or Redis refused
+#: the write at its memory limit (``maxmemory`` with ``noeviction``).
+UnloggedReason = Literal["limit", "redis_memory"]
 
 
 class JoinConflictError(ValueError):
@@ -41,6 +51,16 @@ class Joined:
 
     codes: str
     replayed: bool = False
+
+
+@dataclass(frozen=True)
+class PassLog:
+    """What logging a pass did: the (0-based) examples whose id was used before (their
+    requests logged nothing), and the requests left unlogged for ``reason``."""
+
+    clashes: list[int]
+    unlogged: list[int]
+    reason: UnloggedReason = "limit"
 
 
 @dataclass(frozen=True)
@@ -76,16 +96,26 @@ class Impressions:
         probabilities: Sequence[float],
         model: str,
         sizes: Sequence[int],
-    ) -> list[int]:
-        """Log a pass's impressions (its requests of ``sizes`` examples, in order); returns
-        the examples whose id was used before: their requests logged nothing."""
+        most: int,
+    ) -> PassLog:
+        """Log a pass's impressions (its requests of ``sizes`` examples, in order), whole
+        requests while the pending set holds at most ``most``; says which were not logged."""
         served = np.asarray(probabilities, "<f8").tobytes()
-        args: list[bytes | str | int] = [self.policy.window_ms, model, len(sizes), *sizes]
+        args: list[bytes | str | int] = [self.policy.window_ms, model, most, len(sizes), *sizes]
         for j, (prediction_id, entry) in enumerate(zip(ids, entries, strict=True)):
             args += [prediction_id, entry, served[8 * j : 8 * j + 8]]
         keys = [self.keys.pending, *map(self.keys.impression, ids)]
-        clashes = await self._log(keys=keys, args=args)
-        return [int(j) for j in clashes]
+        try:
+            clashes, unlogged = await self._log(keys=keys, args=args)
+        except OutOfMemoryError:
+            # Refused at its first write (a script that has not written yet is stopped there,
+            # one that has is let finish), so nothing of the pass was written.
+            return PassLog([], list(range(len(sizes))), "redis_memory")
+        return PassLog([int(j) for j in clashes], [int(r) for r in unlogged])
+
+    async def pending_count(self) -> int:
+        """How many impressions wait for a label (ZCARD of the pending set)."""
+        return int(await self.redis.zcard(self.keys.pending))
 
     async def join(
         self, ids: Sequence[str], labels: Sequence[int], key: str | None, key_window_s: int

@@ -1,28 +1,48 @@
 -- Log the impressions of one scoring pass, each waiting for its click until its window closes.
 -- KEYS[1] the pending set; KEYS[1 + j] the impression hash of example j (one hash tag)
--- ARGV[1] the window in ms, ARGV[2] the model that served, ARGV[3] R: the requests of the
--- pass, ARGV[3 + 1 .. 3 + R] their example counts, then per example: id, entry, probability
--- Returns the (0-based) examples whose id was already used (pending, labelled or swept, or
--- twice in this pass): their request logs nothing; the others' requests are logged.
+-- ARGV[1] the window in ms, ARGV[2] the model that served, ARGV[3] the most impressions the
+-- pending set may hold, ARGV[4] R: the requests of the pass, ARGV[4 + 1 .. 4 + R] their
+-- example counts, then per example: id, entry, probability
+-- Returns {clashes, unlogged}: the (0-based) examples whose id was already used (pending,
+-- labelled or swept, or twice in this pass), whose request logs nothing; and the (0-based)
+-- requests left unlogged because they did not fit under the most pending (their impressions
+-- are not written; the requests after them that fit still are). The others are logged whole.
 -- Every argument is checked before the first write (checks.lua), in the pass that looks for
 -- clashes: a window that is no whole number of ms failed the PEXPIRE after the first HSET,
 -- and a pending set of another type the ZADD after every impression. An impression key that
 -- exists, of any type, is a clash and is not written; only the pending set needs its TYPE.
+-- The bound is decided there too, from ZCARD: the pending set holds every pending impression
+-- (a hash that expired unswept leaves its member until the sweep), so it bounds them all.
+local function fit(a)
+  -- Whole requests, first come first logged, while the pending set has room for them.
+  local room = a.most - redis.call('ZCARD', KEYS[1])
+  for r = 1, a.requests do
+    if not a.refused[r] then
+      if a.sizes[r] <= room then
+        room = room - a.sizes[r]
+      else
+        a.refused[r] = true
+        a.unlogged[#a.unlogged + 1] = r - 1
+      end
+    end
+  end
+end
 local checks = function()
-  if #ARGV < 3 then refuse('fewer than 3 arguments', #ARGV) end
+  if #ARGV < 4 then refuse('fewer than 4 arguments', #ARGV) end
   local a = {
     window = whole('ARGV[1] window (ms)', ARGV[1], 1),
-    requests = whole('ARGV[3] R', ARGV[3], 0),
-    sizes = {}, refused = {}, clashes = {},
+    most = whole('ARGV[3] most pending', ARGV[3], 1),
+    requests = whole('ARGV[4] R', ARGV[4], 0),
+    sizes = {}, refused = {}, clashes = {}, unlogged = {},
   }
   if ARGV[2] == '' then refuse('ARGV[2] model is empty', '') end
-  if #ARGV < 3 + a.requests then refuse('fewer example counts than R, arguments', #ARGV) end
+  if #ARGV < 4 + a.requests then refuse('fewer example counts than R, arguments', #ARGV) end
   local examples = 0
   for r = 1, a.requests do
-    a.sizes[r] = whole('ARGV[' .. (3 + r) .. '] example count', ARGV[3 + r], 0)
+    a.sizes[r] = whole('ARGV[' .. (4 + r) .. '] example count', ARGV[4 + r], 0)
     examples = examples + a.sizes[r]
   end
-  a.first = 4 + a.requests  -- ARGV index of example 0's id
+  a.first = 5 + a.requests  -- ARGV index of example 0's id
   if #ARGV ~= a.first - 1 + 3 * examples then
     refuse('not (id, entry, probability) for the ' .. examples .. ' examples counted, arguments', #ARGV)
   end
@@ -49,6 +69,7 @@ local checks = function()
       j = j + 1
     end
   end
+  fit(a)  -- after the clashes: a request refused for one takes no room
   return a
 end
 local a, problem = checked('impressions_log', checks)
@@ -78,4 +99,4 @@ end
 if #scored > 0 then
     redis.call('ZADD', KEYS[1], unpack(scored))
 end
-return a.clashes
+return {a.clashes, a.unlogged}

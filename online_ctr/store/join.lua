@@ -89,8 +89,10 @@ for j = 1, a.n do
                 redis.call('XADD', KEYS[2 + s], '*', 'b', b, 'p', fields[3], 'm', fields[4],
                     'i', id)
             end
-            redis.call('HDEL', key, 'b', 'p')
-            redis.call('HSET', key, 's', 'labelled')
+            -- The tombstone is a new hash: one that held a long entry stays a hashtable
+            -- after HDEL (232 B, MEMORY USAGE), where a fresh {m, s} is a listpack (80 B).
+            redis.call('DEL', key)
+            redis.call('HSET', key, 'm', fields[4], 's', 'labelled')
             redis.call('PEXPIRE', key, window)
             redis.call('ZREM', KEYS[1], id)
             labelled[key] = true

@@ -48,8 +48,14 @@ for j, id in ipairs(ids) do
                     'i', id)
             end
         end
-        redis.call('HDEL', key, 'b', 'p')
-        redis.call('HSET', key, 's', state)
+        -- The tombstone is a new hash {m, s}: after HDEL, one that held a long entry would
+        -- stay a hashtable (232 B, MEMORY USAGE) where a fresh one is a listpack (80 B).
+        redis.call('DEL', key)
+        if fields[4] then
+            redis.call('HSET', key, 'm', fields[4], 's', state)
+        else
+            redis.call('HSET', key, 's', state)
+        end
         redis.call('PEXPIRE', key, tonumber(ARGV[4]))
         closed = closed + 1
     elseif not fields[1] then

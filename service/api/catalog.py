@@ -100,7 +100,8 @@ class Catalog:
         streams = [k.stream for k in keys]
         serving = members[info.serving].store.keys
         policy = info.shared.policy()
-        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, window)
+        most = self._settings.max_pending_impressions
+        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, window, most)
         return ServedGroup(info, members, feedback, joins)
 
     async def models(self) -> list[ServedModel]:

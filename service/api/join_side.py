@@ -3,6 +3,12 @@ prediction id, and say what became of each (see :mod:`online_ctr.config.join_pol
 
 With joins off (a window of 0) nothing is logged, and a prediction id sent to either endpoint
 is a 422 that says how to turn them on.
+
+At ``OCTR_MAX_PENDING_IMPRESSIONS``, or with Redis refusing writes at its memory limit,
+``/predict`` still answers: an ad server needs its score, and a 429 would let one client
+that predicts and never labels stop serving for everyone on the model. The requests that do
+not fit are answered unlogged (``prediction_id`` null; a label sent for them is unknown) and
+counted in ``online_ctr_unlogged_impressions_total`` by reason.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from online_ctr.config.join_policy import TURN_ON, JoinPolicy, detail, outcome
 from online_ctr.learning.features import Batch
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
-from online_ctr.store.impressions import Impressions, Joined
+from online_ctr.store.impressions import Impressions, Joined, PassLog
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.redis_types import RedisClient
 from service.api.errors import ApiError
@@ -24,9 +30,9 @@ from service.api.limits import InvalidFieldError
 #: Random bytes in a generated prediction id: 128 bits, 22 url-safe characters.
 ID_BYTES = 16
 
-#: Per request of a pass: its prediction ids, and those of its examples already used before
-#: (as ``(index, id)``; then the request logged nothing).
-Logged = tuple[list[str], list[tuple[int, str]]]
+#: Per request of a pass: its prediction ids (None for each if it was not logged), and those
+#: of its examples already used before (as ``(index, id)``; then the request logged nothing).
+Logged = tuple[list[str | None], list[tuple[int, str]]]
 
 
 class PredictionIdUsedError(ApiError):
@@ -66,16 +72,23 @@ class ServedJoins:
         policy: JoinPolicy,
         metrics: Metrics,
         key_window_s: int,
+        max_pending: int,
     ) -> None:
         model = keys.model
         self.model = model
         self.policy = policy
         self.key_window_s = key_window_s
+        self.max_pending = max_pending
         self.impressions = Impressions(redis, keys.feedback, streams, policy)
         self._outcomes = {
             name: metrics.joined_labels.labels(model, name)
             for name in ("learned", "unknown", "repeated", "late")
         }
+        self._unlogged = {
+            reason: metrics.unlogged_impressions.labels(model, reason)
+            for reason in ("limit", "redis_memory")
+        }
+        self._memory_refusals = metrics.redis_memory_refusals.labels("impressions")
 
     def check(self, ids: object | None, field: str = "prediction_id") -> None:
         """A 422 for prediction ids sent to a model without joins."""
@@ -99,15 +112,30 @@ class ServedJoins:
             ids.extend(i or next(made) for i in (given or [None] * size))
         sizes = [size for size, _ in requests]
         entries = codec.encode_rows(batch)
-        clashes = set(await self.impressions.log(ids, entries, p, self.model, sizes))
+        done = await self.impressions.log(ids, entries, p, self.model, sizes, self.max_pending)
+        self._count(done, sizes)
+        clashes, unlogged = set(done.clashes), set(done.unlogged)
         logged: list[Logged] = []
         start = 0
-        for size in sizes:
-            mine = ids[start : start + size]
-            used = [(j, mine[j]) for j in range(size) if start + j in clashes]
+        for r, size in enumerate(sizes):
+            mine: list[str | None] = (
+                [None] * size if r in unlogged else [*ids[start : start + size]]
+            )
+            used = [(j, ids[start + j]) for j in range(size) if start + j in clashes]
             logged.append((mine, used))
             start += size
         return logged
+
+    def _count(self, done: PassLog, sizes: list[int]) -> None:
+        """Count the impressions answered unlogged, and a write Redis refused for memory."""
+        if done.unlogged:
+            self._unlogged[done.reason].inc(sum(sizes[r] for r in done.unlogged))
+        if done.reason == "redis_memory":
+            self._memory_refusals.inc()
+
+    async def pending_count(self) -> int:
+        """Impressions waiting for a label in this model's feedback tag (its group's)."""
+        return await self.impressions.pending_count()
 
     async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
         """Join labels to their impressions (a 422 with joins off), counting the outcomes."""

@@ -148,7 +148,8 @@ class PredictItem(BaseModel):
         None,
         description="With joins on (OCTR_JOIN_WINDOW_S > 0): this prediction's id, new per "
         "impression (one used before, or twice in a batch, is a 409); without one the service "
-        "makes one. Send it to /learn with the label.",
+        "makes one. Send it to /learn with the label, unless the answer's prediction_id is "
+        "null (not logged).",
     )
 
 
@@ -361,7 +362,11 @@ class Prediction(BaseModel):
     )
     prediction_id: str | None = Field(
         None,
-        description="With joins on: this prediction's id, to send to /learn with its label.",
+        description="With joins on: this prediction's id, to send to /learn with its label; "
+        "null when its impression was not logged (the model, or its group, holds "
+        "OCTR_MAX_PENDING_IMPRESSIONS impressions waiting for labels, or Redis is at its "
+        "memory limit): the score stands, and a label sent for it is refused as unknown. "
+        "Absent with joins off.",
         examples=["Zk3v0cQxR2m8yT1uWb5a9g"],
     )
 

@@ -41,13 +41,14 @@ PASSES_IN_FLIGHT = 4
 class Scores(NamedTuple):
     """A request's answers, as plain floats (what JSON needs): per example the logit, the
     served probability (calibrated if ``calibrated``) and, if asked, the uncertainty; with
-    joins on, the prediction ids, and those already used before (index, id): a 409."""
+    joins on, the prediction ids (None for an impression not logged), and those already used
+    before (index, id): a 409."""
 
     logits: list[float]
     probabilities: list[float]
     uncertainties: list[float] | None
     calibrated: bool
-    prediction_ids: list[str] | None = None
+    prediction_ids: list[str | None] | None = None
     used: list[tuple[int, str]] | None = None
 
 
@@ -92,7 +93,9 @@ class ServedModel:
         keys = self.store.keys
         window = settings.idempotency_window_s
         self.feedback = FeedbackLog(redis, keys.feedback, [keys], window)
-        self.joins = ServedJoins(redis, keys, [keys.stream], policy, metrics, window)
+        self.joins = ServedJoins(
+            redis, keys, [keys.stream], policy, metrics, window, settings.max_pending_impressions
+        )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
         # The same ids, for bodies read by service.api.scan: one table for /predict and one
@@ -110,6 +113,7 @@ class ServedModel:
             metrics.nonzero_weights.labels(self.name),
             metrics.features_tracked.labels(self.name),
             metrics.stream_lag.labels(self.name),
+            metrics.pending_impressions.labels(self.name),
         )
         self._ensured = False
         self._scorer: Coalescer[ScoringRequest, Scores] = Coalescer(
@@ -244,10 +248,11 @@ class ServedModel:
     async def refresh_gauges(self) -> None:
         """Set the model gauges from Redis (called before /metrics renders)."""
         info = await self.info()
-        nonzero, tracked, lag = self._gauges
+        nonzero, tracked, lag, pending = self._gauges
         nonzero.set(info.nonzero_weights)
         tracked.set(info.features_tracked)
         lag.set(info.stream_lag)
+        pending.set(await self.joins.pending_count())
 
 
 def _examples(request: ScoringRequest) -> int:

@@ -259,9 +259,10 @@ def test_a_clash_refuses_only_its_own_request_of_a_pass(redis_url: str, plain: A
         impressions = Impressions(client, KEYS.feedback, [KEYS.stream], JoinPolicy(60))
         entry = b"x"
         ids = ["a", "b", "c", "a"]  # requests [a, b] and [c, a]
-        clashes = await impressions.log(ids, [entry] * 4, [0.5] * 4, "default", [2, 2])
+        logged = await impressions.log(ids, [entry] * 4, [0.5] * 4, "default", [2, 2], 10)
         await client.aclose()
-        return clashes
+        assert logged.unlogged == []
+        return logged.clashes
 
     assert asyncio.run(log()) == [3]
     assert sorted(plain.zrange(KEYS.feedback.pending, 0, -1)) == [b"a", b"b"]

@@ -223,6 +223,7 @@ def impressions_log(
     sizes: tuple[Any, ...] = (2,),
     probability: bytes = b"\0" * 8,
     pending_string: bool = False,
+    most: Any = 10,
 ) -> Drive:
     """impressions_log.lua logging two impressions, the second with ``probability``: the
     first would be written before the second."""
@@ -232,7 +233,7 @@ def impressions_log(
         if pending_string:
             await store.redis.set(keys.pending, "not a zset")
         script = register(store.redis, "impressions_log")
-        args = [window, "default", len(sizes), *sizes]
+        args = [window, "default", most, len(sizes), *sizes]
         args += ["i1", b"\0" * 12, b"\0" * 8, "i2", b"\0" * 12, probability]
         ids = [keys.impression("i1"), keys.impression("i2")]
         return await script(keys=[keys.pending, *ids], args=args)
@@ -324,6 +325,8 @@ CASES: dict[str, tuple[Drive, str]] = {
         impressions_log(probability=b"\0" * 6 + b"\xf8\x7f"),
         "[0, 1]",
     ),
+    "impressions_log most zero": (impressions_log(most=0), "ARGV[3]"),
+    "impressions_log most not whole": (impressions_log(most="lots"), "ARGV[3]"),
     # registry: what it stores must decode (delete reads a model's group from its config).
     "registry create config not json": (registry(*create(config="{oops")), "ARGV[3]"),
     "registry create most": (registry(*create(most="lots")), "ARGV[5]"),
@@ -379,3 +382,29 @@ async def test_a_refused_script_call_changes_no_key(make_store: MakeStore, case:
     after = await dumps(store)
     assert after.keys() == before.keys()
     assert after == before
+
+
+async def test_impressions_at_the_bound_write_nothing_beyond_it(make_store: MakeStore) -> None:
+    # Not a refusal but a bound: the requests that do not fit are left out whole, decided
+    # before the first write; a full pending set is left byte for byte as it was.
+    store = await make_store()
+    keys = FeedbackKeys.of(store.spec.name, None)
+    await store.redis.zadd(keys.pending, {"old-1": 1e15, "old-2": 1e15})
+    await store.redis.hset(keys.impression("old-1"), mapping=GOOD_IMPRESSION)
+    before = await dumps(store)
+    full = await impressions_log(most=2)(store)
+    assert full == [[], [0]]
+    assert await dumps(store) == before
+    # Room for one: a request of two is left out, the single one after it is logged; a
+    # request refused for a clash takes no room.
+    script = register(store.redis, "impressions_log")
+    entry, p = b"\0" * 12, b"\0" * 8
+    ids = ["old-1", "a", "b", "c"]  # requests [old-1], [a, b], [c]
+    args: list[Any] = ["1000", "default", 3, 3, 1, 2, 1]
+    for prediction_id in ids:
+        args += [prediction_id, entry, p]
+    keys_of = [keys.pending, *map(keys.impression, ids)]
+    assert await script(keys=keys_of, args=args) == [[0], [1]]
+    assert await store.redis.zcard(keys.pending) == 3
+    assert await store.redis.exists(keys.impression("a"), keys.impression("b")) == 0
+    assert await store.redis.hget(keys.impression("c"), "s") == b"pending"

@@ -14,7 +14,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
-from online_ctr.store.impressions import Impressions
+from online_ctr.store.impressions import Impressions, PassLog
 from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore
@@ -31,7 +31,8 @@ async def log_rows(store: ModelStore, policy: JoinPolicy) -> list[str]:
     impressions = Impressions(store.redis, keys.feedback, [keys.stream], policy)
     ids = [f"imp-{j}" for j in range(len(ROWS))]
     entries = codec.encode_rows(FeatureHasher(numeric=store.spec.numeric).batch(ROWS))
-    assert await impressions.log(ids, entries, [0.25] * len(ROWS), "default", [len(ROWS)]) == []
+    logged = await impressions.log(ids, entries, [0.25] * len(ROWS), "default", [len(ROWS)], 100)
+    assert logged == PassLog([], [])
     await store.redis.zadd(keys.feedback.pending, dict.fromkeys(ids, 0), xx=True)
     return ids
 

@@ -38,7 +38,10 @@ async def predict(request: ReadRequest) -> Response:
     One Redis round trip reads the weights of every feature in the request (and, with
     `uncertainty: true`, their step sizes and nothing more). With joins on, every answer
     carries a `prediction_id` (the caller's, or a new one), logged before the answer is sent:
-    send it to /learn with the label when the click comes.
+    send it to /learn with the label when the click comes. At the bound of impressions
+    waiting for labels (OCTR_MAX_PENDING_IMPRESSIONS), or with Redis at its memory limit, the
+    request is still scored but not logged (whole requests, the first that fit logged): its
+    `prediction_id`s are null.
     """
     # The one way in (service.api.lane.LaneRoute: this function gets the Request, its body
     # read).
@@ -111,7 +114,7 @@ def _predictions(scores: Scores) -> list[dict[str, object]]:
     if scores.uncertainties is not None:
         for answer, u in zip(answers, scores.uncertainties, strict=True):
             answer["uncertainty"] = u
-    if scores.prediction_ids is not None:
+    if scores.prediction_ids is not None:  # None for one not logged: JSON null
         for answer, prediction_id in zip(answers, scores.prediction_ids, strict=True):
             answer["prediction_id"] = prediction_id
     return answers
