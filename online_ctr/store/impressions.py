@@ -27,6 +27,7 @@ import numpy as np
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JoinPolicy
+from online_ctr.store.idempotency import KeyLimits, script_args
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import register
@@ -46,11 +47,13 @@ class JoinConflictError(ValueError):
 
 @dataclass(frozen=True)
 class Joined:
-    """Per prediction id its join.lua outcome code, and whether this replays an earlier
-    request with the same Idempotency-Key (then nothing new was appended)."""
+    """Per prediction id its join.lua outcome code, whether this replays an earlier request
+    with the same Idempotency-Key (then nothing new was appended), and how many records of
+    other keys it dropped to stay within the limit."""
 
     codes: str
     replayed: bool = False
+    evicted: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,30 +121,34 @@ class Impressions:
         return int(await self.redis.zcard(self.keys.pending))
 
     async def join(
-        self, ids: Sequence[str], labels: Sequence[int], key: str | None, key_window_s: int
+        self, ids: Sequence[str], labels: Sequence[int], key: str | None, limits: KeyLimits
     ) -> Joined:
         """Label the impressions ``ids`` in order; with an Idempotency-Key ``key``, at most
-        once per ``key_window_s`` (a retry answers as the first attempt did)."""
+        once per window, its record kept within ``limits`` (a retry answers as the first
+        attempt did)."""
         pairs = [str(part) for pair in zip(ids, labels, strict=True) for part in pair]
         digest = hashlib.sha256("\n".join(pairs).encode()).hexdigest()
         record = self.keys.idempotency(key) if key is not None else self.keys.pending
         args = [
             len(self.streams),
             self.policy.window_ms,
-            key_window_s if key is not None else "",
+            limits.window_s if key is not None else "",
             digest,
             self.policy.late_code,
+            *script_args(self.keys, limits),
             *pairs,
         ]
-        keys = [self.keys.pending, record, *self.streams, *map(self.keys.impression, ids)]
-        fresh, answer = await self._join(keys=keys, args=args)
+        impressions = map(self.keys.impression, ids)
+        index = self.keys.idempotency_index
+        keys = [self.keys.pending, record, *self.streams, *impressions, index]
+        fresh, answer, *evicted = await self._join(keys=keys, args=args)
         answer = answer.decode()
         if fresh:
-            return Joined(answer)
+            return Joined(answer, evicted=int(evicted[0]))
         stored_digest, _, codes = answer.partition(" j")
         if stored_digest != digest or not codes:
             raise JoinConflictError(
-                f"Idempotency-Key {key!r} was used in the last {key_window_s}s for a request "
+                f"Idempotency-Key {key!r} was used in the last {limits.window_s}s for a request "
                 "with other examples; use a new key for a new request"
             )
         return Joined(codes, replayed=True)

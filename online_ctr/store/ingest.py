@@ -8,7 +8,9 @@ A ``/learn`` request may carry an ``Idempotency-Key``. ``append.lua`` checks the
 the entry and records the key with the digest of what was appended, all in one script: if the
 client never hears the answer (a timeout while Redis stalls, then Redis runs the script
 anyway), its retry with the same key finds the record and is answered as the first attempt
-was, without a second entry. The record expires after the idempotency window.
+was, without a second entry. The record expires after the idempotency window, or is dropped
+sooner, oldest first, when the tag holds ``OCTR_MAX_IDEMPOTENCY_KEYS`` records
+(:mod:`online_ctr.store.idempotency`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from online_ctr.learning.features import Batch
 from online_ctr.store import codec
+from online_ctr.store.idempotency import KeyLimits, script_args
 from online_ctr.store.keys import FeedbackKeys, ModelKeys
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import register
@@ -33,23 +36,29 @@ class IdempotencyConflictError(ValueError):
 
 @dataclass(frozen=True)
 class Appended:
-    """What an append answered: how many examples it accepted, and whether it is a replay of
-    an earlier request with the same key (then nothing new was appended)."""
+    """What an append answered: how many examples it accepted, whether it is a replay of an
+    earlier request with the same key (then nothing new was appended), and how many records
+    of other keys it dropped to stay within the limit."""
 
     accepted: int
     replayed: bool = False
+    evicted: int = 0
 
 
 class FeedbackLog:
     """The write side of the feedback streams of a model, or of every model of a group."""
 
     def __init__(
-        self, redis: RedisClient, feedback: FeedbackKeys, models: list[ModelKeys], window_s: int
+        self,
+        redis: RedisClient,
+        feedback: FeedbackKeys,
+        models: list[ModelKeys],
+        limits: KeyLimits,
     ) -> None:
         self.redis = redis
         self.feedback = feedback
         self.models = models
-        self.window_s = window_s
+        self.limits = limits
         self._append = register(redis, "append")
 
     async def append(self, batch: Batch, key: str | None = None) -> Appended:
@@ -60,18 +69,21 @@ class FeedbackLog:
         record = f"{hashlib.sha256(entry).hexdigest()} {len(batch)}" if key else ""
         metas = [keys.meta for keys in self.models]
         streams = [keys.stream for keys in self.models]
-        appended, stored = await self._append(
-            keys=[self.feedback.idempotency(key or ""), *metas, *streams],
-            args=[entry, record, self.window_s, len(self.models), int(key is not None)],
+        index = self.feedback.idempotency_index
+        window = self.limits.window_s
+        args = [entry, record, window, len(self.models), int(key is not None)]
+        appended, stored, *evicted = await self._append(
+            keys=[self.feedback.idempotency(key or ""), *metas, *streams, index],
+            args=[*args, *script_args(self.feedback, self.limits)],
         )
         if appended == 1:
-            return Appended(len(batch))
+            return Appended(len(batch), evicted=int(evicted[0]))
         if appended == -1:
             raise ModelDeletedError(f"{stored.decode()} was deleted")
         digest, accepted = stored.decode().split()
         if digest != record.split()[0]:
             raise IdempotencyConflictError(
-                f"Idempotency-Key {key!r} was used in the last {self.window_s}s for a request "
+                f"Idempotency-Key {key!r} was used in the last {window}s for a request "
                 "with other examples; use a new key for a new request"
             )
         return Appended(int(accepted), replayed=True)

@@ -69,6 +69,8 @@ class FeedbackKeys:
     'octr:{default}:imp:p1'
     >>> FeedbackKeys.of("a", "ctr").pending
     'octr:{g:ctr}:pending'
+    >>> FeedbackKeys.of("a", None).idempotency_index
+    'octr:{a}:idem-index'
     """
 
     tag: str
@@ -84,6 +86,12 @@ class FeedbackKeys:
     def idempotency(self, key: str) -> str:
         """The record of a /learn request's ``Idempotency-Key``."""
         return self.key(f"idem:{key}")
+
+    @property
+    def idempotency_index(self) -> str:
+        """The tag's idempotency keys, scored by when each record was written (Redis's clock,
+        ms): the order in which records are dropped at ``OCTR_MAX_IDEMPOTENCY_KEYS``."""
+        return self.key("idem-index")
 
     def impression(self, prediction_id: str) -> str:
         """A served prediction waiting for its label (then, for a while, its tombstone)."""

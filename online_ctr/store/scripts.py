@@ -17,8 +17,11 @@ def _source(name: str) -> str:
 #: Every script gets the input checks of ``checks.lua`` first (each checks its inputs before
 #: its first write); those that trim the redo log, the pin-aware ``trim_redo`` of ``pins.lua``;
 #: those that read or write buckets, ``bucket_key`` of ``buckets.lua``, and those that read
-#: them, ``read_records`` of ``reads.lua``.
+#: them, ``read_records`` of ``reads.lua``; those that write Idempotency-Key records, the
+#: bounded records and index of ``idempotency.lua``.
 _PRELUDE = {
+    "append": ("idempotency.lua",),
+    "join": ("idempotency.lua",),
     "finalize": ("pins.lua",),
     "trim": ("pins.lua",),
     "read": ("buckets.lua", "reads.lua"),

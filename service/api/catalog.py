@@ -14,6 +14,7 @@ import time
 
 from online_ctr.config.settings import Settings
 from online_ctr.metrics import Metrics
+from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.ingest import FeedbackLog
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.model_config import ModelConfig
@@ -95,13 +96,14 @@ class Catalog:
         if info.serving not in members:  # deleted between the two reads: as if gone
             raise UnknownNameError(f"group {info.name!r} is changing; try again")
         keys = [member.store.keys for member in members.values()]
-        window = self._settings.idempotency_window_s
-        feedback = FeedbackLog(self._redis, FeedbackKeys.of(info.serving, info.name), keys, window)
+        key_limits = KeyLimits.of(self._settings)
+        tag = FeedbackKeys.of(info.serving, info.name)
+        feedback = FeedbackLog(self._redis, tag, keys, key_limits)
         streams = [k.stream for k in keys]
         serving = members[info.serving].store.keys
         policy = info.shared.policy()
         most = self._settings.max_pending_impressions
-        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, window, most)
+        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, key_limits, most)
         return ServedGroup(info, members, feedback, joins)
 
     async def models(self) -> list[ServedModel]:

@@ -76,7 +76,10 @@ class ServedGroup:
         group, in one atomic step (with ``key``, at most once per idempotency window)."""
         for member in self.members.values():
             await member.ensure()
-        return await self.feedback.append(self.hasher.batch(rows, labels), key)
+        appended = await self.feedback.append(self.hasher.batch(rows, labels), key)
+        if appended.evicted:  # counted as the group's joins are: by its serving model
+            self.serving.keys_evicted.inc(appended.evicted)
+        return appended
 
     async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
         """Label predictions served by any model of the group, by id: each is appended to

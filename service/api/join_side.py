@@ -21,6 +21,7 @@ from online_ctr.config.join_policy import TURN_ON, JoinPolicy, detail, outcome
 from online_ctr.learning.features import Batch
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
+from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.impressions import Impressions, Joined, PassLog
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.redis_types import RedisClient
@@ -71,19 +72,20 @@ class ServedJoins:
         streams: list[str],
         policy: JoinPolicy,
         metrics: Metrics,
-        key_window_s: int,
+        key_limits: KeyLimits,
         max_pending: int,
     ) -> None:
         model = keys.model
         self.model = model
         self.policy = policy
-        self.key_window_s = key_window_s
+        self.key_limits = key_limits
         self.max_pending = max_pending
         self.impressions = Impressions(redis, keys.feedback, streams, policy)
         self._outcomes = {
             name: metrics.joined_labels.labels(model, name)
             for name in ("learned", "unknown", "repeated", "late")
         }
+        self._evicted = metrics.idempotency_keys_evicted.labels(model)
         self._unlogged = {
             reason: metrics.unlogged_impressions.labels(model, reason)
             for reason in ("limit", "redis_memory")
@@ -140,10 +142,12 @@ class ServedJoins:
     async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
         """Join labels to their impressions (a 422 with joins off), counting the outcomes."""
         self.check(ids)
-        joined = await self.impressions.join(ids, labels, key, self.key_window_s)
+        joined = await self.impressions.join(ids, labels, key, self.key_limits)
         if not joined.replayed:
             for code in joined.codes:
                 self._outcomes[outcome(code)].inc()
+        if joined.evicted:
+            self._evicted.inc(joined.evicted)
         return joined
 
 

@@ -21,6 +21,8 @@ from online_ctr.learning.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learning.learner import logits, scoring_features, sigmoid
 from online_ctr.learning.rules.base import uncertainty
 from online_ctr.metrics import Metrics
+from online_ctr.store import idempotency
+from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.impressions import Joined
 from online_ctr.store.ingest import Appended, FeedbackLog, ModelDeletedError
 from online_ctr.store.redis_types import RedisClient
@@ -91,10 +93,16 @@ class ServedModel:
         self._register = register
         self.store = ModelStore(redis, spec, settings.predict_cache_features)
         keys = self.store.keys
-        window = settings.idempotency_window_s
-        self.feedback = FeedbackLog(redis, keys.feedback, [keys], window)
+        key_limits = KeyLimits.of(settings)
+        self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits)
         self.joins = ServedJoins(
-            redis, keys, [keys.stream], policy, metrics, window, settings.max_pending_impressions
+            redis,
+            keys,
+            [keys.stream],
+            policy,
+            metrics,
+            key_limits,
+            settings.max_pending_impressions,
         )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
@@ -109,6 +117,10 @@ class ServedModel:
         self.max_heartbeat_age_s = settings.ready_max_heartbeat_age_s
         self.predictions = metrics.predictions.labels(self.name)
         self.predict_latency = metrics.predict_latency.labels(self.name)
+        # Records dropped at OCTR_MAX_IDEMPOTENCY_KEYS by this model's /learn (by its group's,
+        # when it serves the group: see ServedGroup.learn), and those its tag holds.
+        self.keys_evicted = metrics.idempotency_keys_evicted.labels(self.name)
+        self._keys_held = metrics.idempotency_keys.labels(self.name)
         self._gauges = (
             metrics.nonzero_weights.labels(self.name),
             metrics.features_tracked.labels(self.name),
@@ -212,13 +224,16 @@ class ServedModel:
         """Append a labelled batch, hashed already, as :meth:`learn` does."""
         await self.ensure()
         try:
-            return await self.feedback.append(batch, key)
+            appended = await self.feedback.append(batch, key)
         except ModelDeletedError:
             # Deleted by another process since this one checked: the own model is created
             # again (as DELETE does), any other is gone.
             self._ensured = False
             await self.ensure()
-            return await self.feedback.append(batch, key)
+            appended = await self.feedback.append(batch, key)
+        if appended.evicted:
+            self.keys_evicted.inc(appended.evicted)
+        return appended
 
     async def join(self, ids: list[str], labels: list[int], key: str | None) -> Joined:
         """Label served predictions by id (joins on only); with an idempotency ``key``, at
@@ -253,6 +268,7 @@ class ServedModel:
         tracked.set(info.features_tracked)
         lag.set(info.stream_lag)
         pending.set(await self.joins.pending_count())
+        self._keys_held.set(await idempotency.held(self.store.redis, self.store.keys.feedback))
 
 
 def _examples(request: ScoringRequest) -> int:

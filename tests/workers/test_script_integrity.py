@@ -167,9 +167,28 @@ def sweep(impression: dict[str, str], policy: str = "negative", count: Any = 10)
     return drive
 
 
-def append(window: Any = 60, n: Any = 1, keyed: str = "1", second: str | None = None) -> Drive:
+async def full_index(store: ModelStore, keys: FeedbackKeys, index: str = "zset") -> None:
+    """The tag holding one live Idempotency-Key record, at a limit of one: a new record would
+    drop it (with ``index`` 'string', the index is a key of another type)."""
+    await store.redis.set(keys.idempotency("old"), "digest 1", ex=600)
+    if index == "string":
+        await store.redis.set(keys.idempotency_index, "not a zset")
+    else:
+        await store.redis.zadd(keys.idempotency_index, {"old": 2**40})
+
+
+def append(
+    window: Any = 60,
+    n: Any = 1,
+    keyed: str = "1",
+    second: str | None = None,
+    most: Any = 1,
+    index: str = "zset",
+    prefix: str | None = None,
+) -> Drive:
     """append.lua (registered by FeedbackLog, here alone) for the model, or with ``second``
-    (its stream's type: 'string' for another type) for a group of two."""
+    (its stream's type: 'string' for another type) for a group of two; the tag at its limit of
+    ``most`` records (:func:`full_index`), the records under ``prefix`` (None: the tag's)."""
 
     async def drive(store: ModelStore) -> Any:
         keys = FeedbackKeys.of(store.spec.name, None)
@@ -180,9 +199,12 @@ def append(window: Any = 60, n: Any = 1, keyed: str = "1", second: str | None = 
             await store.redis.hset(other, "t", "0")
             metas.append(other)
             streams.append(other + ":stream")
+        await full_index(store, keys, index)
         script = register(store.redis, "append")
-        args = [b"\1" * 16, "digest 1", window, n, keyed]
-        return await script(keys=[keys.idempotency("k"), *metas, *streams], args=args)
+        bound = [most, keys.idempotency("") if prefix is None else prefix]
+        args = [b"\1" * 16, "digest 1", window, n, keyed, *bound]
+        record, held = keys.idempotency("k"), keys.idempotency_index
+        return await script(keys=[record, *metas, *streams, held], args=args)
 
     return drive
 
@@ -196,9 +218,12 @@ def join(
     window: Any = 1000,
     key_window: Any = "",
     string_stream: bool = False,
+    most: Any = 1,
+    index: str = "zset",
 ) -> Drive:
     """join.lua over two pending impressions, labelling the first '1' and the second
-    ``label`` (``impression``, if given): the first would be appended before the second."""
+    ``label`` (``impression``, if given): the first would be appended before the second;
+    the tag at its limit of ``most`` Idempotency-Key records (:func:`full_index`)."""
 
     async def drive(store: ModelStore) -> Any:
         keys = FeedbackKeys.of(store.spec.name, None)
@@ -209,11 +234,14 @@ def join(
         await store.redis.zadd(keys.pending, {"i1": 2**50, "i2": 2**50})  # not due
         await store.redis.hset(keys.impression("i1"), mapping=GOOD_IMPRESSION)
         await store.redis.hset(keys.impression("i2"), mapping=impression or GOOD_IMPRESSION)
+        await full_index(store, keys, index)
         script = register(store.redis, "join")
         record = keys.idempotency("k") if key_window != "" else keys.pending
         ids = [keys.impression("i1"), keys.impression("i2")]
-        args = [len(streams), window, key_window, "digest", "3", "i1", "1", "i2", label]
-        return await script(keys=[keys.pending, record, *streams, *ids], args=args)
+        bound = [most, keys.idempotency("")]
+        args = [len(streams), window, key_window, "digest", "3", *bound, "i1", "1", "i2", label]
+        held = keys.idempotency_index
+        return await script(keys=[keys.pending, record, *streams, *ids, held], args=args)
 
     return drive
 
@@ -308,6 +336,13 @@ CASES: dict[str, tuple[Drive, str]] = {
     "append second stream a string": (append(n=2, second="string"), "is a string"),
     "append keyed flag": (append(keyed="yes"), "ARGV[5]"),
     "append n beyond keys": (append(n=2), "keys"),
+    # append and join: the oldest record was dropped before the new one was written.
+    "append most zero": (append(most=0), "ARGV[6]"),
+    "append most not whole": (append(most="lots"), "ARGV[6]"),
+    "append index a string": (append(index="string"), "zset"),
+    "append record under another prefix": (append(prefix="octr:{other}:idem:"), "ARGV[7]"),
+    "join most zero": (join(key_window=60, most=0), "ARGV[6]"),
+    "join index a string": (join(key_window=60, index="string"), "zset"),
     # join: the first id is appended, closed and unpended before the second is read.
     "join label": (join(label="yes"), "label of i2"),
     "join impression without entry": (join(impression={"s": "pending", "p": "x"}), "lacks"),
