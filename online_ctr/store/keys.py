@@ -90,7 +90,8 @@ class FeedbackKeys:
     @property
     def idempotency_index(self) -> str:
         """The tag's idempotency keys, scored by when each record was written (Redis's clock,
-        ms): the order in which records are dropped at ``OCTR_MAX_IDEMPOTENCY_KEYS``."""
+        in microseconds): the order in which records are dropped at
+        ``OCTR_MAX_IDEMPOTENCY_KEYS``."""
         return self.key("idem-index")
 
     def impression(self, prediction_id: str) -> str:
