@@ -2,11 +2,13 @@
 
 Each ``/learn`` with an ``Idempotency-Key`` leaves a record ``octr:{tag}:idem:<key>`` for the
 idempotency window, and an entry in the tag's index, a sorted set of the keys scored by when
-each record was written (Redis's clock, ms). ``append.lua`` and ``join.lua`` write both in the
-script that appends (see ``idempotency.lua``), so record and index never disagree. At
-``OCTR_MAX_IDEMPOTENCY_KEYS`` records a new one drops the oldest first: their retry window is
-shortened, and a retry of a dropped key is appended again. Entries of records that expired
-are pruned by the same scripts, so the index is bounded too.
+each record was written (Redis's clock, in microseconds). ``append.lua`` and ``join.lua``
+write both in the script that appends (see ``idempotency.lua``), so record and index never
+disagree. At ``OCTR_MAX_IDEMPOTENCY_KEYS`` records a new one drops the oldest first: their
+retry window is shortened, and a retry of a dropped key is appended again. Entries of records
+that expired are pruned by the same scripts, so the index is bounded too. A script drops at
+most 1,000 entries a call (a lowered limit, or a day of expired entries, is worked off over
+calls), so the gauge, ZCARD of the index, may count records expired since its last write.
 
 >>> limits = KeyLimits(window_s=600, most=1000)
 >>> script_args(FeedbackKeys.of("default", None), limits)
