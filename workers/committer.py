@@ -28,11 +28,12 @@ catch-up stays within :data:`online_ctr.store.replica.MOST_COMMITS`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from redis.exceptions import OutOfMemoryError
 
 from online_ctr.store.commits import Commit
 from online_ctr.store.filter import ExistenceFilter
@@ -44,6 +45,9 @@ from workers.learn_group import Learning
 
 #: Commits that may wait for the apply in flight before the learner waits too.
 MOST_WAITING = 8
+#: Waits after a finalize refused at Redis's memory limit, then returns (the finalize is
+#: tried again) or raises (it is given up).
+AtLimit = Callable[[OutOfMemoryError], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Committer:
         self.applied_through = 0
         self._waiting: list[Waiting] = []
         self._applying: asyncio.Task[None] | None = None
+        #: Moves at each abandon: a task of an earlier one applies nothing more.
+        self._generation = 0
 
     async def settle(self) -> None:
         """Wait until every finalized commit is applied; Redis errors propagate (the redo log
@@ -83,15 +89,19 @@ class Committer:
         if self._applying is not None and self._applying.done():
             await self.settle()
 
-    async def commit(self, learning: Learning, known: ExistenceFilter | None = None) -> Commit:
+    async def commit(
+        self,
+        learning: Learning,
+        known: ExistenceFilter | None = None,
+        at_limit: AtLimit | None = None,
+    ) -> Commit:
         """Finalize a learned group and have it applied; the cache takes its new state and
-        the existence filter ``known`` (if any) the bits of its new features."""
+        the existence filter ``known`` (if any) the bits of its new features. A finalize
+        refused at Redis's memory limit is tried again after ``at_limit`` returns."""
         await self.check()  # the error an apply ended with, if any
         if len(self._waiting) >= MOST_WAITING:
             await self.settle()
-        commit = await self.store.log.finalize(
-            learning.change, self.lease.token, self.applied_through
-        )
+        commit = await self._finalize(learning, at_limit)
         if commit.status == "ok":
             if known is not None:
                 known.add(learning.marked)
@@ -100,9 +110,28 @@ class Committer:
             waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.marked)
             self._waiting.append(waiting)
             if self._applying is None or self._applying.done():
-                # A task that ended during the finalize passes its error, if any, to the next.
-                self._applying = asyncio.create_task(self._apply_waiting(self._applying))
+                # A task that ended during the finalize passes its error, if any, to the next:
+                # taken from it here, so that it is retrieved even if the next is cancelled
+                # before it runs (asyncio would log it as never retrieved).
+                failed = _error_of(self._applying)
+                applying = self._apply_waiting(failed, self._generation)
+                self._applying = asyncio.create_task(applying)
         return commit
+
+    async def _finalize(self, learning: Learning, at_limit: AtLimit | None) -> Commit:
+        """Finalize ``learning``, the same commit again each time Redis refuses it at its
+        memory limit (refused before its first write: nothing of it is in Redis)."""
+        while True:
+            try:
+                return await self.store.log.finalize(
+                    learning.change, self.lease.token, self.applied_through
+                )
+            except OutOfMemoryError as error:
+                # Only the finalize is tried again: an apply's error (from check or settle)
+                # must reach the learner, whose recovery replays the redo log.
+                if at_limit is None:
+                    raise
+                await at_limit(error)
 
     async def trim_cache(self) -> None:
         """Bound the cache's memory; only with nothing waiting or in flight (see the doc)."""
@@ -114,21 +143,27 @@ class Committer:
         """Forget the applies not done (after an error or a lost lease; the redo log has them)."""
         task, self._applying = self._applying, None
         self._waiting = []
+        self._generation += 1
         if task is not None:
+            # A cancel is not always honoured: a task whose apply had just answered may end
+            # with that answer's error, or go on (the generation stops it then).
             task.cancel()
-            with contextlib.suppress(BaseException):
-                task.exception()  # retrieved, so asyncio does not warn about it
+            task.add_done_callback(_retrieve)
         self.applied_through = applied_through
 
-    async def _apply_waiting(self, previous: asyncio.Task[None] | None) -> None:
-        """Apply the waiting commits, those that arrive meanwhile after them, until none wait."""
-        if previous is not None:
-            await previous
-        while self._waiting:
+    async def _apply_waiting(self, failed: BaseException | None, generation: int) -> None:
+        """Apply the waiting commits, those that arrive meanwhile after them, until none wait;
+        raise ``failed`` (the previous apply's error) first, if any. Abandoned (another
+        ``generation``), it stops: the commits waiting then are the next learner's, and its
+        cache rows no longer theirs."""
+        if failed is not None:
+            raise failed
+        while self._waiting and generation == self._generation:
             group, self._waiting = self._waiting, []
             seq, runs = self.together(group)
             await self.store.shards.apply(seq, runs)
-            self.applied_through = seq
+            if generation == self._generation:
+                self.applied_through = seq
 
     def together(self, group: list[Waiting]) -> tuple[int, Runs]:
         """The last commit's number and the records of every feature the ``group`` touched,
@@ -140,3 +175,16 @@ class Committer:
         rows = np.concatenate([w.rows for w in group])[first]
         new = np.isin(ids, np.concatenate([w.marked for w in group]))
         return last.seq, self.store.spec.layout.records(ids, self.cache.state(rows), new)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Take an abandoned task's error, so that asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _error_of(task: asyncio.Task[None] | None) -> BaseException | None:
+    """The error a finished apply task ended with (None: none, or no task)."""
+    if task is None or task.cancelled():
+        return None
+    return task.exception()

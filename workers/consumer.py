@@ -4,7 +4,8 @@ One worker per model learns at a time (:mod:`online_ctr.store.lease`); the other
 over within about the lease TTL when it dies. A worker that takes the lease first replays the
 redo log (:mod:`online_ctr.store.commits`), so every committed change is in the shards before it
 reads any state. :meth:`Worker.stop` (SIGTERM) stops intake, the group in flight still
-commits, and the lease is released so a standby takes over at once.
+commits, and the lease is released so a standby takes over at once. At Redis's memory limit
+the learner waits and tries again (:mod:`workers.memory_wait`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
 from online_ctr.learning.calibration import Histogram
@@ -28,6 +29,7 @@ from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.learn_group import Learning, NonFiniteError, learn_group
+from workers.memory_wait import MemoryWait, publish_memory
 from workers.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ class Worker:
         self.auc = ProgressiveAuc(
             metrics.progressive_auc, store.spec.name, config.auc_window, config.auc_interval_s
         )
+        refusals = metrics.redis_memory_refusals.labels("commit")
+        self.memory = MemoryWait(store.spec.name, refusals, config.error_backoff_s)
         for series in (
             metrics.learned_examples,
             metrics.progressive_logloss,
@@ -119,6 +123,11 @@ class Worker:
                         await asyncio.sleep(self.config.damaged_retry_s)
                 else:
                     await asyncio.sleep(self.config.lease_ttl_ms / 4000)
+            except OutOfMemoryError as error:
+                # Nothing was half-written; an apply refused may have left the committer
+                # behind the redo log, which the recovery after the wait replays.
+                self._reset()
+                await asyncio.sleep(self.memory.refused(error))
             except (RedisError, OSError) as error:
                 logger.warning("redis unavailable (%s); retrying", error)
                 self._reset()
@@ -259,7 +268,13 @@ class Worker:
             logger.exception("group of %d entries failed", len(group.entry_ids))
             await self._failed(group, repr(error))
             return
-        commit = await self.committer.commit(learning, self.known)
+        try:
+            commit = await self.committer.commit(learning, self.known, self._wait_for_room)
+        except OutOfMemoryError:
+            # Refused at the memory limit, not for its entries: reading the group again is
+            # not another delivery (which could dead-letter a good entry).
+            self.stream.uncount(group.head)
+            raise
         if commit.status == "refused":
             await self._failed(group, commit.reason, at_once=True)
             return
@@ -268,6 +283,7 @@ class Worker:
         if commit.status != "ok":
             self._refused(commit)
             return
+        self.memory.wrote()
         if self.damaged:
             logger.info("model %r commits again", self.store.spec.name)
             self.damaged = ""
@@ -275,6 +291,14 @@ class Worker:
         self.histogram = learning.histogram
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
+
+    async def _wait_for_room(self, error: OutOfMemoryError) -> None:
+        """A finalize refused at Redis's memory limit (nothing of it written): wait, and the
+        committer tries the same commit again; a learner told to stop gives it up instead
+        (its entries stay at the head of the stream)."""
+        if self._stopping:
+            raise error
+        await asyncio.sleep(self.memory.refused(error))
 
     async def _failed(self, group: Group, reason: str, at_once: bool = False) -> None:
         """A group not learned (nothing of it committed): its entries are learned one at a
@@ -313,7 +337,9 @@ class Worker:
     async def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
         if now - self._beat >= self.config.heartbeat_interval_s:
+            await publish_memory(self.store.redis, self.metrics)  # read first: no write
             await self.store.heartbeat(self.config.name, self.config.forget_workers_after_s)
+            self.memory.wrote()
             lag = await self.store.redis.xlen(self.store.keys.stream)
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._beat = now

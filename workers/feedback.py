@@ -58,6 +58,8 @@ class FeedbackStream:
         self.model = store.spec.name.encode()
         #: Examples per entry in the last page read: sizes the next page.
         self.examples_per_entry = float(FIRST_GUESS_EXAMPLES_PER_ENTRY)
+        #: A head entry whose next reading is no delivery (see :meth:`uncount`).
+        self._uncounted = b""
 
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
@@ -70,7 +72,7 @@ class FeedbackStream:
             return Group()
         messages = _within(messages, max_examples)
         self.last_seen = max(self.last_seen, messages[-1][0], key=_entry_order)
-        deliveries = await self.redis.hincrby(self.keys.failures, messages[0][0], 1)
+        deliveries = await self._deliver(messages[0][0])
         group = _decode(messages, self.model)
         group.head_deliveries = int(deliveries)
         group.head = messages[0][0].decode()
@@ -99,6 +101,21 @@ class FeedbackStream:
                 break
             start = "(" + page[-1][0].decode()
         return messages
+
+    async def _deliver(self, head: bytes) -> int:
+        """Count a delivery of the head entry (unless :meth:`uncount` said not to); how many
+        it has had."""
+        if head == self._uncounted:
+            self._uncounted = b""
+            return int(await self.redis.hget(self.keys.failures, head) or 0)
+        self._uncounted = b""
+        return int(await self.redis.hincrby(self.keys.failures, head, 1))
+
+    def uncount(self, entry_id: str) -> None:
+        """The group read from ``entry_id`` was not committed through no fault of its own (Redis
+        refused it at its memory limit): reading it again is no delivery. Kept in this process
+        (no write: Redis refuses writes then); a learner that dies meanwhile counts one."""
+        self._uncounted = entry_id.encode()
 
     async def not_delivered(self, entry_id: str) -> None:
         """Take back the delivery ``next_group`` counted for a head entry that was not at fault

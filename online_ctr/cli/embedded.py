@@ -66,7 +66,8 @@ class RedisServer:
     ``persist`` turns on the append-only file (fsync every second), so a restart keeps the
     model and the accepted feedback. ``password`` makes clients authenticate; ``keep_fds``
     are file descriptors the server inherits (``serve`` hands it the data directory's lock,
-    so the directory stays locked for as long as this server runs).
+    so the directory stays locked for as long as this server runs). ``maxmemory`` is its
+    memory limit in bytes (0: none); at it, writes are refused, never anything evicted.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class RedisServer:
         password: str | None = None,
         keep_fds: tuple[int, ...] = (),
         die_with_parent: bool = False,
+        maxmemory: int = 0,
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
@@ -84,6 +86,7 @@ class RedisServer:
         self.password = password
         self.keep_fds = keep_fds
         self.die_with_parent = die_with_parent
+        self.maxmemory = maxmemory
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,6 +120,7 @@ class RedisServer:
             "--save", "",
             "--appendonly", "yes" if self.persist else "no",
             "--appendfsync", "everysec",
+            "--maxmemory", str(self.maxmemory),
             "--maxmemory-policy", "noeviction",
             "--logfile", "redis.log",
             "--daemonize", "no",

@@ -25,6 +25,8 @@ from online_ctr.cli.embedded import (
     find_redis_server,
 )
 from online_ctr.cli.local import local_api_keys, lock_data_dir, redis_password, save_record
+from online_ctr.cli.memory import describe as describe_memory
+from online_ctr.cli.memory import embedded_maxmemory
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
 from online_ctr.startup import check_port, prepare_before_serving
@@ -49,7 +51,8 @@ def check_ports(settings: Settings) -> None:
 
 
 def start_embedded_redis(settings: Settings) -> RedisServer:
-    """Lock the data directory and start its Redis, password-protected."""
+    """Lock the data directory and start its Redis, password-protected, with its memory
+    limit (OCTR_REDIS_MAXMEMORY, or a share of the machine's memory)."""
     try:
         find_redis_server()
     except RedisNotFoundError as error:
@@ -66,13 +69,18 @@ def start_embedded_redis(settings: Settings) -> RedisServer:
         password=redis_password(settings.data_dir),
         keep_fds=(lock,),
         die_with_parent=True,
+        maxmemory=embedded_maxmemory(settings),
     )
     try:
         server.start()
     except RuntimeError as error:
         raise StartupError(f"the embedded Redis did not start: {error}") from None
     logger.info(
-        "embedded Redis on 127.0.0.1:%d (data and password in %s)", server.port, settings.data_dir
+        "embedded Redis on 127.0.0.1:%d (data and password in %s), memory limit %s "
+        "(OCTR_REDIS_MAXMEMORY)",
+        server.port,
+        settings.data_dir,
+        describe_memory(server.maxmemory),
     )
     return server
 
@@ -117,6 +125,9 @@ def serve(settings: Settings) -> int:
         url = redis.url
     else:
         url = settings.redis_url
+        if settings.redis_maxmemory is not None:
+            # An external Redis's limit is its operator's (its maxmemory setting).
+            logger.warning("OCTR_REDIS_MAXMEMORY is ignored: it limits only the embedded Redis")
     try:
         # What the API and the workers would each refuse (a model stored with other
         # settings), refused once here before they start, and Redis waited for as they would.

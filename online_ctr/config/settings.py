@@ -53,6 +53,41 @@ COMPOSE_VARIABLES = frozenset(
 )
 
 
+#: Redis's memory units, as redis.conf reads them: k, m and g are powers of 1000, kb, mb and
+#: gb powers of 1024, case-insensitive; no unit (or b) is bytes.
+MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1024,
+    "m": 1000**2,
+    "mb": 1024**2,
+    "g": 1000**3,
+    "gb": 1024**3,
+}
+_MEMORY_SIZE = re.compile(r"(\d+)\s*([A-Za-z]*)")
+#: The smallest Redis memory limit taken (but 0, no limit): an empty Redis holds about 1 MB,
+#: and a smaller figure is surely a unit left out (512 meant as 512mb).
+MIN_REDIS_MAXMEMORY = 1 << 20
+
+
+def memory_bytes(value: str) -> int:
+    """Bytes of a memory size written as Redis writes it: a whole number with an optional unit
+    of :data:`MEMORY_UNITS`; ValueError saying how to write it otherwise.
+
+    >>> memory_bytes("512mb"), memory_bytes("4GB"), memory_bytes("2g"), memory_bytes("1048576")
+    (536870912, 4294967296, 2000000000, 1048576)
+    """
+    found = _MEMORY_SIZE.fullmatch(value.strip())
+    unit = found[2].lower() if found else ""
+    if found is None or unit not in MEMORY_UNITS:
+        raise ValueError(
+            f"{value!r} is not a memory size; write bytes or a whole number with a Redis "
+            "unit: kb, mb, gb (1024s) or k, m, g (1000s), e.g. 512mb or 4gb"
+        )
+    return int(found[1]) * MEMORY_UNITS[unit]
+
+
 class Settings(BaseSettings):
     """Configuration of the API, the worker and the all-in-one ``serve`` command."""
 
@@ -251,6 +286,20 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("redis_maxmemory")
+    @classmethod
+    def _memory_size(cls, value: str | None) -> str | None:
+        """Checked and written as bytes (``redis_maxmemory_bytes`` reads it); 0: no limit."""
+        if value is None:
+            return None
+        size = memory_bytes(value)
+        if 0 < size < MIN_REDIS_MAXMEMORY:
+            raise ValueError(
+                f"{value!r} is {size} bytes, less than an empty Redis holds; give a unit "
+                "(e.g. 512mb), at least 1mb, or 0 for no limit"
+            )
+        return str(size)
+
     @field_validator("state_buckets", "state_shards")
     @classmethod
     def _power_of_two(cls, value: int, info: ValidationInfo) -> int:
@@ -316,6 +365,10 @@ class Settings(BaseSettings):
                 "OCTR_REDIS_CLUSTER needs OCTR_REDIS_URL (the embedded Redis is no cluster)"
             )
         return self
+
+    def redis_maxmemory_bytes(self) -> int | None:
+        """``OCTR_REDIS_MAXMEMORY`` in bytes (0: no limit); None when unset."""
+        return None if self.redis_maxmemory is None else int(self.redis_maxmemory)
 
     def hyper_parameters(self) -> dict[str, Any]:
         """The hyper-parameters that were set, by name."""

@@ -17,6 +17,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.ingest import FeedbackLog
 from online_ctr.store.keys import FeedbackKeys
+from online_ctr.store.memory import redis_memory
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import GroupInfo, Registry, UnknownNameError
@@ -113,5 +114,12 @@ class Catalog:
         return [self.own, *others]
 
     async def refresh_gauges(self) -> None:
-        """Set every model's gauges from Redis, concurrently."""
+        """Set every model's gauges from Redis, concurrently, and Redis's memory gauges."""
+        await self.refresh_memory_gauges()
         await asyncio.gather(*(model.refresh_gauges() for model in await self.models()))
+
+    async def refresh_memory_gauges(self) -> None:
+        """Set Redis's memory and its limit (INFO memory): how near it is to refusing writes."""
+        memory = await redis_memory(self._redis)
+        self._metrics.redis_memory.set(memory.used)
+        self._metrics.redis_maxmemory.set(memory.limit)

@@ -24,6 +24,7 @@ from online_ctr.config.settings import Settings
 from online_ctr.learning.snapshot import SnapshotError
 from online_ctr.store.impressions import JoinConflictError
 from online_ctr.store.ingest import IdempotencyConflictError, ModelDeletedError
+from online_ctr.store.memory import Throttle
 from online_ctr.store.registry import RegistryError, UnknownNameError
 from online_ctr.store.snapshot_export import ModelNotFoundError
 from online_ctr.store.snapshot_import import ModelExistsError, SpecConflictError
@@ -51,6 +52,16 @@ RETRY_ADVICE = (
     "retry shortly. A /learn request may have been accepted anyway: retrying it with the same "
     "Idempotency-Key is always safe"
 )
+#: What a 503 says when Redis refused a write at its memory limit. A /learn is one script,
+#: refused before its first write (online_ctr.store.memory): nothing of it was stored.
+MEMORY_FULL = (
+    "Redis is at its memory limit (maxmemory; OCTR_REDIS_MAXMEMORY for the embedded Redis) "
+    "and refuses writes: /learn is refused, nothing of the request stored, and learning "
+    "waits; /predict still answers. Retry later: this passes when memory is freed or the "
+    "limit is raised"
+)
+#: Refusals at the memory limit are counted each and logged once a minute.
+_MEMORY_LOG = Throttle()
 #: FastAPI's answer to a body its JSON parser raised on (other than a JSON syntax error).
 _UNPARSEABLE = "There was an error parsing the body"
 
@@ -86,6 +97,13 @@ def redis_unavailable(error: Exception) -> bool:
     return isinstance(error, redis_errors.ResponseError) and str(error).startswith(
         _TRANSIENT_REPLIES
     )
+
+
+def out_of_memory(error: Exception) -> bool:
+    """Whether ``error`` is Redis refusing a write at its memory limit (an OOM reply)."""
+    if isinstance(error, redis_errors.OutOfMemoryError):
+        return True
+    return isinstance(error, redis_errors.ResponseError) and str(error).startswith("OOM")
 
 
 Answer = tuple[int, dict[str, object], Mapping[str, str] | None]
@@ -125,6 +143,20 @@ def _snapshot(error: Exception, retry: Mapping[str, str]) -> Answer | None:
     return None
 
 
+def _redis_unavailable(error: Exception, retry: Mapping[str, str]) -> Answer | None:
+    """The 503 for Redis refusing now: at its memory limit, or unavailable; None otherwise."""
+    if out_of_memory(error):
+        if _MEMORY_LOG.due():
+            logger.warning("Redis refuses writes at its memory limit: %s", error)
+        return 503, {"detail": MEMORY_FULL}, retry
+    if redis_unavailable(error):
+        logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
+        # The class, not the message: the message names Redis's address, which is the log's.
+        kind = type(error).__name__
+        return 503, {"detail": f"Redis is unavailable ({kind}); {RETRY_ADVICE}"}, retry
+    return None
+
+
 def describe(error: Exception, settings: Settings) -> Answer:
     """Status, JSON body and headers for an error raised while serving."""
     retry = {"Retry-After": str(settings.retry_after_s)}
@@ -141,11 +173,9 @@ def describe(error: Exception, settings: Settings) -> Answer:
     snapshot = _snapshot(error, retry)
     if snapshot is not None:
         return snapshot
-    if redis_unavailable(error):
-        logger.warning("Redis unavailable: %s: %s", type(error).__name__, error)
-        # The class, not the message: the message names Redis's address, which is the log's.
-        kind = type(error).__name__
-        return 503, {"detail": f"Redis is unavailable ({kind}); {RETRY_ADVICE}"}, retry
+    unavailable = _redis_unavailable(error, retry)
+    if unavailable is not None:
+        return unavailable
     if isinstance(error, ModelMismatchError):
         logger.error("%s", error)
         return 500, {"detail": str(error)}, None
@@ -187,6 +217,8 @@ async def handle_error(request: Request, error: Exception) -> JSONResponse:
         # Invalid UTF-8 or nesting beyond the parser's depth: say which, as a 422.
         error = InvalidFieldError("body", unparseable_body(await request.body()))
     status, body, headers = describe(error, request.app.state.settings)
+    if request.scope["path"] == "/learn" and out_of_memory(error):
+        request.app.state.metrics.redis_memory_refusals.labels("learn").inc()
     if status == 405:
         # Starlette names only the methods of the first route on the path; a path served by
         # several routes (GET and DELETE /models/{name}) must list them all.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from online_ctr.store.memory import redis_memory
 from service.api.deps import ServedDep
 from service.api.errors import NotReadyError
 from service.api.schemas import HealthResponse, ReadyResponse, error_responses
@@ -19,7 +20,17 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", responses=error_responses(503))
 async def readyz(served: ServedDep) -> ReadyResponse:
-    """Readiness: Redis answers and a worker heartbeat is recent enough; 503 says why not."""
+    """Readiness: Redis answers and has room to write, and a worker heartbeat is recent
+    enough; 503 says why not."""
+    memory = await redis_memory(served.store.redis)
+    if memory.full:
+        # First: at the limit the workers' heartbeats are refused too, and would be blamed.
+        raise NotReadyError(
+            f"Redis is at its memory limit ({memory.used / 2**20:.1f} of "
+            f"{memory.limit / 2**20:.1f} MiB used): "
+            "/learn is refused and learning waits, /predict still answers; free memory or "
+            "raise OCTR_REDIS_MAXMEMORY (the maxmemory of an external Redis)"
+        )
     age = await served.heartbeat_age()
     if age is None:
         raise NotReadyError(f"no worker has sent a heartbeat for model {served.name!r} yet")

@@ -58,7 +58,8 @@ _RESPONSES[404] = {
 }
 _RESPONSES[503]["description"] = (
     "Redis did not answer in time. The request may still have been accepted: retry it with "
-    "the same Idempotency-Key, which is always safe (without a key a retry may learn twice)."
+    "the same Idempotency-Key, which is always safe (without a key a retry may learn twice). "
+    "Or Redis is at its memory limit (the detail says so): nothing was stored; retry later."
 )
 
 
