@@ -8,6 +8,7 @@ build their own on a private ``CollectorRegistry``. Model metrics carry the boun
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import REGISTRY
 
 #: Latency buckets for /predict, in seconds: sub-millisecond to a second.
@@ -126,14 +127,15 @@ class Metrics:
             "Bytes held by the API's feature-name tables, all models together.",
             registry=registry,
         )
-        self.name_table_names = Gauge(
-            "online_ctr_name_table_names",
-            "Feature names held by the API's name tables, all models together.",
+        self.predict_copy_features = Gauge(
+            "online_ctr_predict_copy_features",
+            "Features in the API's copies of hot state, all models together "
+            "(OCTR_PREDICT_CACHE_FEATURES).",
             registry=registry,
         )
         self.name_table_resets = Counter(
             "online_ctr_name_table_resets",
-            "Name tables emptied to stay within OCTR_NAME_TABLE_BYTES.",
+            "Name tables emptied to stay within OCTR_NAME_TABLE_BYTES, the largest first.",
             registry=registry,
         )
         self.http_connections = Gauge(
@@ -171,3 +173,10 @@ class Metrics:
             ("method", "route", "status_class"),
             registry=registry,
         )
+
+    def forget_model(self, model: str) -> None:
+        """Drop every series of ``model`` (deleted): label values stay bounded by the models
+        that exist, however many come and go."""
+        for metric in vars(self).values():
+            if isinstance(metric, MetricWrapperBase) and "model" in metric._labelnames:
+                metric.remove_by_labels({"model": model})

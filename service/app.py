@@ -36,6 +36,7 @@ from service.api.middleware import EdgeMiddleware
 from service.api.openapi import document_auth
 from service.api.routes import health, learn, metrics, models, predict, snapshots
 from service.api.served import ServedModel
+from service.api.tables import TableBudgets
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         spec = own.spec(settings.model)
         metrics = app.state.metrics
-        served = ServedModel(spec, settings, redis, metrics, True, register, own.policy())
+        tables = TableBudgets.of(settings, metrics)
+        served = ServedModel(spec, settings, redis, metrics, True, register, own.policy(), tables)
         try:
             await check_topology(settings)
             await served.ensure()
@@ -77,7 +79,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 raise
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
         app.state.served = served
-        app.state.catalog = Catalog(served, settings, redis, app.state.metrics)
+        app.state.catalog = Catalog(served, settings, redis, metrics, tables)
         if app.state.freeze_gc:
             freeze_startup_objects()  # start-up's imports and compiled code included
         yield
@@ -123,6 +125,7 @@ def create_app(
         routes=[route for module in ROUTES for route in module.router.routes],
     )
     app.state.settings = settings
+    app.state.auth = auth
     app.state.registry = registry
     app.state.freeze_gc = freeze_gc
     app.state.metrics = Metrics(registry)

@@ -166,9 +166,9 @@ class Settings(BaseSettings):
     predict_cache_features: int = Field(
         1_000_000,
         ge=0,
-        description="Features whose state the API keeps in memory per model for /predict, "
-        "kept exact by the redo log (92-154 bytes each, 92 MB at 1,000,000; 0: off; single "
-        "Redis only).",
+        description="Features whose state the API keeps in memory for /predict, all models "
+        "together, kept exact by the redo log (92-154 bytes each, 92 MB at 1,000,000; 0: off; "
+        "single Redis only).",
     )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     auc_window: int = Field(
@@ -205,7 +205,11 @@ class Settings(BaseSettings):
     auth: Literal["on", "off"] = Field("on", description="API keys required; off: local use.")
     api_keys: SecretStr | None = Field(None, description='JSON {"<key>": ["predict", ...]}.')
     api_keys_file: Path | None = Field(None, description="A file of API keys, one per line.")
-    protect_metrics: bool = Field(False, description="/metrics needs the admin scope.")
+    protect_metrics: bool = Field(
+        False,
+        description="/metrics needs a key with the metrics (or admin) scope; unset, it is "
+        "open but shows the series of models only to such a key.",
+    )
     protect_docs: bool = Field(False, description="/docs and /openapi.json need a key.")
     idempotency_window_s: int = Field(
         86_400, ge=1, le=30 * 86_400, description="How long an Idempotency-Key is remembered."

@@ -20,7 +20,10 @@ from starlette.types import Message, Scope
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
 
-SCOPES = ("predict", "learn", "admin")
+SCOPES = ("predict", "learn", "admin", "metrics")
+#: Scopes a scope includes: an administrator, who may list the models, may also read their
+#: series on /metrics; ``metrics`` alone is for a scraper (Prometheus), which needs nothing else.
+IMPLIED = {"admin": frozenset({"metrics"})}
 #: Shortest key accepted: a short key can be guessed.
 MIN_KEY_CHARS = 16
 #: The scope each path needs. "" means any valid key; paths not listed are open.
@@ -49,7 +52,7 @@ def _scopes(names: Iterable[object], where: str) -> frozenset[str]:
         raise StartupError(
             f"{where}: scopes must be some of {', '.join(SCOPES)}, got {sorted(scopes)}"
         )
-    return scopes
+    return scopes.union(*(IMPLIED.get(scope, ()) for scope in scopes))
 
 
 def _entry(key: str, scopes: Iterable[object], where: str) -> tuple[bytes, frozenset[str]]:
@@ -128,7 +131,7 @@ def authenticator(settings: Settings) -> Authenticator | None:
         raise StartupError(_NO_KEYS)
     paths = dict(PATH_SCOPES)
     if settings.protect_metrics:
-        paths["/metrics"] = "admin"
+        paths["/metrics"] = "metrics"
     if settings.protect_docs:
         paths.update(dict.fromkeys(DOCS_PATHS, ""))
     return Authenticator(keys, paths)
@@ -164,6 +167,16 @@ def presented_key(scope: Scope) -> bytes | None:
         elif name == b"x-api-key" and value:
             return bytes(value).strip()
     return None
+
+
+def sees_model_names(auth: Authenticator | None, scope: Scope) -> bool:
+    """Whether a request may read model names on /metrics: with auth off, or with a key of
+    the ``metrics`` scope (an ``admin`` key has it), as model names are what ``GET /models``
+    shows to administrators only."""
+    if auth is None:
+        return True
+    key = presented_key(scope)
+    return key is not None and "metrics" in auth.keys.get(digest(key), ())
 
 
 def refusal(auth: Authenticator, scope: Scope) -> tuple[Message, Message] | None:

@@ -24,6 +24,7 @@ from online_ctr.store.registry import GroupInfo, Registry, UnknownNameError
 from service.api.groups import ServedGroup
 from service.api.join_side import ServedJoins
 from service.api.served import ServedModel
+from service.api.tables import TableBudgets
 
 Served = ServedModel | ServedGroup
 
@@ -32,9 +33,15 @@ class Catalog:
     """Finds the served model or group of a name."""
 
     def __init__(
-        self, own: ServedModel, settings: Settings, redis: RedisClient, metrics: Metrics
+        self,
+        own: ServedModel,
+        settings: Settings,
+        redis: RedisClient,
+        metrics: Metrics,
+        tables: TableBudgets | None = None,
     ) -> None:
         self.own = own
+        self.tables = tables
         self.registry = Registry(redis, settings.max_models)
         self._settings = settings
         self._redis = redis
@@ -70,8 +77,9 @@ class Catalog:
         return group
 
     def forget(self, name: str) -> None:
-        """Drop what is known of ``name`` (it was deleted)."""
-        self._models.pop(name, None)
+        """Drop what is known of ``name`` (it was deleted), its metric series included."""
+        if self._models.pop(name, None) is not None:
+            self._metrics.forget_model(name)
         self._groups.pop(name, None)
         self._looked_up.pop(name, None)
 
@@ -85,7 +93,8 @@ class Catalog:
             self._redis,
             self._metrics,
         )
-        served = ServedModel(spec, settings, redis, metrics, policy=config.policy())
+        policy = config.policy()
+        served = ServedModel(spec, settings, redis, metrics, policy=policy, tables=self.tables)
         self._models[name] = (config, served)
         return served
 
@@ -110,6 +119,8 @@ class Catalog:
     async def models(self) -> list[ServedModel]:
         """Every model of the registry (for the metrics' gauges), the own one first."""
         configs = await self.registry.models()
+        for gone in set(self._models) - set(configs):  # deleted through another process
+            self.forget(gone)
         others = [self._model(n, c) for n, c in sorted(configs.items()) if n != self.own.name]
         return [self.own, *others]
 
@@ -117,6 +128,8 @@ class Catalog:
         """Set every model's gauges from Redis, concurrently, and Redis's memory gauges."""
         await self.refresh_memory_gauges()
         await asyncio.gather(*(model.refresh_gauges() for model in await self.models()))
+        if self.tables is not None:
+            self.tables.export(self._metrics)
 
     async def refresh_memory_gauges(self) -> None:
         """Set Redis's memory and its limit (INFO memory): how near it is to refusing writes."""

@@ -31,6 +31,7 @@ from service.api.coalesce import Coalescer
 from service.api.join_side import ServedJoins
 from service.api.limits import Limits
 from service.api.scan import NameIds
+from service.api.tables import TableBudgets
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ class ServedModel:
 
     ``own``: the service's own model, created on first use (and again after a delete), and
     then recorded in the registry by ``register``; any other model must be in Redis, or it
-    is gone (404). ``policy``: how its predictions wait for their labels.
+    is gone (404). ``policy``: how its predictions wait for their labels. ``tables``: the
+    budgets its in-memory tables share with every other model's (:mod:`service.api.tables`).
     """
 
     def __init__(
@@ -87,11 +89,13 @@ class ServedModel:
         own: bool = False,
         register: Callable[[], Awaitable[object]] | None = None,
         policy: JoinPolicy = JOINS_OFF,
+        tables: TableBudgets | None = None,
     ) -> None:
+        names, copies = (tables.names, tables.copies) if tables else (None, None)
         self.name = spec.name
         self.own = own
         self._register = register
-        self.store = ModelStore(redis, spec, settings.predict_cache_features)
+        self.store = ModelStore(redis, spec, settings.predict_cache_features, copies)
         keys = self.store.keys
         key_limits = KeyLimits.of(settings)
         self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits)
@@ -105,14 +109,14 @@ class ServedModel:
             settings.max_pending_impressions,
         )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
-        self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric)
+        self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric, budget=names)
         # The same ids, for bodies read by service.api.scan: one table for /predict and one
         # for /learn, so that names learned once (a stream of new features) do not crowd the
         # names predicted again and again out of the table or, by growing it past the CPU's
         # caches, slow their look-up (measured: batch /predict at 0.65x after /learn had
         # brought 10M new names through one shared table).
-        self.names = NameIds(self.hasher)
-        self.learn_names = NameIds(self.hasher)
+        self.names = NameIds(self.hasher, names)
+        self.learn_names = NameIds(self.hasher, names)
         self.limits = Limits(settings.max_examples_per_request, settings.max_features_per_example)
         self.max_heartbeat_age_s = settings.ready_max_heartbeat_age_s
         self.predictions = metrics.predictions.labels(self.name)
