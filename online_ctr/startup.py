@@ -1,5 +1,6 @@
 """Checks a process makes before it starts serving, each failing as one :class:`StartupError`
-line that names the setting and what to do: a port in use, a Redis that never answers.
+line that names the setting and what to do: a port in use, a Redis that never answers, an
+open-file limit too low for ``OCTR_MAX_CONNECTIONS``.
 
 The API, the worker and ``serve`` start alike on a Redis that is not up yet, or restarting:
 every startup step that talks to Redis runs under :func:`on_redis`, which waits for Redis
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -34,6 +36,11 @@ _AWAY_REPLIES = ("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 _RETRY_S = 0.2
 _QUIET_S = 1.0
 _REPEAT_LOG_S = 5.0
+#: File descriptors kept for what is neither a client's connection nor Redis's: the listening
+#: socket, the event loop's, logs, snapshot files (an API serving /predict holds 15).
+FD_RESERVE = 64
+#: The soft limit asked for when the hard one is unlimited (macOS refuses more than this).
+_FD_CEILING = 1 << 20
 
 
 def check_port(host: str, port: int, variable: str, flag: str | None = None) -> None:
@@ -145,3 +152,34 @@ def redis_address(url: str) -> str:
     if "path" in kwargs:
         return str(kwargs["path"])
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def fd_budget(max_connections: int) -> int:
+    """File descriptors an API may need at ``OCTR_MAX_CONNECTIONS``: per connection its socket,
+    a Redis connection for the request on it (redis-py's pool grows to the requests in
+    progress) and one refused past the limit while it closes; and :data:`FD_RESERVE`."""
+    return 3 * max_connections + FD_RESERVE
+
+
+def raise_fd_limit(settings: Settings) -> int:
+    """Raise this process's soft limit on open files to its hard limit (children inherit it),
+    and refuse to start if ``OCTR_MAX_CONNECTIONS`` still does not fit: past the limit the
+    server could accept no connection, and every request would fail. The soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = _FD_CEILING if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:  # a hard limit the system caps lower
+            logger.warning("could not raise the open-file limit to %d: %s", wanted, error)
+    needed = fd_budget(settings.max_connections)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        fits = max(1, (soft - FD_RESERVE) // 3)
+        raise StartupError(
+            f"OCTR_MAX_CONNECTIONS={settings.max_connections} needs {needed} open files (3 per "
+            f"connection, and {FD_RESERVE}), but the limit is {soft} "
+            f"(ulimit -n, hard limit {hard}); set OCTR_MAX_CONNECTIONS to at most {fits} or "
+            "raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, docker --ulimit nofile=)"
+        )
+    return int(soft)

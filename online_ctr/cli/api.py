@@ -1,12 +1,10 @@
 """The service's sub-commands: ``api`` and the all-in-one ``serve`` (:mod:`online_ctr.cli.serve`).
 
 Configuration comes from the environment (``OCTR_*``, see :mod:`online_ctr.config.settings`) with
-the flags
-overriding it (:mod:`online_ctr.cli.flags`), read once. A configuration or environment that cannot
-work
-(invalid settings, a port in use, no Redis) stops the command with one line on stderr and a
-non-zero exit status. Like the worker, both wait up to ``OCTR_REDIS_WAIT_S`` for a Redis that is
-not up yet (:func:`online_ctr.startup.on_redis`).
+the flags overriding it (:mod:`online_ctr.cli.flags`), read once. A configuration or environment
+that cannot work (invalid settings, a port in use, no Redis, too low an open-file limit) stops the
+command with one line on stderr and a non-zero exit status. Like the worker, both wait up to
+``OCTR_REDIS_WAIT_S`` for a Redis that is not up yet (:func:`online_ctr.startup.on_redis`).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 
 from online_ctr.cli.flags import add_parser, settings_from_args
 from online_ctr.process import StartupError, configure_logging
-from online_ctr.startup import check_port, prepare_before_serving
+from online_ctr.startup import check_port, prepare_before_serving, raise_fd_limit
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +35,7 @@ def api(args: argparse.Namespace) -> int:
 
     from service.api.auth import describe
     from service.app import create_app
+    from service.connections import bounded_protocol
 
     settings = settings_from_args(args, "api")
     if args.workers is not None and settings.workers != 1:  # OCTR_WORKERS is serve's
@@ -48,11 +47,18 @@ def api(args: argparse.Namespace) -> int:
     app = create_app(settings, freeze_gc=True)
     check_port(settings.host, settings.port, "OCTR_PORT", "--port")
     configure_logging(settings.log_level)
+    raise_fd_limit(settings)
     # Before uvicorn: a refusal there would be a traceback of its lifespan, not one line.
     prepare_before_serving(settings)
     logger.info("%s", describe(settings))
     uvicorn.run(
-        app, host=settings.host, port=settings.port, access_log=False, log_level=settings.log_level
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level=settings.log_level,
+        # httptools, as uvicorn's "auto" picks, with the connection bounds it lacks.
+        http=bounded_protocol(settings, app.state.metrics),
     )
     return 0
 

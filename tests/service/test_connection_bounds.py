@@ -1,0 +1,371 @@
+"""The bounds of an HTTP connection (issue 33, :mod:`service.connections`) on a real
+``online-ctr api`` with API keys, driven through raw sockets: the size of a request's head, the
+time it may take, idle connections, and how many may be open; and the open-file limit the API
+refuses to start under. Deadlines here are generous: they check behaviour, not speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from online_ctr.cli.embedded import free_port
+from online_ctr.config.settings import Settings
+from online_ctr.startup import FD_RESERVE
+from service.app import create_app
+from service.connections import bounded_protocol
+from tests.service.keys import AUTH, PREDICT_KEY
+from tests.service.test_commands import ROOT, assert_one_line
+
+#: A header line of 64 KiB, as the flood that grew the API by gigabytes sent.
+LINE = b"X-Fill: " + b"a" * 65_536 + b"\r\n"
+#: What the flood test sends at most before it gives up waiting for an answer.
+FLOOD_CAP_BYTES = 256 << 20
+#: How far the API's resident memory may grow under that flood (unbounded, it grew by 4 GB in 15 s).
+RSS_GROWTH_BOUND_KIB = 64 << 10
+PREDICT = {"features": {"site": "news", "ad": "a1"}}
+#: Long enough never to end during a test that does not wait for it.
+NEVER = "600"
+
+
+@dataclass
+class Api:
+    """A running ``online-ctr api``."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def predict(self, key: str = PREDICT_KEY) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"}
+        return httpx.post(f"{self.url}/predict", json=PREDICT, headers=headers, timeout=30)
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=30).text
+
+    def refusals(self) -> dict[str, float]:
+        """``online_ctr_http_refusals_total`` by reason."""
+        pattern = r'^online_ctr_http_refusals_total\{reason="(\w+)"\} (\S+)$'
+        return {m[1]: float(m[2]) for m in re.finditer(pattern, self.metrics(), re.MULTILINE)}
+
+    def connections(self) -> float:
+        """``online_ctr_http_connections``: this scrape's own connection included."""
+        found = re.search(r"^online_ctr_http_connections (\S+)$", self.metrics(), re.MULTILINE)
+        assert found is not None
+        return float(found[1])
+
+
+def environment(redis_url: str, port: int, **settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        OCTR_REDIS_URL=redis_url,
+        OCTR_PORT=str(port),
+        OCTR_API_KEYS=AUTH["api_keys"].get_secret_value(),
+        **settings,
+    )
+    return env
+
+
+def launch(
+    redis_url: str, port: int, log: Path | None, fd_limit: tuple[int, int] | None, **settings: str
+) -> subprocess.Popen[bytes]:
+    """``online-ctr api`` on ``port``, its stderr in ``log`` (None: a pipe), under the
+    open-file limit ``fd_limit`` (soft, hard; None: this process's)."""
+
+    def limit() -> None:
+        if fd_limit is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, fd_limit)
+
+    with open(log or os.devnull, "wb") as out:  # the child keeps its copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "online_ctr.cli.main", "api"],
+            env=environment(redis_url, port, **settings),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if log is None else out,
+            preexec_fn=limit,
+        )
+
+
+@pytest.fixture
+def start_api(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
+    """Start ``online-ctr api`` with ``OCTR_*`` settings; each stopped after the test."""
+    started: list[Api] = []
+
+    def start(fd_limit: tuple[int, int] | None = None, **settings: str) -> Api:
+        port = free_port()
+        log = tmp_path / f"api-{port}.log"
+        api = Api(launch(redis_url, port, log, fd_limit, **settings), port, log)
+        started.append(api)
+        until(lambda: healthy(api), "the API to start")
+        return api
+
+    yield start
+    for api in started:
+        api.process.terminate()
+        api.process.wait(15)
+
+
+def healthy(api: Api) -> bool:
+    assert api.process.poll() is None, f"the API exited: {api.log.read_text()}"
+    return httpx.get(f"{api.url}/healthz").status_code == 200
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``check`` until true (a connection error is a no); fail naming ``what`` after a
+    generous deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    answer = b""
+    while chunk := sock.recv(65_536):
+        answer += chunk
+    return answer
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """One answer (with a Content-Length) from a connection that stays open."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += receive(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length: (\d+)", head)[1])  # type: ignore[index]
+    while len(body) < length:
+        body += receive(sock)
+    return answer
+
+
+def receive(sock: socket.socket) -> bytes:
+    chunk = sock.recv(65_536)
+    assert chunk, "the server closed the connection mid-answer"
+    return chunk
+
+
+def status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def rss_kib(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB$", text, re.MULTILINE)[1])  # type: ignore[index]
+
+
+def test_endless_header_lines_get_431_and_memory_stays_bounded(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api()
+    assert api.predict().status_code == 200  # warm: the first request's own allocations
+    before = rss_kib(api.process.pid)
+    sent = 0
+    with api.connect() as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        # Lines until the server answers: a server that holds them all never does.
+        while not select.select([sock], [], [], 0)[0]:
+            assert sent < FLOOD_CAP_BYTES, f"no answer after {sent} bytes of headers"
+            sock.sendall(LINE)
+            sent += len(LINE)
+        answer = read_to_end(sock)
+    grown = rss_kib(api.process.pid) - before
+    assert status(answer) == 431, answer
+    assert b"larger than 16384 bytes (OCTR_MAX_HEADER_BYTES)" in answer
+    assert grown < RSS_GROWTH_BOUND_KIB, f"RSS grew {grown} KiB"
+    assert api.predict().status_code == 200
+    assert api.refusals()["header_bytes"] == 1
+
+
+def test_a_head_is_measured_against_the_bound_when_it_arrives_whole(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api(OCTR_MAX_HEADER_BYTES="4096")
+    auth = {"Authorization": f"Bearer {PREDICT_KEY}"}
+    fits = httpx.post(f"{api.url}/predict", json=PREDICT, headers={**auth, "X-Pad": "a" * 3000})
+    assert fits.status_code == 200, fits.text
+    over = httpx.post(f"{api.url}/predict", json=PREDICT, headers={**auth, "X-Pad": "a" * 5000})
+    assert over.status_code == 431
+    assert over.headers["connection"] == "close"
+    assert "larger than 4096 bytes (OCTR_MAX_HEADER_BYTES)" in over.json()["detail"]
+    assert api.refusals()["header_bytes"] == 1
+
+
+def test_a_pipelined_request_after_a_large_body_is_not_taken_for_a_large_head(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api(OCTR_MAX_HEADER_BYTES="4096")
+    body = json.dumps({"features": {f"f{i}": "a" * 1000 for i in range(20)}}).encode()
+    first = (
+        b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {PREDICT_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    second = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with api.connect() as sock:
+        sock.sendall(first + second[:20])  # the next head begins after a 20 KB body
+        assert status(read_answer(sock)) == 200
+        sock.sendall(second[20:])  # and ends in a read of its own
+        assert status(read_to_end(sock)) == 200
+
+
+def test_a_connection_that_sends_nothing_is_closed(start_api: Callable[..., Api]) -> None:
+    api = start_api(OCTR_HEADER_TIMEOUT_S="0.5", OCTR_IDLE_TIMEOUT_S=NEVER)
+    with api.connect() as sock:
+        assert read_to_end(sock) == b""  # closed, silently: no request began
+    assert api.refusals()["header_timeout"] == 1
+
+
+@pytest.mark.parametrize("first", ["its first request", "a request after another"])
+def test_a_head_sent_slowly_is_answered_408_and_closed(
+    start_api: Callable[..., Api], first: str
+) -> None:
+    api = start_api(OCTR_HEADER_TIMEOUT_S="0.5", OCTR_IDLE_TIMEOUT_S=NEVER)
+    with api.connect() as sock:
+        if first == "a request after another":  # a kept-alive connection: due from its first byte
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status(read_answer(sock)) == 200
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        deadline = time.monotonic() + 30
+        # A header a tenth of a second, for ever: until the server answers.
+        while not select.select([sock], [], [], 0.1)[0]:
+            assert time.monotonic() < deadline, "the slow head was never cut off"
+            sock.sendall(b"X: y\r\n")
+        answer = read_to_end(sock)
+    assert status(answer) == 408, answer
+    assert b"did not arrive within 0.5s (OCTR_HEADER_TIMEOUT_S)" in answer
+    assert api.refusals()["header_timeout"] == 1
+
+
+def test_idle_connections_new_or_kept_alive_are_closed(start_api: Callable[..., Api]) -> None:
+    api = start_api(OCTR_IDLE_TIMEOUT_S="0.5", OCTR_HEADER_TIMEOUT_S=NEVER)
+    with api.connect() as fresh, api.connect() as kept:
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_to_end(kept)  # the answer, then the close once idle
+        assert status(answer) == 200 and b"connection: close" not in answer.lower()
+        assert read_to_end(fresh) == b""
+    assert api.refusals().get("header_timeout", 0) == 0  # idle is not a refusal
+
+
+def test_connections_past_the_limit_get_503_with_retry_after(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api(
+        OCTR_MAX_CONNECTIONS="20", OCTR_IDLE_TIMEOUT_S=NEVER, OCTR_HEADER_TIMEOUT_S=NEVER
+    )
+    held = [api.connect() for _ in range(5)]
+    try:
+        assert api.connections() == 6
+        held += [api.connect() for _ in range(15)]
+        refused = api.predict()
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert "OCTR_MAX_CONNECTIONS" in refused.json()["detail"]
+        with api.connect() as extra:  # answered as it opens, before it sends anything
+            assert status(read_to_end(extra)) == 503
+    finally:
+        for sock in held:
+            sock.close()
+    until(lambda: api.predict().status_code == 200, "a /predict once the held ones closed")
+    assert api.refusals()["concurrency"] >= 2
+
+
+def test_idle_sockets_past_the_limit_time_out_and_predict_is_answered(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api(OCTR_MAX_CONNECTIONS="20", OCTR_IDLE_TIMEOUT_S="0.5")
+    idle = [api.connect() for _ in range(30)]  # those past 20 while 20 are open get 503s
+    until(lambda: api.predict().status_code == 200, "a keyed /predict")
+    try:
+        # Every one closed by the server: those past the limit with a 503, the rest idle.
+        answers = [read_to_end(sock) for sock in idle]
+    finally:
+        for sock in idle:
+            sock.close()
+    assert all(answer == b"" or status(answer) == 503 for answer in answers), answers
+    assert api.refusals().get("concurrency", 0) >= sum(answer != b"" for answer in answers)
+
+
+def test_the_api_refuses_to_start_when_its_connections_cannot_fit(redis_url: str) -> None:
+    process = launch(redis_url, free_port(), None, (256, 256))
+    _, stderr = process.communicate(timeout=60)
+    assert_one_line(
+        (process.returncode, stderr.decode()),
+        "OCTR_MAX_CONNECTIONS=1000 needs 3064 open files",
+        "the limit is 256",
+        f"set OCTR_MAX_CONNECTIONS to at most {(256 - FD_RESERVE) // 3}",
+    )
+
+
+def test_the_api_raises_its_open_file_limit_to_the_hard_one(
+    start_api: Callable[..., Api],
+) -> None:
+    needed = 3 * 20 + FD_RESERVE
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= needed:
+        pytest.skip(f"the hard open-file limit here ({hard}) leaves nothing to raise")
+    # Below what 20 connections need: it starts only by raising the soft limit.
+    api = start_api((needed - 1, hard), OCTR_MAX_CONNECTIONS="20")
+    limits = Path(f"/proc/{api.process.pid}/limits").read_text()
+    soft_now, hard_now = re.findall(r"^Max open files\s+(\S+)\s+(\S+)", limits, re.MULTILINE)[0]
+    assert soft_now == hard_now
+
+
+def test_the_protocol_counts_in_the_metrics_it_is_given(redis_url: str) -> None:
+    """In process, on a private registry: the metrics are the ones it was built with."""
+    settings = Settings(redis_url=redis_url, max_header_bytes=1024, **AUTH)
+    registry = CollectorRegistry()
+    app = create_app(settings, registry)
+    port = free_port()
+    config = uvicorn.Config(
+        app, port=port, http=bounded_protocol(settings, app.state.metrics), log_level="warning"
+    )
+    server = uvicorn.Server(config)
+
+    def open_connections() -> float | None:
+        return registry.get_sample_value("online_ctr_http_connections")
+
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        until(lambda: server.started, "uvicorn to start")
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            until(lambda: open_connections() == 1, "the connection to be counted")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nX-Pad: " + b"a" * 2000 + b"\r\n\r\n")
+            assert status(read_to_end(sock)) == 431
+        until(lambda: open_connections() == 0, "the closed connection to be counted out")
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    refused = registry.get_sample_value(
+        "online_ctr_http_refusals_total", {"reason": "header_bytes"}
+    )
+    assert refused == 1
