@@ -11,10 +11,12 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from online_ctr.config.settings import setting_variables
 from online_ctr.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 METRIC_NAME = re.compile(r"\bonline_ctr_\w+")
+SETTING_NAME = re.compile(r"\bOCTR_\w+")
 JOB_MATCHER = re.compile(r'\bjob=~?"([^"]+)"')
 #: The series names each metric type exposes.
 SERIES_SUFFIXES = {
@@ -36,6 +38,22 @@ SERVICE_METRICS = (
     "online_ctr_learn_batch_seconds",
     "online_ctr_stream_lag_entries",
     "online_ctr_http_requests_total",
+)
+#: What the Limits row shows: for each bound of docs/limits.md, what it holds and what was
+#: dropped or refused at it.
+LIMIT_METRICS = (
+    "online_ctr_idempotency_keys",
+    "online_ctr_idempotency_keys_evicted_total",
+    "online_ctr_pending_impressions",
+    "online_ctr_unlogged_impressions_total",
+    "online_ctr_name_table_bytes",
+    "online_ctr_name_table_resets_total",
+    "online_ctr_predict_copy_features",
+    "online_ctr_http_connections",
+    "online_ctr_http_refusals_total",
+    "online_ctr_redis_memory_bytes",
+    "online_ctr_redis_maxmemory_bytes",
+    "online_ctr_redis_memory_refusals_total",
 )
 
 
@@ -85,6 +103,20 @@ def test_the_provider_loads_the_directory_compose_mounts() -> None:
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in mounts
 
 
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the row titled ``title``, up to the next row."""
+    under: list[dict[str, Any]] | None = None
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            if under is not None:
+                break
+            under = [] if panel["title"] == title else None
+        elif under is not None:
+            under.append(panel)
+    assert under, f"no panels under a row {title!r}"
+    return under
+
+
 def test_panels_have_titles_descriptions_units_and_unique_ids(dashboard: dict[str, Any]) -> None:
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
@@ -123,6 +155,36 @@ def service_series() -> set[str]:
 @pytest.mark.parametrize("metric", SERVICE_METRICS)
 def test_the_dashboard_shows_each_required_metric(queries: list[Any], metric: str) -> None:
     assert any(metric in query.expr for query in queries)
+
+
+@pytest.mark.parametrize("metric", LIMIT_METRICS)
+def test_the_limits_row_shows_each_bound(dashboard: dict[str, Any], metric: str) -> None:
+    expressions = [
+        target["expr"] for panel in row_panels(dashboard, "Limits") for target in panel["targets"]
+    ]
+    assert any(metric in METRIC_NAME.findall(expr) for expr in expressions)
+
+
+def test_redis_memory_is_drawn_against_its_limit(dashboard: dict[str, Any]) -> None:
+    (panel,) = [
+        panel
+        for panel in row_panels(dashboard, "Limits")
+        if any("online_ctr_redis_memory_bytes" in t["expr"] for t in panel["targets"])
+    ]
+    used, limit = (METRIC_NAME.findall(target["expr"]) for target in panel["targets"])
+    assert (used, limit) == (
+        ["online_ctr_redis_memory_bytes"],
+        ["online_ctr_redis_maxmemory_bytes"],
+    )
+    assert panel["fieldConfig"]["defaults"]["unit"] == "bytes"
+
+
+def test_each_limit_panel_names_the_settings_that_bound_it(dashboard: dict[str, Any]) -> None:
+    # A reader at a limit finds what to change; a renamed setting fails here.
+    for panel in row_panels(dashboard, "Limits"):
+        named = set(SETTING_NAME.findall(panel["description"]))
+        assert named, panel["title"]
+        assert named <= setting_variables(), (panel["title"], named - setting_variables())
 
 
 def test_the_dashboard_reads_only_series_the_service_declares(queries: list[Any]) -> None:

@@ -2,8 +2,10 @@
 
 Starts a private Redis, the real ``online-ctr api`` (API keys on) and two ``online-ctr worker``
 replicas, and Prometheus with the shipped configuration pointed at them on loopback, scraping the
-API with a key of the ``metrics`` scope as the compose stack does; drives learn, predict and
-invalid traffic until every dashboard query answers with finite values, or a deadline passes.
+API with a key of the ``metrics`` scope as the compose stack does. The API runs with small
+bounds (:mod:`tests.deploy.bounds`), which traffic reaches once, so the Limits row's counters of
+drops and refusals exist; then learn, predict and invalid traffic runs until every dashboard
+query answers with finite values, or a deadline passes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.deploy.bounds import JOINS, REACHED, REDIS_MAXMEMORY, SMALL_BOUNDS, drive_to_the_bounds
 from tests.deploy.conftest import with_metrics_key_file
 
 pytestmark = pytest.mark.integration
@@ -138,6 +141,7 @@ class Stack:
 
     api_url: str
     prometheus_url: str
+    redis_url: str
     processes: Processes
 
 
@@ -177,15 +181,17 @@ def stack(
     processes.start(
         "redis",
         [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(workdir)],
+         "--appendonly", "no", "--dir", str(workdir), "--maxmemory", str(REDIS_MAXMEMORY)],
     )  # fmt: skip
     wait_until("redis", lambda: _redis_answers(redis_port), processes)
 
     api_url = f"http://127.0.0.1:{api_port}"
     api_settings = {"OCTR_PORT": str(api_port), "OCTR_API_KEYS_FILE": str(keys_file)}
+    api_settings |= JOINS | SMALL_BOUNDS
     processes.start("api", [str(ONLINE_CTR), "api"], service_environment(redis_url, **api_settings))
     for replica, port in enumerate(worker_ports, start=1):
         settings = {"OCTR_WORKER_METRICS_PORT": str(port), "OCTR_WORKER_NAME": f"worker-{replica}"}
+        settings |= JOINS
         processes.start(
             f"worker-{replica}",
             [str(ONLINE_CTR), "worker"],
@@ -211,7 +217,15 @@ def stack(
     # /readyz needs Redis and a fresh worker heartbeat: the whole chain is up.
     wait_until("the API", lambda: answers(f"{api_url}/readyz"), processes)
     wait_until("prometheus", lambda: answers(f"{prometheus_url}/-/ready"), processes)
-    return Stack(api_url, prometheus_url, processes)
+    return Stack(api_url, prometheus_url, redis_url, processes)
+
+
+@pytest.fixture(scope="module")
+def bounds_reached(stack: Stack) -> Stack:
+    """The stack once traffic reached each of the API's bounds."""
+    with api_client(stack.api_url) as api:
+        drive_to_the_bounds(api, stack.redis_url)
+    return stack
 
 
 def _redis_answers(port: int) -> bool:
@@ -267,7 +281,8 @@ def has_data(result: list[dict[str, Any]]) -> bool:
     return bool(result) and all(math.isfinite(float(series["value"][1])) for series in result)
 
 
-def test_every_dashboard_query_returns_data(stack: Stack, queries: list[Any]) -> None:
+def test_every_dashboard_query_returns_data(bounds_reached: Stack, queries: list[Any]) -> None:
+    stack = bounds_reached
     assert queries
     rng = random.Random(20240611)
     missing = queries
@@ -331,4 +346,15 @@ def test_prometheus_reads_model_series_only_the_metrics_key_shows(stack: Stack) 
             "the API's model series in Prometheus",
             lambda: bool(query(prometheus, 'online_ctr_nonzero_weights{job="api"}')),
             stack.processes,
+        )
+
+
+@pytest.mark.parametrize("bound", sorted(REACHED))
+def test_prometheus_sees_each_bound_reached(bounds_reached: Stack, bound: str) -> None:
+    # What the Limits row shows at a bound, as Prometheus scraped it from the API.
+    with httpx.Client(base_url=bounds_reached.prometheus_url, timeout=10.0) as prometheus:
+        wait_until(
+            f"{bound} ({REACHED[bound]})",
+            lambda: bool(query(prometheus, REACHED[bound])),
+            bounds_reached.processes,
         )

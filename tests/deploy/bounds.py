@@ -1,0 +1,101 @@
+"""Traffic that takes the test's API to each bound of issue 33 (docs/limits.md).
+
+The dashboard's Limits row reads counters of what was dropped or refused at a bound; a counter
+with labels has a series only once it counted something, so the test's API runs with bounds
+small enough to reach in a few requests, and this traffic reaches each of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import redis
+
+#: Idempotency records and pending impressions the test's API holds at most.
+MOST = 5
+#: The test's API settings: each bound small enough to reach in a few requests.
+SMALL_BOUNDS = {
+    "OCTR_MAX_IDEMPOTENCY_KEYS": str(MOST),
+    "OCTR_MAX_PENDING_IMPRESSIONS": str(MOST),
+    "OCTR_NAME_TABLE_BYTES": str(1 << 20),
+    "OCTR_MAX_HEADER_BYTES": "1024",
+}
+#: Joins on (API and workers alike, as in the compose stack), so /predict logs impressions;
+#: longer than the test, so none is swept while it runs.
+JOINS = {"OCTR_JOIN_WINDOW_S": "3600"}
+#: The test Redis's memory limit, as the compose stack sets one (REDIS_MAXMEMORY).
+REDIS_MAXMEMORY = 256 << 20
+#: New feature names per /predict, and requests: 10,000 names of ~110 bytes, each counted
+#: with its cache entry (~250 bytes), several times the 1 MiB budget.
+NAMES_PER_REQUEST = 1000
+NAME_REQUESTS = 10
+
+#: What holds in Prometheus once each bound was reached, as it scraped the API.
+REACHED = {
+    "idempotency records at their bound": f"online_ctr_idempotency_keys == {MOST}",
+    "idempotency records dropped": "online_ctr_idempotency_keys_evicted_total > 0",
+    "impressions not logged": 'online_ctr_unlogged_impressions_total{reason="limit"} > 0',
+    "pending impressions at their bound": f"online_ctr_pending_impressions == {MOST}",
+    "name tables emptied": "online_ctr_name_table_resets_total > 0",
+    "a head too large refused": 'online_ctr_http_refusals_total{reason="header_bytes"} > 0',
+    "learn refused at Redis's limit": (
+        'online_ctr_redis_memory_refusals_total{refused="learn"} > 0'
+    ),
+}
+
+
+def drive_to_the_bounds(api: httpx.Client, redis_url: str) -> None:
+    """Reach every bound once: the counters of the Limits row then have their series."""
+    repeatable_learns(api, 2 * MOST)
+    predictions(api, 2 * MOST)
+    new_names(api)
+    oversized_head(api)
+    learn_at_redis_limit(api, redis_url)
+
+
+def repeatable_learns(api: httpx.Client, count: int) -> None:
+    """/learn with a new Idempotency-Key each: past the bound, the oldest records go."""
+    for number in range(count):
+        body = {"features": {"site": "news"}, "label": number % 2}
+        answer = api.post("/learn", json=body, headers={"Idempotency-Key": f"bound-{number}"})
+        assert answer.status_code == 202, answer.text
+
+
+def predictions(api: httpx.Client, count: int) -> None:
+    """Single /predicts, each logging an impression until the pending bound."""
+    for number in range(count):
+        answer = api.post("/predict", json={"features": {"site": "news", "n": float(number)}})
+        assert answer.status_code == 200, answer.text
+
+
+def new_names(api: httpx.Client) -> None:
+    """Batches of feature names never seen, each ~120 bytes: the name tables outgrow their
+    budget and the largest is emptied."""
+    padding = "x" * 100
+    for request in range(NAME_REQUESTS):
+        features: dict[str, Any] = {
+            f"{padding}-{request}-{number}": 1.0 for number in range(NAMES_PER_REQUEST)
+        }
+        answer = api.post("/predict", json={"features": features})
+        assert answer.status_code == 200, answer.text
+
+
+def oversized_head(api: httpx.Client) -> None:
+    """One request whose headers exceed OCTR_MAX_HEADER_BYTES: a 431."""
+    padding = "y" * (2 * int(SMALL_BOUNDS["OCTR_MAX_HEADER_BYTES"]))
+    answer = api.get("/healthz", headers={"X-Padding": padding})
+    assert answer.status_code == 431, answer.text
+
+
+def learn_at_redis_limit(api: httpx.Client, redis_url: str) -> None:
+    """A /learn while Redis holds more than its limit: a 503; the limit is then restored."""
+    client: Any = redis.Redis.from_url(redis_url)
+    try:
+        client.config_set("maxmemory", 1)
+        answer = api.post("/learn", json={"features": {"site": "news"}, "label": 1})
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"], answer.headers
+    finally:
+        client.config_set("maxmemory", REDIS_MAXMEMORY)
+        client.close()
