@@ -146,7 +146,8 @@ class Metrics:
         self.http_refusals = Counter(
             "online_ctr_http_refusals",
             "Connections closed or requests refused at a connection bound, by reason: "
-            "header_bytes (431), header_timeout, concurrency (503).",
+            "header_bytes (431), header_timeout, idle_evicted (closed to make room for a new "
+            "connection at OCTR_MAX_CONNECTIONS), concurrency (503).",
             ("reason",),
             registry=registry,
         )

@@ -13,9 +13,13 @@ with the bounds of the settings, each counted in ``online_ctr_http_refusals``:
   connection opened, for its first request) closes the connection, with a 408 if it began;
 - ``OCTR_IDLE_TIMEOUT_S``: a connection with no request in progress, a new one included,
   is closed after that long (uvicorn's keep-alive timeout, which a new connection lacked);
-- ``OCTR_MAX_CONNECTIONS``: a connection past it is answered 503 with ``Retry-After`` as soon
-  as it opens, so that open connections, and so file descriptors, stay bounded (with as many
-  again refused and closing, :data:`LINGER_S` each at most).
+- ``OCTR_MAX_CONNECTIONS``: a connection past it first closes one without a request in
+  progress (idle, or sending its head), counted as ``idle_evicted``: one that never completed
+  a request before any that did, the longest waiting first, so that a flood of connections
+  that send nothing never pushes out a client's kept-alive connection. Only when every
+  connection is busy with a request is the new one answered 503 with ``Retry-After`` as soon
+  as it opens. Open connections, and so file descriptors, stay bounded (with as many again
+  refused and closing, :data:`LINGER_S` each at most).
 
 A refused connection is closed the way RFC 9112 (9.6) asks: the answer, then the end of what
 we send, then what the client still sends is read and dropped for up to :data:`LINGER_S`, so
@@ -25,6 +29,7 @@ that a reset does not destroy the answer before the client reads it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from dataclasses import dataclass
 from enum import Enum
@@ -40,6 +45,8 @@ from online_ctr.metrics import Metrics
 #: How long a refused connection is read and dropped before it is closed (Apache lingers up
 #: to 2 s): enough for a request already on its way to arrive, too short to hold a descriptor.
 LINGER_S = 1.0
+#: The order in which connections began to wait (see ``waiting_since``).
+WAITING = itertools.count()
 
 
 class Phase(Enum):
@@ -128,12 +135,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.head_bytes = 0  # of the reads that the head in progress spans
         self.completed = False  # a request ended in the read being parsed
         self.lingering = False  # refused: what arrives is dropped until it closes
+        # When it last had no request in progress, as a count of such moments (strictly
+        # ordered, unlike a clock): the longest waiting is closed first when a new connection
+        # would pass OCTR_MAX_CONNECTIONS.
+        self.waiting_since = next(WAITING)
+        self.requests = 0  # completed on this connection
         # The head's deadline; once refused, the end of lingering.
         self.deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.settings.max_connections:
+        if len(self.connections) > self.settings.max_connections and not self.evict_one():
             self.connections.discard(self)  # closing: it does not keep another out
             self.refuse("concurrency")
             return
@@ -194,6 +206,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self.phase = Phase.IDLE
         self.completed = True
+        self.waiting_since = next(WAITING)
+        self.requests += 1
+
+    def evict_one(self) -> bool:
+        """Close a connection with no request in progress (idle or in its head) to make room
+        for this one: one that never completed a request first, then the longest waiting;
+        False if every other one is busy."""
+        waiting = [
+            other
+            for other in self.connections
+            if isinstance(other, BoundedHttpToolsProtocol)
+            and other is not self
+            and other.phase is not Phase.BODY
+            and not other.answering()
+            and not other.transport.is_closing()
+        ]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda other: (other.requests > 0, other.waiting_since))
+        oldest.connections.discard(oldest)  # closing: it does not count any more
+        oldest.refuse("idle_evicted", answer=False)
+        return True
 
     def head_timeout(self) -> None:
         """A head is late: answered 408 if it began, the connection closed."""
