@@ -147,7 +147,8 @@ class Metrics:
             "online_ctr_http_refusals",
             "Connections closed or requests refused at a connection bound, by reason: "
             "header_bytes (431), header_timeout, idle_evicted (closed to make room for a new "
-            "connection at OCTR_MAX_CONNECTIONS), concurrency (503).",
+            "connection at OCTR_MAX_CONNECTIONS), concurrency (503), key_concurrency (429, "
+            "OCTR_MAX_REQUESTS_PER_KEY).",
             ("reason",),
             registry=registry,
         )

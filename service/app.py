@@ -29,7 +29,7 @@ from online_ctr.store.model_config import own_config
 from online_ctr.store.registry import Registry
 from online_ctr.wiring import check_topology, redis_client
 from service.api import errors, scan
-from service.api.auth import DOCS_ASSETS_URL, authenticator
+from service.api.auth import DOCS_ASSETS_URL, KeyShares, authenticator
 from service.api.catalog import Catalog
 from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware
@@ -137,6 +137,9 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         auth=auth,
+        shares=None if auth is None else KeyShares(auth, settings.max_requests_per_key),
+        busy=app.state.metrics.http_refusals.labels("key_concurrency"),
+        retry_after_s=settings.retry_after_s,
     )
     if auth is not None:
         document_auth(app, auth)

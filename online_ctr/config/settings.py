@@ -232,6 +232,12 @@ class Settings(BaseSettings):
         description="Memory the API's feature-name tables may hold, across all models; past "
         "it the largest table starts again empty (docs/limits.md).",
     )
+    max_requests_per_key: int = Field(
+        64,
+        ge=1,
+        description="Requests one API key may have in progress at once; more get a 429 with "
+        "Retry-After (docs/limits.md).",
+    )
     max_header_bytes: int = Field(
         16_384, ge=1024, le=1 << 20, description="Request line and headers; larger: a 431."
     )

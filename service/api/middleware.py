@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from online_ctr.store.keys import MODEL_NAME
-from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal
+from service.api.auth import DOCS_ASSETS_URL, Authenticator, KeyShares, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -222,12 +222,20 @@ class EdgeMiddleware:
         max_body_bytes: int,
         body_timeout_s: float,
         auth: Authenticator | None,
+        shares: KeyShares | None = None,
+        busy: Any = None,
+        retry_after_s: int = 1,
     ) -> None:
+        """``shares``: requests in progress per key (OCTR_MAX_REQUESTS_PER_KEY), a 429 past
+        it, counted in ``busy`` (a counter child) too."""
         self.app = app
         self.requests = requests
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.auth = auth
+        self.shares = shares
+        self.busy = busy
+        self.retry_after_s = retry_after_s
         self._series: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -242,6 +250,27 @@ class EdgeMiddleware:
                 template = self.auth.template(scope["path"])
                 self._series_for(scope, template, refused[0]["status"] // 100).inc()
                 return
+        share = self.shares.take(scope) if self.shares is not None else None
+        if share is False:
+            await self._refuse_busy(scope, send)
+            return
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            if isinstance(share, bytes) and self.shares is not None:
+                self.shares.release(share)
+
+    async def _refuse_busy(self, scope: Scope, send: Send) -> None:
+        assert self.shares is not None
+        start, body = self.shares.refusal(self.retry_after_s)
+        await send(start)
+        await send(body)
+        if self.busy is not None:
+            self.busy.inc()
+        self._series_for(scope, route_template(scope), 4).inc()
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request past its key's checks: its body guarded, its answer counted."""
         status = 500  # if the app raises before answering, the server answers 500
         if streamed_upload(scope):  # a snapshot: no size limit, one deadline for the whole
             total_s = upload_timeout_s(scope)

@@ -29,7 +29,7 @@ from online_ctr.config.settings import Settings
 from online_ctr.startup import FD_RESERVE
 from service.app import create_app
 from service.connections import bounded_protocol
-from tests.service.keys import AUTH, PREDICT_KEY
+from tests.service.keys import AUTH, LEARN_KEY, PREDICT_KEY
 from tests.service.test_commands import ROOT, assert_one_line
 
 #: A header line of 64 KiB, as the flood that grew the API by gigabytes sent.
@@ -345,6 +345,45 @@ def test_idle_sockets_past_the_limit_never_keep_a_keyed_predict_out(
             sock.close()
     assert answers == [b""] * len(idle)
     assert api.refusals().get("concurrency", 0) == 0
+
+
+def keyed_busy(api: Api, key: str) -> socket.socket:
+    """A /learn with ``key`` in progress: its head sent, its body still to come."""
+    sock = api.connect()
+    head = f"POST /learn HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+    sock.sendall(f"{head}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{".encode())
+    return sock
+
+
+def test_a_key_past_its_requests_in_progress_gets_429_and_others_are_served(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api(OCTR_MAX_REQUESTS_PER_KEY="2", OCTR_BODY_TIMEOUT_S=NEVER)
+    held = [keyed_busy(api, LEARN_KEY) for _ in range(2)]
+    try:
+        until(lambda: api.connections() == 3, "two requests in progress and the scrape")
+        with keyed_busy(api, LEARN_KEY) as third:
+            answer = read_answer(third)
+        assert status(answer) == 429
+        assert b"retry-after: 1" in answer.lower()
+        assert b"OCTR_MAX_REQUESTS_PER_KEY" in answer
+        assert api.predict(PREDICT_KEY).status_code == 200  # another key is served
+    finally:
+        for sock in held:
+            sock.close()
+    # The shares come back when the requests end, however they end.
+    until(
+        lambda: (
+            httpx.post(
+                f"{api.url}/learn",
+                json={"features": {"a": "b"}, "label": 1},
+                headers={"Authorization": f"Bearer {LEARN_KEY}"},
+            ).status_code
+            == 202
+        ),
+        "a /learn once the held ones ended",
+    )
+    assert api.refusals()["key_concurrency"] >= 1
 
 
 def test_the_api_refuses_to_start_when_its_connections_cannot_fit(redis_url: str) -> None:
