@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale chaos fuzz-api clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale chaos fuzz-api abuse clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench-replay: install
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install
 	$(BIN)/python -m loadtests.bench_scale
+
+## Every attack on the service's bounds (issue 33) for 60 s each, beside a keyed client:
+## peak memory against the configured bound, what each store holds, the client's p99.
+abuse: install
+	$(BIN)/python -m loadtests.abuse
 
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install

@@ -1,6 +1,7 @@
 """The retry policy: which failures are worth another attempt, and how long to wait first.
 
-Retried: a 503 (Redis unavailable; its ``Retry-After`` is a lower bound on the wait), a 408
+Retried: a 503 (Redis unavailable; its ``Retry-After`` is a lower bound on the wait), a 429
+(the key has its most requests in progress, ``OCTR_MAX_REQUESTS_PER_KEY``; the same), a 408
 (the body arrived too slowly), a 502 or 504 from a proxy in front of the service, connection
 errors and timeouts. Never retried: any other 4xx, which would get the same answer again, and
 a 500. Retrying is safe for every call the client makes: ``/predict`` and ``GET /models`` only
@@ -29,7 +30,7 @@ from online_ctr.client.errors import UnreachableError
 logger = logging.getLogger(__name__)
 
 #: Statuses that say "not now" rather than "not like this".
-RETRY_STATUSES = frozenset({408, 502, 503, 504})
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 #: Transport failures after which the same request may succeed.
 RETRY_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 #: The shortest per-attempt timeout, even when the deadline is nearer.

@@ -41,7 +41,7 @@ def test_backoff_doubles_with_jitter_up_to_its_cap() -> None:
     assert waits[-1] is None  # no ninth attempt after the eighth failed
 
 
-@pytest.mark.parametrize("status", [408, 502, 503, 504])
+@pytest.mark.parametrize("status", [408, 429, 502, 503, 504])
 def test_transient_statuses_are_retried(status: int) -> None:
     assert attempts(Retry()).after_response(answer(status)) is not None
 
