@@ -161,10 +161,12 @@ def fd_budget(max_connections: int) -> int:
     return 3 * max_connections + FD_RESERVE
 
 
-def raise_fd_limit(settings: Settings) -> int:
-    """Raise this process's soft limit on open files to its hard limit (children inherit it),
-    and refuse to start if ``OCTR_MAX_CONNECTIONS`` still does not fit: past the limit the
-    server could accept no connection, and every request would fail. The soft limit now."""
+def raise_fd_limit(settings: Settings) -> Settings:
+    """Raise this process's soft limit on open files to its hard limit (children inherit it).
+    If ``OCTR_MAX_CONNECTIONS`` still does not fit (past the limit the server could accept no
+    connection, and every request would fail): refuse to start when it was set, and lower it,
+    with a warning, when it is the default (a machine whose hard limit is 1,024 still serves
+    out of the box). The settings to serve with."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = _FD_CEILING if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -176,10 +178,20 @@ def raise_fd_limit(settings: Settings) -> int:
     needed = fd_budget(settings.max_connections)
     if soft != resource.RLIM_INFINITY and soft < needed:
         fits = max(1, (soft - FD_RESERVE) // 3)
+        if "max_connections" not in settings.model_fields_set:
+            logger.warning(
+                "the open-file limit (%d) fits %d connections, not the default %d: serving "
+                "at most %d (raise the hard limit, ulimit -Hn, for more)",
+                soft,
+                fits,
+                settings.max_connections,
+                fits,
+            )
+            return settings.model_copy(update={"max_connections": fits})
         raise StartupError(
             f"OCTR_MAX_CONNECTIONS={settings.max_connections} needs {needed} open files (3 per "
             f"connection, and {FD_RESERVE}), but the limit is {soft} "
             f"(ulimit -n, hard limit {hard}); set OCTR_MAX_CONNECTIONS to at most {fits} or "
             "raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, docker --ulimit nofile=)"
         )
-    return int(soft)
+    return settings

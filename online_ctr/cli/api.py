@@ -44,10 +44,10 @@ def api(args: argparse.Namespace) -> int:
             f"--workers is {settings.workers}, but the API runs in one process; "
             "run more `online-ctr api` behind a load balancer"
         )
+    configure_logging(settings.log_level)
+    settings = raise_fd_limit(settings)
     app = create_app(settings, freeze_gc=True)
     check_port(settings.host, settings.port, "OCTR_PORT", "--port")
-    configure_logging(settings.log_level)
-    raise_fd_limit(settings)
     # Before uvicorn: a refusal there would be a traceback of its lifespan, not one line.
     prepare_before_serving(settings)
     logger.info("%s", describe(settings))

@@ -386,8 +386,8 @@ def test_a_key_past_its_requests_in_progress_gets_429_and_others_are_served(
     assert api.refusals()["key_concurrency"] >= 1
 
 
-def test_the_api_refuses_to_start_when_its_connections_cannot_fit(redis_url: str) -> None:
-    process = launch(redis_url, free_port(), None, (256, 256))
+def test_the_api_refuses_to_start_when_the_connections_set_cannot_fit(redis_url: str) -> None:
+    process = launch(redis_url, free_port(), None, (256, 256), OCTR_MAX_CONNECTIONS="1000")
     _, stderr = process.communicate(timeout=60)
     assert_one_line(
         (process.returncode, stderr.decode()),
@@ -395,6 +395,15 @@ def test_the_api_refuses_to_start_when_its_connections_cannot_fit(redis_url: str
         "the limit is 256",
         f"set OCTR_MAX_CONNECTIONS to at most {(256 - FD_RESERVE) // 3}",
     )
+
+
+def test_with_the_default_the_api_serves_fewer_connections_and_says_so(
+    start_api: Callable[..., Api],
+) -> None:
+    api = start_api((256, 256))  # a hard limit below what the default 1,000 needs
+    assert api.predict().status_code == 200
+    fits = (256 - FD_RESERVE) // 3
+    assert f"fits {fits} connections, not the default 1000" in api.log.read_text()
 
 
 def test_the_api_raises_its_open_file_limit_to_the_hard_one(
