@@ -49,7 +49,7 @@ async def make_filters(redis: RedisClient, keys: ModelKeys, layout: Layout, drop
     alone (they can only make a feature be read that need not be)."""
     async with redis.pipeline(transaction=False) as pipe:
         for shard in range(drop):
-            pipe.unlink(keys.shard(shard).filter)
+            pipe.execute_command("UNLINK", keys.shard(shard).filter)  # see ModelStore.delete
         for shard in range(layout.shards):
             pipe.setrange(keys.shard(shard).filter, layout.filter_bytes - 1, b"\0")
         await pipe.execute()

@@ -241,7 +241,9 @@ class SnapshotImport:
         for first in range(0, len(keys), 1000):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for key in keys[first : first + 1000]:
-                    pipe.unlink(key)  # one key per call: on a cluster, keys of a call share a slot
+                    # One key per call (a call's keys share a slot), queued with
+                    # execute_command: the cluster pipeline's unlink is a coroutine.
+                    pipe.execute_command("UNLINK", key)
                 await pipe.execute()
 
     async def _delete(self) -> None:

@@ -268,10 +268,11 @@ class ModelStore:
         if self.keys.group is None:
             deleted = await idempotency.forget(self.redis, self.keys.feedback)
         for first in range(0, len(keys), 1000):
-            # One key per UNLINK: on a cluster the keys of one call must share a slot.
+            # One key per UNLINK: on a cluster the keys of one call must share a slot. Queued
+            # with execute_command: the cluster pipeline's unlink is a coroutine.
             async with self.redis.pipeline(transaction=False) as pipe:
                 for key in keys[first : first + 1000]:
-                    pipe.unlink(key)
+                    pipe.execute_command("UNLINK", key)
                 deleted += sum(await pipe.execute())
         return deleted
 

@@ -35,3 +35,19 @@ async def test_the_oldest_records_are_dropped_and_forgotten_with_the_model(
     assert await idempotency.forget(cluster, keys.feedback) == 5
     assert not [key async for key in cluster.scan_iter(match=prefix + "*")]
     assert not await cluster.exists(keys.feedback.idempotency_index)
+
+
+async def test_a_deleted_model_leaves_no_key_on_the_cluster(cluster: RedisCluster) -> None:
+    """Every key of the model goes, the state shards' on every node included: the cluster
+    pipeline's ``unlink`` is a coroutine that queued nothing (its keys stayed for good)."""
+    spec = spec_from("gone", "ftrl", get_rule("ftrl").params(), None, 64, 8, "float64")
+    store = ModelStore(cluster, spec)
+    await store.ensure()
+    batch = FeatureHasher().batch([{"site": "news"}], [1])
+    await FeedbackLog(cluster, store.keys.feedback, [store.keys], KeyLimits(600, 5)).append(
+        batch, "k"
+    )
+    before = [key async for key in cluster.scan_iter(match="octr:{gone*")]
+    assert len(before) > 8  # the log side and every shard's filter
+    await store.delete()
+    assert not [key async for key in cluster.scan_iter(match="octr:{gone*")]
