@@ -175,6 +175,13 @@ class Metrics:
             ("method", "route", "status_class"),
             registry=registry,
         )
+        self.log_rollbacks = Counter(
+            "online_ctr_log_rollbacks",
+            "Times a learner found the model's log side gone back behind its state shards (a "
+            "failover to a lagging replica): commits were lost from the log (issue 37).",
+            model,
+            registry=registry,
+        )
 
     def forget_model(self, model: str) -> None:
         """Drop every series of ``model`` (deleted): label values stay bounded by the models

@@ -70,6 +70,8 @@ class Committer:
         self.cache = cache
         self.lease = lease
         self.applied_through = 0
+        #: The log generation the learner's commits are applied under (:mod:`workers.rollback`).
+        self.generation = 0
         self._waiting: list[Waiting] = []
         self._applying: asyncio.Task[None] | None = None
         #: Moves at each abandon: a task of an earlier one applies nothing more.
@@ -161,7 +163,7 @@ class Committer:
         while self._waiting and generation == self._generation:
             group, self._waiting = self._waiting, []
             seq, runs = self.together(group)
-            await self.store.shards.apply(seq, runs)
+            await self.store.shards.apply(seq, runs, self.generation)
             if generation == self._generation:
                 self.applied_through = seq
 

@@ -3,7 +3,8 @@
 One worker per model learns at a time (:mod:`online_ctr.store.lease`); the others stand by and take
 over within about the lease TTL when it dies. A worker that takes the lease first replays the
 redo log (:mod:`online_ctr.store.commits`), so every committed change is in the shards before it
-reads any state. :meth:`Worker.stop` (SIGTERM) stops intake, the group in flight still
+reads any state, having checked that the log side did not go back behind the shards
+(:mod:`workers.rollback`). :meth:`Worker.stop` (SIGTERM) stops intake, the group in flight still
 commits, and the lease is released so a standby takes over at once. At Redis's memory limit
 the learner waits and tries again (:mod:`workers.memory_wait`).
 """
@@ -30,6 +31,7 @@ from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
+from workers.rollback import check_log
 from workers.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class Worker:
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
+            metrics.log_rollbacks,
         ):
             series.labels(**self._label)  # every series exists from the start, at 0
 
@@ -181,9 +184,13 @@ class Worker:
         self.auc.forget()
         # The model may have been deleted (and, if it is the own one, created again).
         await self.store.ensure(create=self.own)
+        # Before the replay: a log side gone back would have it skip shards (workers/rollback.py).
+        rollbacks = self.metrics.log_rollbacks.labels(**self._label)
+        gen = await check_log(self.store, self.lease.token, rollbacks)
+        self.committer.generation = gen
         pending = await self.store.log.pending()
         for seq, runs in pending:
-            await self.store.shards.apply(seq, runs)
+            await self.store.shards.apply(seq, runs, gen)
         if pending:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0

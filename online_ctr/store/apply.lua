@@ -1,9 +1,14 @@
--- Apply one committed change (commit number ARGV[1]) to state shards: HSET of the touched
+-- Apply one committed change (commit stamp ARGV[1]) to state shards: HSET of the touched
 -- features' new values, and for the features new to the model (those whose bit no earlier
 -- commit set) their bit in the shard's existence filter (online_ctr/store/layout.py). A shard that
 -- has already applied this commit or a later one skips it, so replaying the redo log after a
--- crash, or a stale learner's late call, is harmless. KEYS: the 'applied' key of each shard.
--- ARGV: 1 seq, 2 field bytes, 3 value bytes, 4 the model's shard count, 5 buckets per shard,
+-- crash, or a stale learner's late call, is harmless. A commit is its stamp (checks.lua):
+-- number and log generation. A shard stamped with a later generation skips it (a stale
+-- learner's), one stamped with an earlier one applies it: after the log side went back, new
+-- commits reuse numbers a shard has, under a new generation (workers/rollback.py).
+-- KEYS: the 'applied' key of each shard.
+-- ARGV: 1 commit stamp ('seq' or 'seq generation'), 2 field bytes, 3 value bytes, 4 the
+-- model's shard count, 5 buckets per shard,
 -- then per shard in KEYS order its bucket key prefix, its records (u32 bucket, with 2^31
 -- added where the feature's bit is to be set, field, value), sorted by bucket, and its filter
 -- key. Returns how many shards applied it now. (bucket_key: buckets.lua.)
@@ -12,18 +17,19 @@
 -- are the learner's, which never sends a non-finite one (workers/learn_group.py).
 local function check()
   local c = {
-    seq = whole('ARGV[1] commit', ARGV[1], 1),
+    seq = 0, gen = 0,
     field_bytes = whole('ARGV[2] field bytes', ARGV[2], 1, 64),
     value_bytes = whole('ARGV[3] value bytes', ARGV[3], 1, 1024),
     shards = whole('ARGV[4] shard count', ARGV[4], 1, 65536),
     within = whole('ARGV[5] buckets per shard', ARGV[5], 1),
     todo = {}, filter_bits = {},
   }
+  c.seq, c.gen = stamp('ARGV[1] commit', ARGV[1], 1)
   if #ARGV ~= 5 + 3 * #KEYS then refuse('not 3 arguments per shard: argument count', #ARGV) end
   local record = 4 + c.field_bytes + c.value_bytes
   for shard = 1, #KEYS do
-    local applied = whole('shard ' .. KEYS[shard], redis.call('GET', KEYS[shard]) or '0', 0)
-    if applied < c.seq then
+    local applied, gen = stamp('shard ' .. KEYS[shard], redis.call('GET', KEYS[shard]) or '0', 0)
+    if gen < c.gen or (gen == c.gen and applied < c.seq) then
       local at = 3 + 3 * shard
       records_of('ARGV[' .. (at + 1) .. '] records', ARGV[at + 1], record)
       c.todo[#c.todo + 1] = shard

@@ -55,3 +55,21 @@ local function checked(script, check, ...)
   if type(problem) == 'table' then problem = problem.err end
   return nil, script .. ': ' .. tostring(problem)
 end
+
+-- A commit's stamp, as apply.lua names a commit and writes a shard's 'applied': its number, then
+-- a space and the log generation it was committed in when that is not 0 ('548 2'; '548' is
+-- generation 0, what every stamp was before generations). The generation moves on when the log
+-- side is found to have gone back (workers/rollback.py), so that a reused number is not taken
+-- for the commit of that number a shard already has. Returns the number and the generation.
+-- One match and no other call for the usual plain number: apply.lua reads one per shard.
+local function stamp(what, value, low)
+  local seq, gen
+  if type(value) == 'string' then seq, gen = string.match(value, '^(%d+)( ?%d*)$') end
+  if not seq or gen == ' ' then refuse(what .. ' is not a commit stamp', tostring(value)) end
+  seq = tonumber(seq)
+  gen = gen == '' and 0 or tonumber(string.sub(gen, 2))
+  if seq < low or seq > 9007199254740992 or gen > 9007199254740992 then
+    refuse(what .. ' is out of range', value)
+  end
+  return seq, gen
+end

@@ -57,6 +57,7 @@ class Scripts:
     claim: Any
     finish: Any
     scan: Any
+    generation: Any
 
     @classmethod
     def register(cls, redis: RedisClient) -> Scripts:

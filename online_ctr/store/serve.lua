@@ -6,14 +6,20 @@
 -- 3 most commits a reply carries, 4 field bytes, 5 value bytes, 6 and 7 what comes before and
 -- after a shard's number in its bucket key prefix, 8 what comes after it in its 'applied'
 -- key, 9 the records to read (see reads.lua).
--- Returns {'ok', epoch, seq, t, fit ('' if none), changes, values, present}: changes are the
+-- Returns {'ok', epoch, seq, t, fit ('' if none), changes, values, present} (epoch: the
+-- meta's, with '/' and the log generation when that is not 0): changes are the
 -- records (u32 bucket | field | value) of the commits since the copy's, and of the older ones
 -- only the records of shards read that had not applied them yet (the features read may lack
 -- them), oldest first, back to back.
 -- Or {'reset', epoch, seq, t, fit}, nothing read: another epoch, a commit the copy needs that
 -- is no longer in the redo log, or too many: the copy starts again.
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'seq', 't', 'calibration_fit', 'trimmed')
+local meta =
+  redis.call('HMGET', KEYS[1], 'epoch', 'seq', 't', 'calibration_fit', 'trimmed', 'gen')
 local epoch, seq, known = meta[1] or '', tonumber(meta[2] or '0'), tonumber(ARGV[2])
+-- The copy is exact as of a commit of one log generation (checks.lua's stamp): a new one
+-- (the log side went back, and numbers are used again) starts the copy again, as an epoch does.
+local gen = tonumber(meta[6] or '0')
+if epoch ~= '' and gen ~= 0 then epoch = epoch .. '/' .. meta[6] end
 -- Every commit up to 'trimmed' is in every shard and gone from the redo log (pins.lua).
 local trimmed, most = tonumber(meta[5] or '0'), tonumber(ARGV[3])
 local field_bytes, head, records = tonumber(ARGV[4]), ARGV[6], ARGV[9]
@@ -32,8 +38,13 @@ local low, record, applied = known, 6 + field_bytes, {}
 for i = 1, #records / record do
   local shard = struct.unpack('<I2', records, (i - 1) * record + 1)
   if not applied[shard] then
-    applied[shard] = tonumber(redis.call('GET', head .. shard .. ARGV[8]) or '0')
-    if applied[shard] < low then low = applied[shard] end
+    -- A shard stamped with an earlier generation than the log's is one its learner has not
+    -- restamped yet (workers/rollback.py): it has the log's commits up to its own or the
+    -- log's last, whichever is lower (no commit of the new generation exists before it is).
+    local number, stamped = stamp('shard', redis.call('GET', head .. shard .. ARGV[8]) or '0', 0)
+    if stamped < gen then number = math.min(number, seq) end
+    applied[shard] = number
+    if number < low then low = number end
   end
 end
 low = math.max(low, trimmed)

@@ -49,6 +49,33 @@ class StoredRows:
     calibration_fit: bytes | None = None
 
 
+def stamp(seq: int, gen: int) -> str:
+    """A commit's stamp as ``apply.lua`` takes it and writes it in a shard's ``applied``: its
+    number, and its log generation unless 0 (what every stamp was before generations).
+
+    A shard skips a commit whose stamp is not after its own: same generation and a number not
+    above its own, or an earlier generation (a stale learner's). The generation moves on when
+    the log side is found to have gone back (:mod:`workers.rollback`), so that commits reusing
+    numbers the shards have are applied.
+
+    >>> stamp(548, 0), stamp(548, 2), parse_stamp(b"548 2"), parse_stamp(None)
+    ('548', '548 2', (548, 2), (0, 0))
+    """
+    return str(seq) if gen == 0 else f"{seq} {gen}"
+
+
+def parse_stamp(raw: bytes | str | None) -> tuple[int, int]:
+    """A shard's ``applied`` as (commit number, generation); (0, 0) if it has none. A value
+    that is not a stamp raises ``ValueError`` (``apply.lua`` refuses it too)."""
+    if raw is None:
+        return 0, 0
+    value = raw.decode() if isinstance(raw, bytes) else raw
+    seq, space, gen = value.partition(" ")
+    if not (value.isascii() and seq.isdigit() and (gen.isdigit() or not space)):
+        raise ValueError(f"not a commit stamp: {value!r}")
+    return int(seq), int(gen or 0)
+
+
 class StateShards:
     """The state shards of one model."""
 
@@ -156,9 +183,10 @@ class StateShards:
         ]
         return called, order
 
-    async def apply(self, seq: int, runs: Runs) -> None:
-        """Apply commit ``seq``'s records to their shards (a no-op where already applied)."""
+    async def apply(self, seq: int, runs: Runs, gen: int = 0) -> None:
+        """Apply commit ``seq`` of log generation ``gen``'s records to their shards (a no-op
+        where already applied: see :func:`stamp`)."""
         layout = self.layout
         within = layout.buckets // layout.shards
-        head = [seq, layout.field_bytes, layout.value_bytes, layout.shards, within]
+        head = [stamp(seq, gen), layout.field_bytes, layout.value_bytes, layout.shards, within]
         await self._run(self.scripts.apply, head, [self._keys_args(c) for c in self._calls(runs)])

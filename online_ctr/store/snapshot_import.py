@@ -41,7 +41,7 @@ from online_ctr.store.model_config import ModelConfig, config_of
 from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.scripts import Scripts
-from online_ctr.store.shards import StateShards
+from online_ctr.store.shards import StateShards, parse_stamp, stamp
 from online_ctr.store.state import ModelSpec, ModelStore
 
 #: Expiring features added to the expiry set per call.
@@ -145,6 +145,7 @@ class SnapshotImport:
         self.shards: StateShards | None = None
         self.registry = registry
         self.seq = 0
+        self.gen = 0  # the log generation of the import's commits (_latest_generation)
         self.claimed = False
         self.finished = False
 
@@ -179,7 +180,8 @@ class SnapshotImport:
         elif isinstance(item, RowChunk) and len(item.ids):
             assert self.spec is not None and self.shards is not None
             self.seq += 1
-            await self.shards.apply(self.seq, self.spec.layout.records(item.ids, item.state))
+            records = self.spec.layout.records(item.ids, item.state)
+            await self.shards.apply(self.seq, records, self.gen)
 
     async def _claim(self, header: Header) -> None:
         rule = get_rule(header.rule)
@@ -221,6 +223,7 @@ class SnapshotImport:
         self.shards = StateShards(self.redis, self.keys, spec.layout, self.scripts)
         old_seq, old_shards, existed = (int(part) for part in reply[1:])
         self.seq = old_seq + 1
+        self.gen = await self._latest_generation(max(old_shards, shards))
         await self._fence_shards(max(old_shards, shards))
         if existed:
             await self._delete_buckets()
@@ -228,11 +231,21 @@ class SnapshotImport:
         # end holding every one.
         await make_filters(self.redis, self.keys, spec.layout, drop=max(old_shards, shards))
 
+    async def _latest_generation(self, count: int) -> int:
+        """The latest log generation a shard is stamped with (see
+        :func:`online_ctr.store.shards.stamp`): the import's commits are of that one, so that
+        the shards skip a late write of the old learner as before (:meth:`_fence_shards`)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in range(count):  # a GET each: a cluster's MGET is of one slot
+                pipe.get(self.keys.shard(shard).applied)
+            stamps = await pipe.execute()
+        return max([0, *(parse_stamp(raw)[1] for raw in stamps)])
+
     async def _fence_shards(self, count: int) -> None:
         """Every shard skips commits up to the old model's last (a late write of its learner)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in range(count):
-                pipe.set(self.keys.shard(shard).applied, self.seq)
+                pipe.set(self.keys.shard(shard).applied, stamp(self.seq, self.gen))
             await pipe.execute()
 
     async def _delete_buckets(self) -> None:
@@ -292,6 +305,7 @@ class SnapshotImport:
             "logloss_sum": footer.logloss_text or repr(footer.logloss_sum),
             "nnz_stable": str(counts.stable),
             "tracked": str(counts.tracked),
+            **({"gen": str(self.gen)} if self.gen else {}),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):

@@ -517,6 +517,14 @@ class ReadyResponse(BaseModel):
 
     ready: bool = True
     heartbeat_age_s: float = Field(examples=[0.8])
+    log_rollback: str | None = Field(
+        default=None,
+        description="The last time a learner found the model's log side gone back behind its "
+        "state shards (a failover to a lagging replica): what was lost and that learning went "
+        "on (docs/redis-cluster.md). Kept in the model's meta until the model is deleted or "
+        "replaced; null if it never happened. Readiness is unaffected: learning goes on.",
+        examples=[None],
+    )
 
 
 class FieldError(BaseModel):

@@ -43,7 +43,7 @@ class Held:
         self.applied: list[tuple[int, Runs]] = []
         self.go = asyncio.Event()
         finalize: Callable[..., Awaitable[Commit]] = store.log.finalize
-        apply: Callable[[int, Runs], Awaitable[None]] = store.shards.apply
+        apply: Callable[..., Awaitable[None]] = store.shards.apply
 
         async def finalizing(change: StateChange, *args: Any) -> Commit:
             commit = await finalize(change, *args)
@@ -52,14 +52,14 @@ class Held:
                 self.go.set()
             return commit
 
-        async def applying(seq: int, runs: Runs) -> None:
+        async def applying(seq: int, runs: Runs, *generation: int) -> None:
             if not self.applied and not self.go.is_set():
                 await self.go.wait()
                 if self.fail:
                     self.fail = False
                     raise ConnectionError("Redis went away in the test")
             self.applied.append((seq, runs))
-            await apply(seq, runs)
+            await apply(seq, runs, *generation)
 
         store.log.finalize = finalizing  # type: ignore[method-assign]
         store.shards.apply = applying  # type: ignore[method-assign]
@@ -150,11 +150,11 @@ async def test_an_idle_learner_whose_last_apply_failed_applies_it_without_more_f
     apply = store.shards.apply
     failed: list[tuple[int, Runs]] = []
 
-    async def failing_once(seq: int, runs: Runs) -> None:
+    async def failing_once(seq: int, runs: Runs, *generation: int) -> None:
         if not failed:
             failed.append((seq, runs))
             raise ConnectionError("Redis went away in the test")
-        await apply(seq, runs)
+        await apply(seq, runs, *generation)
 
     store.shards.apply = failing_once  # type: ignore[method-assign]
     worker = make_worker(store, batch_size=200, error_backoff_s=0.01, batch_wait_ms=20)

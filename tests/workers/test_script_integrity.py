@@ -82,6 +82,31 @@ def apply(args: dict[int, Any]) -> Drive:
     return drive
 
 
+def apply_on(stored: str, stamp: Any = 99) -> Drive:
+    """apply.lua with the first shard's ``applied`` set to ``stored`` and commit ``stamp``."""
+    call = apply({0: stamp})
+
+    async def drive(store: ModelStore) -> Any:
+        await store.redis.set(store.keys.shard(0).applied, stored)
+        return await call(store)
+
+    return drive
+
+
+def generation(
+    seq: Any = None, gen: Any = 5, report: str = "went back", meta: dict[str, str] | None = None
+) -> Drive:
+    """generation.lua with the stored fence and seq (unless given), after writing ``meta``."""
+
+    async def drive(store: ModelStore) -> Any:
+        await store.redis.hset(store.keys.meta, mapping=meta or {"note": "as is"})
+        fence, stored = await store.redis.hmget(store.keys.meta, "fence", "seq")
+        args = [fence or b"0", stored if seq is None else seq, gen, report]
+        return await store.scripts.generation(keys=[store.keys.meta], args=args)
+
+    return drive
+
+
 async def set_then(store: ModelStore, key: str, field: str, value: str) -> None:
     await store.redis.hset(key, field, value)
 
@@ -313,6 +338,19 @@ CASES: dict[str, tuple[Drive, str]] = {
     "apply seq": (apply({0: "1e3"}), "ARGV[1]"),
     "apply records": (apply({6: b"\0" * 5}), "records"),
     "apply arguments": (apply({4: 0}), "ARGV[5]"),
+    # apply: a commit is its stamp, number and log generation (issue 37).
+    "apply stamp generation": (apply({0: "99 x"}), "ARGV[1]"),
+    "apply stamp three parts": (apply({0: "99 1 2"}), "ARGV[1]"),
+    "apply stored stamp": (apply_on("5 x"), "applied"),
+    "apply stored stamp sign": (apply_on("5 -1"), "applied"),
+    "apply stored generation too large": (apply_on("5 1e3"), "applied"),
+    # generation: the learner moves the log generation on after finding a rollback.
+    "generation not above": (generation(gen=1, meta={"gen": "1"}), "ARGV[3]"),
+    "generation zero": (generation(gen=0), "ARGV[3]"),
+    "generation commit": (generation(seq="x"), "ARGV[2]"),
+    "generation empty report": (generation(report=""), "ARGV[4]"),
+    "generation stored gen": (generation(meta={"gen": "one"}), "meta field gen"),
+    "generation stored fence": (generation(meta={"fence": "x"}), "fence"),
     "lease ttl": (lease("soon"), "TTL"),
     "lease ttl zero": (lease(0), "TTL"),
     "lease stored fence": (lease(100, meta={"fence": "x"}), "fence"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from online_ctr.store.memory import redis_memory
+from online_ctr.store.redis_types import text
 from service.api.deps import ServedDep
 from service.api.errors import NotReadyError
 from service.api.schemas import HealthResponse, ReadyResponse, error_responses
@@ -21,7 +22,8 @@ async def healthz() -> HealthResponse:
 @router.get("/readyz", responses=error_responses(503))
 async def readyz(served: ServedDep) -> ReadyResponse:
     """Readiness: Redis answers and has room to write, and a worker heartbeat is recent
-    enough; 503 says why not."""
+    enough; 503 says why not. A rollback of the model's log side a learner found is reported
+    in ``log_rollback``."""
     memory = await redis_memory(served.store.redis)
     if memory.full:
         # First: at the limit the workers' heartbeats are refused too, and would be blamed.
@@ -39,4 +41,7 @@ async def readyz(served: ServedDep) -> ReadyResponse:
             f"the newest worker heartbeat for model {served.name!r} is {age:.1f}s old "
             f"(limit {served.max_heartbeat_age_s:g}s): are the workers running?"
         )
-    return ReadyResponse(heartbeat_age_s=age)
+    # A rollback of the log side, found and repaired by the learner: said, not a 503 (the
+    # model learns and serves correctly again; workers/rollback.py says what was lost).
+    rollback = await served.store.redis.hget(served.store.keys.meta, "rollback")
+    return ReadyResponse(heartbeat_age_s=age, log_rollback=text(rollback) if rollback else None)

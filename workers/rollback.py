@@ -1,0 +1,113 @@
+"""Finding the model's log side gone back behind its state shards, and going on from there.
+
+On Redis Cluster the log side (meta, stream, redo log: one slot) and the state shards (other
+slots, other nodes) fail over apart. A failover to a replica that lagged takes the log side
+back (commit 565 to 547, say) while the shards keep the commits they applied. New commits then
+reuse numbers 548-565; a shard skipping every commit not after its ``applied`` would drop them.
+So a shard's ``applied`` is a stamp, commit number and log *generation*
+(:func:`online_ctr.store.shards.stamp`), and a learner taking over checks, before it replays
+the redo log, where the shards are:
+
+- a shard ahead of the log (same generation and a later commit, or a later generation: a
+  generation move itself lost) means the log went back. The learner says so in one log line,
+  counts it (``online_ctr_log_rollbacks_total``), records it in the meta (``/readyz`` shows
+  it as ``log_rollback``), moves the generation past every stamp (``generation.lua``, fenced),
+  and restamps every shard with it, at the lower of its commit and the log's: a shard has every
+  commit of the log up to there. The redo replay then brings each shard up to the log, and new
+  commits are applied everywhere;
+- a shard stamped with an earlier generation than the log's is one a learner that moved the
+  generation did not restamp before it died: restamped the same way, silently.
+
+What a rollback loses, and what is kept: commits after the log's last are gone from the log
+(their redo entries, their counts in ``t``, their stream deletions). Their state stays in the
+shards that had applied them, and learning goes on from the shards as they are; a shard that
+had not applied one of them never gets it. Feedback accepted only on the lost side is gone;
+entries those commits learned that are back in the stream are learned again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from prometheus_client import Counter
+from redis.exceptions import RedisError
+
+from online_ctr.store.redis_types import text
+from online_ctr.store.shards import parse_stamp, stamp
+from online_ctr.store.state import ModelStore
+
+logger = logging.getLogger(__name__)
+
+
+class LogMovedError(RedisError):
+    """The log moved (another learner, or the lease lost) while this one checked it: the
+    learner starts over, as after any Redis trouble."""
+
+
+@dataclass(frozen=True)
+class Positions:
+    """The log's last commit and generation, and each shard's stamp, read together."""
+
+    seq: int
+    gen: int
+    shards: list[tuple[int, int]]
+
+    def ahead(self) -> list[int]:
+        """The shards holding a commit the log does not: ahead of it in its generation, or
+        stamped with a later one."""
+        return [
+            i
+            for i, (seq, gen) in enumerate(self.shards)
+            if gen > self.gen or (gen == self.gen and seq > self.seq)
+        ]
+
+
+async def positions(store: ModelStore) -> Positions:
+    """Read the log's position and every shard's stamp (one pipeline)."""
+    async with store.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(store.keys.meta, "seq", "gen")
+        for index in range(store.spec.layout.shards):
+            pipe.get(store.keys.shard(index).applied)
+        (seq, gen), *stamps = await pipe.execute()
+    return Positions(int(seq or 0), int(gen or 0), [parse_stamp(raw) for raw in stamps])
+
+
+async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
+    """The log generation to apply commits under, after repairing a rollback if the shards
+    are ahead of the log (see the module doc); ``rollbacks`` is the model's counter."""
+    found = await positions(store)
+    ahead = found.ahead()
+    gen = found.gen
+    if ahead:
+        gen = max(found.gen, *(found.shards[i][1] for i in ahead)) + 1
+        report = _report(store, found, ahead, gen)
+        reply = await store.scripts.generation(
+            keys=[store.keys.meta], args=[fence, found.seq, gen, report]
+        )
+        if text(reply[0]) != "ok":
+            raise LogMovedError(f"the log moved while checked ({text(reply[0])}); starting over")
+        logger.error("%s", report)
+        rollbacks.inc()
+    stale = [i for i, (_, stamped) in enumerate(found.shards) if stamped != gen]
+    if stale:
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for index in stale:
+                seq = min(found.shards[index][0], found.seq)
+                pipe.set(store.keys.shard(index).applied, stamp(seq, gen))
+            await pipe.execute()
+    return gen
+
+
+def _report(store: ModelStore, found: Positions, ahead: list[int], gen: int) -> str:
+    """The one line saying what was found and what follows."""
+    newest = max(found.shards[i][0] for i in ahead)
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return (
+        f"model {store.spec.name!r}: the log side went back (a failover to a lagging replica?): "
+        f"at {when} it ends at commit {found.seq} (generation {found.gen}) while {len(ahead)} of "
+        f"{len(found.shards)} state shards hold later commits (up to {newest}); the log's lost "
+        f"commits and the feedback accepted only with them are gone, their state stays in the "
+        f"shards that applied it; new commits go on in log generation {gen}"
+    )
