@@ -10,9 +10,9 @@ failover was measured on a real cluster (``tests/cluster``) and is written up in
 - a cluster pipeline takes ``execute_command("EVALSHA", ...)``, not ``Script`` objects, costs one
   round trip, is applied per master (never atomically), and does not reload a missing script:
   ``script_load`` at startup and after ``NoScriptError`` (a promoted replica has no scripts);
-- after a pipeline fails with ``ConnectionError``, ``TimeoutError`` or ``ClusterDownError``, call
-  ``await client.aclose()`` so that the next command rediscovers the slots (single commands do
-  it themselves);
+- a pipeline never refreshes the slot map by itself (single commands do): every pipeline of the
+  store runs through ``online_ctr.store.failures.pipeline``, which refreshes it after a failure
+  (``nodes_manager.initialize()``, not ``aclose()``, which cuts the commands in flight);
 - ``info()`` and ``time()`` answer from one master unless ``target_nodes`` says otherwise;
 - a killed master's slots come back after about node timeout + 1.5 s, and meanwhile every slot
   may answer ``ClusterDownError``.

@@ -14,7 +14,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.telemetry import TelemetryConfig
 from fastapi_offline import FastAPIOffline
@@ -74,7 +73,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             await check_topology(settings)
             await served.ensure()
-        except (aioredis.RedisError, OSError) as error:
+        except Exception as error:  # Redis's, whatever the client raised; else a bug
             if not errors.redis_unavailable(error):
                 raise
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)

@@ -16,12 +16,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
 from online_ctr.learning.calibration import Histogram
 from online_ctr.metrics import Metrics
 from online_ctr.store.commits import Commit
+from online_ctr.store.failures import redis_trouble
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.lease import Lease
 from online_ctr.store.state import ModelDamagedError, ModelGoneError, ModelStore
@@ -116,35 +117,49 @@ class Worker:
         """Work until :meth:`stop`; Redis outages are waited out, not fatal."""
         while not self._stopping:
             try:
-                await self._heartbeat_if_due()
-                await self.sweeper.sweep_if_due()
-                if await self._lead():
-                    if not await self._step(block=True):
-                        await self.committer.check()  # idle: a failed apply recovers now
-                        self.auc.publish()  # the last commits' AUC, when due
-                    if self.damaged:  # not a group a second: nothing commits until mended
-                        await asyncio.sleep(self.config.damaged_retry_s)
-                else:
-                    await asyncio.sleep(self.config.lease_ttl_ms / 4000)
+                await self._turn()
             except OutOfMemoryError as error:
                 # Nothing was half-written; an apply refused may have left the committer
                 # behind the redo log, which the recovery after the wait replays.
                 self._reset()
                 await asyncio.sleep(self.memory.refused(error))
-            except (RedisError, OSError) as error:
-                logger.warning("redis unavailable (%s); retrying", error)
-                self._reset()
-                await asyncio.sleep(self.config.error_backoff_s)
             except ModelDamagedError as error:  # its step: as a commit refused 'damaged'
                 self._damaged(str(error))
                 await asyncio.sleep(self.config.damaged_retry_s)
             except ModelGoneError:
                 logger.info("model %r was deleted; its learner stops", self.store.spec.name)
                 self._stopping = True
+            except Exception as error:
+                # Whatever redis-py raised on a broken connection; a bug of ours ends the
+                # learner (the fleet logs it and starts a new one).
+                if not redis_trouble(error):
+                    raise
+                logger.warning("redis unavailable (%s: %s); retrying", type(error).__name__, error)
+                self._reset()
+                await asyncio.sleep(self.config.error_backoff_s)
+        await self._release()
+
+    async def _turn(self) -> None:
+        """One turn of the loop: heartbeat and sweep when due, then lead and learn a group."""
+        await self._heartbeat_if_due()
+        await self.sweeper.sweep_if_due()
+        if await self._lead():
+            if not await self._step(block=True):
+                await self.committer.check()  # idle: a failed apply recovers now
+                self.auc.publish()  # the last commits' AUC, when due
+            if self.damaged:  # not a group a second: nothing commits until mended
+                await asyncio.sleep(self.config.damaged_retry_s)
+        else:
+            await asyncio.sleep(self.config.lease_ttl_ms / 4000)
+
+    async def _release(self) -> None:
+        """The group in flight committed, the lease given up (else it expires by itself)."""
         try:
             await self.committer.settle()
             await self.lease.release()
-        except (RedisError, OSError) as error:
+        except Exception as error:
+            if not redis_trouble(error):
+                raise
             logger.warning("could not release the lease (%s); it expires by itself", error)
 
     async def run_until_idle(self) -> int:
@@ -266,12 +281,12 @@ class Worker:
                 served=group.served,
                 known=self.known,
             )
-        except (RedisError, OSError):
-            raise
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
             return
         except Exception as error:  # bad data or a bug must not stop the worker: record it
+            if redis_trouble(error):  # not the group's fault: no delivery counted against it
+                raise
             logger.exception("group of %d entries failed", len(group.entry_ids))
             await self._failed(group, repr(error))
             return

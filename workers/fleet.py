@@ -13,10 +13,9 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
-
 from online_ctr.learning.sequential import warm_up
 from online_ctr.metrics import Metrics
+from online_ctr.store.failures import redis_trouble
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
@@ -87,7 +86,9 @@ class Fleet:
         while not self._stopping:
             try:
                 await self.sync()
-            except (RedisError, OSError) as error:
+            except Exception as error:
+                if not redis_trouble(error):
+                    raise
                 logger.warning("registry unavailable (%s); retrying", error)
             for name, worker in self.workers.items():
                 if name not in self._tasks and not self._stopping:
@@ -109,7 +110,9 @@ class Fleet:
             if name not in self._names:
                 try:
                     await worker.store.delete()
-                except (RedisError, OSError) as error:
+                except Exception as error:
+                    if not redis_trouble(error):
+                        raise
                     logger.warning("could not remove what is left of %r (%s)", name, error)
 
     def learning(self) -> set[str]:

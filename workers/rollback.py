@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
+from online_ctr.store.failures import pipeline
 from online_ctr.store.redis_types import text
 from online_ctr.store.shards import parse_stamp, stamp
 from online_ctr.store.state import ModelStore
@@ -66,7 +67,7 @@ class Positions:
 
 async def positions(store: ModelStore) -> Positions:
     """Read the log's position and every shard's stamp (one pipeline)."""
-    async with store.redis.pipeline(transaction=False) as pipe:
+    async with pipeline(store.redis) as pipe:
         pipe.hmget(store.keys.meta, "seq", "gen")
         for index in range(store.spec.layout.shards):
             pipe.get(store.keys.shard(index).applied)
@@ -92,7 +93,7 @@ async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
         rollbacks.inc()
     stale = [i for i, (_, stamped) in enumerate(found.shards) if stamped != gen]
     if stale:
-        async with store.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(store.redis) as pipe:
             for index in stale:
                 seq = min(found.shards[index][0], found.seq)
                 pipe.set(store.keys.shard(index).applied, stamp(seq, gen))

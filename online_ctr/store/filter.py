@@ -37,6 +37,7 @@ from collections import Counter
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.store.failures import pipeline
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
 from online_ctr.store.redis_types import RedisClient
@@ -47,7 +48,7 @@ async def make_filters(redis: RedisClient, keys: ModelKeys, layout: Layout, drop
     with ``drop``, the filters of that many shards are deleted (an old model's, any layout).
     Redis makes a new string exactly as long as asked; SETRANGE leaves an existing one's bits
     alone (they can only make a feature be read that need not be)."""
-    async with redis.pipeline(transaction=False) as pipe:
+    async with pipeline(redis) as pipe:
         for shard in range(drop):
             pipe.execute_command("UNLINK", keys.shard(shard).filter)  # see ModelStore.delete
         for shard in range(layout.shards):
@@ -76,7 +77,7 @@ class ExistenceFilter:
     @classmethod
     async def load(cls, redis: RedisClient, keys: ModelKeys, layout: Layout) -> ExistenceFilter:
         """The model's filters as stored now (one GET per shard, in one pipeline)."""
-        async with redis.pipeline(transaction=False) as pipe:
+        async with pipeline(redis) as pipe:
             for shard in range(layout.shards):
                 pipe.get(keys.shard(shard).filter)
             return cls(layout, await pipe.execute())

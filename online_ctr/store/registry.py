@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from online_ctr.store.failures import pipeline
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.model_config import JoinConfig, ModelConfig
 from online_ctr.store.redis_types import RedisClient, text
@@ -109,7 +110,7 @@ class Registry:
 
     async def lookup(self, name: str) -> ModelConfig | GroupInfo | None:
         """The model or group called ``name``, read in one round trip; None if neither."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(self.redis) as pipe:
             pipe.hget(self.keys.models, name)
             pipe.hget(self.keys.groups, name)
             model, group = await pipe.execute()

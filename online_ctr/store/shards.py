@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
+from redis.exceptions import NoScriptError
 
 from online_ctr.store.calibration_codec import FIT_FIELD
+from online_ctr.store.failures import pipeline
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
 from online_ctr.store.redis_types import RedisClient
@@ -127,28 +128,20 @@ class StateShards:
         a round trip of its own before every execute, which doubled the round trips of a
         single ``/predict``. A call that answers NOSCRIPT runs again through its script
         object, which loads it."""
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                if step:
-                    pipe.hmget(self.keys.meta, "t", FIT_FIELD)
-                for keys, args in called:
-                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
-                replies = list(await pipe.execute(raise_on_error=False))
-        except (ConnectionError, TimeoutError):
-            if self.one_shard_per_call:
-                # A pipeline-only client never refreshes its slot map by itself after a
-                # failover.
-                await self.redis.aclose()
-            raise
+        async with pipeline(self.redis) as pipe:  # a failure refreshes a cluster's slot map
+            if step:
+                pipe.hmget(self.keys.meta, "t", FIT_FIELD)
+            for keys, args in called:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
+            replies = list(await pipe.execute(raise_on_error=False))
+            for reply in replies:
+                if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+                    raise reply
         offset = int(step)
         for index, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):
                 keys, args = called[index - offset]
                 replies[index] = await script(keys=keys, args=head + args)
-            elif isinstance(reply, Exception):
-                if self.one_shard_per_call:
-                    await self.redis.aclose()
-                raise reply
         return replies
 
     async def read(self, ids: NDArray[np.uint64]) -> StoredRows:

@@ -35,6 +35,7 @@ from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.snapshot import Footer, Header, Reader, RowChunk, SnapshotError
 from online_ctr.store import snapshot_scan
+from online_ctr.store.failures import pipeline
 from online_ctr.store.filter import make_filters
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.model_config import ModelConfig, config_of
@@ -235,7 +236,7 @@ class SnapshotImport:
         """The latest log generation a shard is stamped with (see
         :func:`online_ctr.store.shards.stamp`): the import's commits are of that one, so that
         the shards skip a late write of the old learner as before (:meth:`_fence_shards`)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(self.redis) as pipe:
             for shard in range(count):  # a GET each: a cluster's MGET is of one slot
                 pipe.get(self.keys.shard(shard).applied)
             stamps = await pipe.execute()
@@ -243,7 +244,7 @@ class SnapshotImport:
 
     async def _fence_shards(self, count: int) -> None:
         """Every shard skips commits up to the old model's last (a late write of its learner)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(self.redis) as pipe:
             for shard in range(count):
                 pipe.set(self.keys.shard(shard).applied, stamp(self.seq, self.gen))
             await pipe.execute()
@@ -252,7 +253,7 @@ class SnapshotImport:
         pattern = self.keys.bucket_pattern
         keys = [key async for key in self.redis.scan_iter(match=pattern, count=1000)]
         for first in range(0, len(keys), 1000):
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with pipeline(self.redis) as pipe:
                 for key in keys[first : first + 1000]:
                     # One key per call (a call's keys share a slot), queued with
                     # execute_command: the cluster pipeline's unlink is a coroutine.

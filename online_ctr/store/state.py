@@ -29,6 +29,7 @@ from online_ctr.learning.rules.base import Array
 from online_ctr.store import idempotency
 from online_ctr.store.calibration_codec import HISTOGRAM_FIELD, decode_fit, decode_histogram
 from online_ctr.store.commits import CommitLog
+from online_ctr.store.failures import pipeline
 from online_ctr.store.filter import make_filters
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
@@ -223,7 +224,7 @@ class ModelStore:
 
     async def info(self) -> ModelInfo:
         """The model's description and counters, read in one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(self.redis) as pipe:
             pipe.hmget(self.keys.meta, *_INFO_FIELDS)  # not the histogram: bytes, 16.8 kB
             pipe.zcard(self.keys.expiry)
             pipe.xlen(self.keys.stream)
@@ -270,7 +271,7 @@ class ModelStore:
         for first in range(0, len(keys), 1000):
             # One key per UNLINK: on a cluster the keys of one call must share a slot. Queued
             # with execute_command: the cluster pipeline's unlink is a coroutine.
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with pipeline(self.redis) as pipe:
                 for key in keys[first : first + 1000]:
                     pipe.execute_command("UNLINK", key)
                 deleted += sum(await pipe.execute())
@@ -283,7 +284,7 @@ class ModelStore:
         the newest heartbeat, which readiness reads, is never the one dropped."""
         seconds, micros = await self.redis.time()
         now = seconds + micros / 1e6
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with pipeline(self.redis) as pipe:
             pipe.zadd(self.keys.workers, {worker: now})
             if forget_after_s is not None:
                 pipe.zremrangebyscore(self.keys.workers, "-inf", f"({now - forget_after_s}")

@@ -2,9 +2,12 @@
 
 Every error answers ``{"detail": "<plain sentence>"}``; a 422 adds ``errors``, one
 ``{"field", "message"}`` per invalid field. Redis being unreachable, loading, out of memory or
-read-only is a 503 with ``Retry-After``. A 503 after a timeout does not prove that nothing was
-accepted (a stalled Redis may still run the write later): a ``/learn`` retried with the same
-``Idempotency-Key`` is never appended twice.
+read-only is a 503 with ``Retry-After``, and so is any failure of the Redis client, whatever
+exception redis-py raises on a broken connection (``client_failure``, in the store's
+``failures`` module); an unexpected error of our own is a 500, logged with its traceback.
+A 503 after a timeout does not prove that nothing was accepted (a stalled Redis may still run
+the write later): a ``/learn`` retried with the same ``Idempotency-Key`` is never appended
+twice.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from starlette.routing import Match
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.snapshot import SnapshotError
+from online_ctr.store.failures import INTERNAL, client_failure
 from online_ctr.store.impressions import JoinConflictError
 from online_ctr.store.ingest import IdempotencyConflictError, ModelDeletedError
 from online_ctr.store.memory import Throttle
@@ -34,18 +38,9 @@ from service.api.messages import field_errors, summary, unparseable_body
 
 logger = logging.getLogger(__name__)
 
-#: Redis errors that say "not now" rather than "never": answered 503 with Retry-After.
-TRANSIENT: tuple[type[Exception], ...] = (
-    redis_errors.ConnectionError,  # includes BusyLoadingError (LOADING)
-    redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,
-    redis_errors.OutOfMemoryError,
-    redis_errors.MasterDownError,
-    redis_errors.TryAgainError,
-    redis_errors.ClusterDownError,
-    ConnectionError,
-    TimeoutError,
-)
+#: Redis replies that say "not now" rather than "never", besides the client's failures
+#: (:func:`client_failure`): answered 503 with Retry-After.
+TRANSIENT: tuple[type[Exception], ...] = (redis_errors.OutOfMemoryError,)
 _TRANSIENT_REPLIES = ("MISCONF", "BUSY", "NOREPLICAS", "LOADING", "OOM", "READONLY")
 #: What a 503 tells the client to do.
 RETRY_ADVICE = (
@@ -92,7 +87,7 @@ class NotReadyError(ApiError):
 
 def redis_unavailable(error: Exception) -> bool:
     """Whether ``error`` means Redis cannot serve right now (as opposed to a bug)."""
-    if isinstance(error, TRANSIENT):
+    if isinstance(error, TRANSIENT) or client_failure(error):
         return True
     return isinstance(error, redis_errors.ResponseError) and str(error).startswith(
         _TRANSIENT_REPLIES
@@ -246,7 +241,7 @@ def install(app: FastAPI) -> None:
         HTTPException,
         redis_errors.RedisError,
         ModelMismatchError,
-        OSError,
+        *INTERNAL,  # what redis-py raises on a torn-down connection: 503, else a bug's 500
         *(kind for kind, _ in SNAPSHOT_STATUS),
     ):
         app.add_exception_handler(kind, handle_error)

@@ -13,8 +13,8 @@ import logging
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from redis.exceptions import RedisError
 
+from online_ctr.store.failures import redis_trouble
 from online_ctr.store.state import ModelGoneError, ModelMismatchError
 from service.api.auth import sees_model_names
 from service.api.deps import CatalogDep, RegistryDep
@@ -40,8 +40,10 @@ async def metrics(request: Request, catalog: CatalogDep, registry: RegistryDep) 
     rest. The series of models only for a key of the ``metrics`` or ``admin`` scope."""
     try:
         await catalog.refresh_gauges()
-    except (RedisError, OSError, ModelMismatchError, ModelGoneError) as error:
+    except Exception as error:
         # Scrapes must keep working in an outage: that is when they matter most.
+        if not (redis_trouble(error) or isinstance(error, ModelMismatchError | ModelGoneError)):
+            raise
         logger.warning("model gauges not refreshed: %s", error)
     text = generate_latest(registry)
     if not sees_model_names(request.app.state.auth, request.scope):
