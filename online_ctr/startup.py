@@ -23,6 +23,7 @@ from redis.exceptions import ClusterDownError, TryAgainError
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
+from online_ctr.store.failures import client_failure
 from online_ctr.wiring import prepare_redis, redis_client
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ def redis_away(error: BaseException) -> bool:
         return False
     if isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError)):
         return True  # ConnectionError includes a Redis still loading its data (LOADING)
+    if client_failure(error):  # whatever redis-py raised on a broken connection
+        return True
     if isinstance(error, (ClusterDownError, TryAgainError)):
         return True
     return isinstance(error, redis.ResponseError) and str(error).startswith(_AWAY_REPLIES)
@@ -91,7 +94,7 @@ async def on_redis(
     while not stopping():
         try:
             done = await steps()
-        except (redis.RedisError, OSError) as error:
+        except Exception as error:  # what redis-py raised; a bug is raised again below
             _unless_waitable(error, url, settings.redis_wait_s, deadline)
             now = time.monotonic()
             if now >= next_log:
