@@ -1,7 +1,8 @@
 """``online-ctr models list|create|delete|promote``: the command-line twin of the admin API's
 ``/models`` and ``/groups`` routes.
 
-It talks to the Redis of ``OCTR_REDIS_URL`` directly (an admin on the machine needs no API
+It talks to the Redis of ``OCTR_REDIS_URL`` directly, or without one to the Redis of the
+local ``online-ctr serve`` (:mod:`online_ctr.cli.target`; an admin on the machine needs no API
 key), through the very operations the routes call (:mod:`online_ctr.admin`). A refusal, an
 unknown name or a Redis that does not answer is one line on stderr and exit status 1; an
 invalid option is one line and exit status 2.
@@ -19,8 +20,8 @@ from redis.exceptions import RedisError
 from online_ctr.admin import ModelsAdmin
 from online_ctr.cli.model_options import add_config_options, config_from_args, parse_split
 from online_ctr.cli.models_table import print_listing
-from online_ctr.config.settings import Settings
-from online_ctr.process import StartupError, configure_logging, settings_or_exit
+from online_ctr.cli.target import Target, admin_target
+from online_ctr.process import StartupError, configure_logging
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.registry import GroupInfo, RegistryError
 from online_ctr.wiring import redis_client
@@ -31,7 +32,7 @@ T = TypeVar("T")
 
 def register(subparsers: Any) -> None:
     """Add ``models list|create|delete|promote`` to the ``online-ctr`` command line."""
-    text = "administer models and groups (needs OCTR_REDIS_URL)"
+    text = "administer models and groups (OCTR_REDIS_URL, or the local serve's Redis)"
     parser = subparsers.add_parser("models", help=text, description=text)
     actions = parser.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="list the models and the groups")
@@ -70,8 +71,8 @@ def _add_promote(actions: Any) -> None:
 
 def list_models(args: argparse.Namespace) -> int:
     """Print the models and groups, as a table or as JSON."""
-    settings = _settings()
-    listing = model_list(*_run(settings, lambda admin: admin.list()), settings.model)
+    target = _target()
+    listing = model_list(*_run(target, lambda admin: admin.list()), target.settings.model)
     if args.json:
         print(listing.model_dump_json(indent=2))
     else:
@@ -83,8 +84,8 @@ def create_model(args: argparse.Namespace) -> int:
     """Create the model ``args.name`` with the options' configuration."""
     _check_name(args.name)
     config = config_from_args(args)
-    settings = _settings()
-    created = _run(settings, lambda admin: admin.create(args.name, config))
+    target = _target()
+    created = _run(target, lambda admin: admin.create(args.name, config))
     group = f" in group {config.group!r}" if config.group else ""
     if created:
         print(f"created model {args.name!r}{group}: rule {config.rule}")
@@ -95,12 +96,12 @@ def create_model(args: argparse.Namespace) -> int:
 
 def delete_model(args: argparse.Namespace) -> int:
     """Delete the model ``args.name``; prints what was deleted."""
-    settings = _settings()
+    target = _target()
     _check_name(args.name)
     if not args.yes and not _confirmed(f"delete model {args.name!r} and all its data? [y/N] "):
         print("nothing deleted (pass --yes to skip the question)")
         return 1
-    deleted = _run(settings, lambda admin: admin.delete(args.name))
+    deleted = _run(target, lambda admin: admin.delete(args.name))
     print(f"deleted model {args.name!r}: {deleted.keys} keys")
     return 0
 
@@ -108,8 +109,8 @@ def delete_model(args: argparse.Namespace) -> int:
 def promote_model(args: argparse.Namespace) -> int:
     """Make ``args.model`` serve ``args.group``; prints the group as it is now."""
     split = {} if args.no_split else None if args.split is None else parse_split(args.split)
-    settings = _settings()
-    info: GroupInfo = _run(settings, lambda admin: admin.promote(args.group, args.model, split))
+    target = _target()
+    info: GroupInfo = _run(target, lambda admin: admin.promote(args.group, args.model, split))
     shares = ",".join(f"{k}={v:g}" for k, v in sorted(info.split.items())) or "none"
     print(f"group {info.name!r}: serving {info.serving}, split {shares}")
     return 0
@@ -127,17 +128,15 @@ def _confirmed(question: str) -> bool:
         return False
 
 
-def _settings() -> Settings:
+def _target() -> Target:
     configure_logging("warning")
-    settings = settings_or_exit()
-    if settings.redis_url is None:
-        raise StartupError("set OCTR_REDIS_URL to the models' Redis (or use the admin API)")
-    return settings
+    return admin_target()
 
 
-def _run(settings: Settings, action: Callable[[ModelsAdmin], Awaitable[T]]) -> T:
-    """Run ``action`` on the Redis of ``OCTR_REDIS_URL``; one line and exit status 1 if it
-    is refused or Redis does not answer."""
+def _run(target: Target, action: Callable[[ModelsAdmin], Awaitable[T]]) -> T:
+    """Run ``action`` on the target's Redis; one line and exit status 1 if it is refused or
+    Redis does not answer."""
+    settings = target.settings
 
     async def run() -> T:
         client = redis_client(settings)
@@ -151,4 +150,4 @@ def _run(settings: Settings, action: Callable[[ModelsAdmin], Awaitable[T]]) -> T
     except RegistryError as error:
         raise StartupError(str(error)) from None
     except (RedisError, OSError) as error:
-        raise StartupError(f"Redis error: {error} (OCTR_REDIS_URL)") from None
+        raise target.failure(error) from None

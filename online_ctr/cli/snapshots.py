@@ -2,8 +2,9 @@
 ``GET`` and ``PUT /models/{name}/snapshot``.
 
 They run :class:`online_ctr.admin.ModelsAdmin`'s operations, the routes' own. Like
-``models delete``, they talk to the Redis of ``OCTR_REDIS_URL`` (or ``--redis-url``)
-directly: an admin on the machine needs no API key, and no API needs to run. Both stream
+``models delete``, they talk to the Redis of ``--redis-url`` or ``OCTR_REDIS_URL`` (without
+either, the local ``online-ctr serve``'s: :mod:`online_ctr.cli.target`) directly: an admin
+on the machine needs no API key, and no API needs to run. Both stream
 (one chunk of rows in memory). An export is written to ``FILE.partial`` and renamed when
 complete, so ``FILE`` is never a truncated snapshot; ``-`` is stdout (export) or stdin (import).
 """
@@ -18,13 +19,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from online_ctr.admin import ModelsAdmin
+from online_ctr.cli.target import Target, admin_target
 from online_ctr.config.settings import Settings
 from online_ctr.learning.snapshot import SnapshotError
-from online_ctr.process import StartupError, configure_logging, describe_settings_error
+from online_ctr.process import StartupError, configure_logging
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.registry import RegistryError
 from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     url_help = "the model's Redis; overrides OCTR_REDIS_URL"
     export = subparsers.add_parser(
         "export",
-        help="export a model to a snapshot file (needs OCTR_REDIS_URL)",
+        help="export a model to a snapshot file (OCTR_REDIS_URL, or the local serve's Redis)",
         description="Write model NAME (rule, hyper-parameters, state, step, counters) to FILE, "
         "exact at one step even while it learns.",
     )
@@ -59,7 +60,7 @@ def register(subparsers: Any) -> None:
     export.set_defaults(func=export_model)
     load = subparsers.add_parser(
         "import",
-        help="import a snapshot file as a model (needs OCTR_REDIS_URL)",
+        help="import a snapshot file as a model (OCTR_REDIS_URL, or the local serve's Redis)",
         description="Create model NAME from FILE: the file's rule, hyper-parameters, state, "
         "step and counters, laid out by OCTR_STATE_BUCKETS and OCTR_STATE_SHARDS.",
     )
@@ -70,33 +71,25 @@ def register(subparsers: Any) -> None:
     load.set_defaults(func=import_model)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _target(args: argparse.Namespace) -> Target:
     configure_logging("warning")
     if not valid_model_name(args.name):
         raise StartupError(f"invalid model name {args.name!r}: use 1-64 of [A-Za-z0-9_.-]")
-    overrides = {} if args.redis_url is None else {"OCTR_REDIS_URL": args.redis_url}
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as error:
-        named = {"OCTR_REDIS_URL": "--redis-url"} if overrides else {}
-        raise StartupError(describe_settings_error(error, named)) from None
-    if settings.redis_url is None:
-        raise StartupError("set OCTR_REDIS_URL (or --redis-url) to the model's Redis")
-    return settings
+    return admin_target(args.redis_url)
 
 
 def export_model(args: argparse.Namespace) -> int:
     """Export model ``args.name`` to ``args.file``."""
-    settings = _settings(args)
-    size = _run(_export(settings, args.name, args.file))
+    target = _target(args)
+    size = _run(target, _export(target.settings, args.name, args.file))
     print(f"exported model {args.name!r} to {args.file}: {size} bytes", file=sys.stderr)
     return 0
 
 
 def import_model(args: argparse.Namespace) -> int:
     """Import ``args.file`` as model ``args.name``."""
-    settings = _settings(args)
-    imported = _run(_import(settings, args.file, args.name, args.replace))
+    target = _target(args)
+    imported = _run(target, _import(target.settings, args.file, args.name, args.replace))
     print(
         f"imported {args.file} as model {imported.name!r}: rule {imported.rule}, step "
         f"{imported.t}, {imported.features_tracked} features, {imported.nonzero_weights} "
@@ -105,13 +98,13 @@ def import_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(work: Any) -> Any:
+def _run(target: Target, work: Any) -> Any:
     try:
         return asyncio.run(work)
     except FAILURES as error:
         raise StartupError(str(error)) from None
     except RedisError as error:
-        raise StartupError(f"Redis error: {error} (OCTR_REDIS_URL)") from None
+        raise target.failure(error) from None
 
 
 async def _export(settings: Settings, name: str, file: str) -> int:

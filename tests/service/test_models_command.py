@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +26,11 @@ from tests.service.test_commands import ROOT, assert_one_line
 pytestmark = pytest.mark.integration
 
 
-def models(redis_url: str | None, *argv: str) -> subprocess.CompletedProcess[str]:
+def models(redis_url: str | None, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``online-ctr models ARGV`` to its end against ``redis_url``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
-    environment.update(PYTHONPATH=str(ROOT))
+    environment.update(PYTHONPATH=str(ROOT), **env)
     if redis_url is not None:
         environment["OCTR_REDIS_URL"] = redis_url
     return subprocess.run(
@@ -72,7 +73,7 @@ def test_a_created_model_is_listed_and_deletable(redis_url: str) -> None:
     again = ok(models(redis_url, "create", "chal", "--rule", "fobos", "--alpha", "0.2"))
     assert "model 'chal' exists already, alike" in again
     other = models(redis_url, "create", "chal", "--rule", "fobos", "--alpha", "0.3")
-    refused(other, 1, "model 'chal' exists with another configuration")
+    refused(other, 1, "model 'chal' exists with another configuration: its alpha 0.2 (asked: 0.3);")
     assert listing(redis_url) == {
         "models": [{"name": "chal", "rule": "fobos", "group": None, "own": False}],
         "groups": [],
@@ -183,8 +184,9 @@ def test_deleting_refuses_a_serving_model_and_a_group(redis_url: str) -> None:
     assert model_keys(redis_url, "champ", "ctr") == []
 
 
-def test_without_a_reachable_redis_each_subcommand_says_so() -> None:
-    refused(models(None, "list"), 1, "set OCTR_REDIS_URL")
+def test_without_a_reachable_redis_each_subcommand_says_so(tmp_path: Path) -> None:
+    # A data directory where no serve ever ran: no Redis to find by itself.
+    refused(models(None, "list", OCTR_DATA_DIR=str(tmp_path)), 1, "set OCTR_REDIS_URL")
     url = f"redis://127.0.0.1:{free_port()}/0"
     for argv in (
         ("list",),
