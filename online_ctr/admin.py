@@ -20,7 +20,13 @@ from online_ctr.config.settings import Settings
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
-from online_ctr.store.registry import GroupInfo, Registry, RegistryError, UnknownNameError
+from online_ctr.store.registry import (
+    GroupInfo,
+    Registry,
+    RegistryError,
+    UnknownNameError,
+    encode_config,
+)
 from online_ctr.store.snapshot_export import Export, open_export
 from online_ctr.store.snapshot_import import Imported, SnapshotImport, check_name
 from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore
@@ -37,6 +43,30 @@ def own_model_refusal(name: str) -> RegistryError:
 def group_refusal(name: str) -> UnknownNameError:
     """Deleting a group by name: it ends with its last model."""
     return UnknownNameError(f"{name!r} is a group: delete its models (the last one ends it)")
+
+
+def config_conflict(name: str, stored: ModelConfig, asked: ModelConfig) -> str:
+    """One sentence naming each field in which ``asked`` differs from the ``stored``
+    configuration of the model ``name``, with both values.
+
+    >>> config_conflict("m", ModelConfig(rule="ftrl"), ModelConfig(rule="fobos")).split(": ", 1)[1]
+    "its rule 'ftrl' (asked: 'fobos'); delete it first or choose another name"
+    """
+    old, new = stored.model_dump(mode="json"), asked.model_dump(mode="json")
+    parts = [
+        f"{field} {_shown(old[field])} (asked: {_shown(new.get(field))})"
+        for field in old
+        if old[field] != new.get(field)
+    ]
+    listed = " and its ".join([", its ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
+    return (
+        f"model {name!r} exists with another configuration: its {listed}; delete it first or "
+        "choose another name"
+    )
+
+
+def _shown(value: object) -> str:
+    return "unset" if value is None else repr(value)
 
 
 @dataclass(frozen=True)
@@ -68,7 +98,14 @@ class ModelsAdmin:
         """Create the model (True), or confirm one that exists alike (False)."""
         if name == self.own:
             raise own_model_refusal(name)
-        created = await self.registry.create(name, config)
+        try:
+            created = await self.registry.create(name, config)
+        except RegistryError:
+            # The registry's refusal quotes the stored configuration whole; name the fields.
+            stored = (await self.registry.configs((name,))).get(name)
+            if stored is None or encode_config(stored) == encode_config(config):
+                raise  # another refusal (the registry compares the encoded configurations)
+            raise RegistryError(config_conflict(name, stored, config)) from None
         try:
             await ModelStore(self.redis, config.spec(name)).ensure()
         except ModelMismatchError as error:

@@ -39,6 +39,16 @@ def test_a_model_is_created_once_and_then_confirmed(client: Any) -> None:
     assert "exists with another configuration" in other.json()["detail"]
 
 
+def test_a_conflicting_create_names_each_differing_field(client: Any) -> None:
+    assert client.put("/models/champion", json={**FTRL, "group": "ctr"}).status_code == 201
+    other = client.put("/models/champion", json={"rule": "ftrl", "alpha": 0.05, "group": "ctr"})
+    assert other.status_code == 409
+    assert other.json()["detail"] == (
+        "model 'champion' exists with another configuration: its alpha 0.1 (asked: 0.05) and "
+        "its l1 1.0 (asked: unset); delete it first or choose another name"
+    )
+
+
 def test_a_model_is_validated_like_the_settings(client: Any) -> None:
     reply = client.put("/models/m", json={"rule": "rda", "alpha": 0.1})
     assert reply.status_code == 422
