@@ -253,6 +253,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write_eof()
         self.lingering = True
         self.refused.add(self)
+        if reason == "header_bytes":
+            # A head past the bound may go on arriving at the sender's full rate: reading it
+            # only to drop it cost a core under a flood of 64 KB header lines. Not read, it
+            # stops in the sender's TCP window; the answer was sent first.
+            self.transport.pause_reading()
         # Closed sooner if the client closes first (uvicorn's eof_received closes then).
         self.deadline = self.loop.call_later(LINGER_S, self.transport.close)
 
