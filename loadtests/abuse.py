@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import secrets
@@ -177,17 +178,21 @@ async def _raw_connections(
                 await asyncio.sleep(0.05)
                 continue
             opened += 1
+            talk_task = asyncio.ensure_future(talk(writer))
+            closed = asyncio.ensure_future(reader.read())  # b"" once the server closes
+            stopped = asyncio.ensure_future(stop.wait())
+            tasks = (talk_task, closed, stopped)
             try:
-                talk_task = asyncio.ensure_future(talk(writer))
-                closed = asyncio.ensure_future(reader.read())  # b"" once the server closes
-                stopped = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({closed, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (talk_task, closed, stopped):
-                    task.cancel()
-            except OSError:
-                pass
             finally:
+                for task in tasks:
+                    task.cancel()
+                # Every task and the transport ended before the loop does (else a
+                # ResourceWarning for each connection still closing).
+                await asyncio.gather(*tasks, return_exceptions=True)
                 writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
 
     await asyncio.gather(*(one() for _ in range(count)))
     return opened
