@@ -79,8 +79,11 @@ class Budget:
         """Empty the largest tables until the sum is within the limit; how many were emptied.
 
         Called by a table after it grew: its cost is one ``held()`` per tracked table."""
-        sizes = sorted((table.held(), key, table) for key, table in self._tables.items())
+        sizes = [(table.held(), key, table) for key, table in self._tables.items()]
         total = sum(size for size, _, _ in sizes)
+        if total <= self.limit:  # the usual case, on /predict's path: no sort
+            return 0
+        sizes.sort()
         emptied = 0
         while total > self.limit and sizes:
             size, _, table = sizes.pop()

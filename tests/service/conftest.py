@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
@@ -29,3 +31,11 @@ def client(settings: Settings, registry: CollectorRegistry) -> Iterator[TestClie
     """The real app, lifespan included, on the test's settings."""
     with TestClient(create_app(settings, registry), headers=HEADERS) as client:
         yield client
+
+
+@pytest.fixture
+def plain(redis_url: str) -> Iterator[Any]:
+    """A synchronous client of the test's Redis, for looking at what the app stored."""
+    client: Any = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()

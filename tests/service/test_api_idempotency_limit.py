@@ -5,11 +5,9 @@ group, and /metrics shows the records held and those dropped. The real app on a 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
@@ -34,13 +32,6 @@ def settings(redis_url: str) -> Settings:
         max_idempotency_keys=MOST,
         **AUTH,
     )
-
-
-@pytest.fixture
-def plain(redis_url: str) -> Iterator[Any]:
-    client: Any = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def learn(client: TestClient, key: str, site: str = "news", model: str | None = None) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,13 +43,6 @@ def settings(redis_url: str) -> Settings:
         max_pending_impressions=MOST,
         **AUTH,
     )
-
-
-@pytest.fixture
-def plain(redis_url: str) -> Iterator[Any]:
-    client: Any = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def batch(client: TestClient, n: int, ids: list[str] | None = None, **params: str) -> Any:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import struct
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
@@ -37,13 +36,6 @@ def settings(redis_url: str) -> Settings:
     return Settings(
         redis_url=redis_url, state_buckets=64, join_window_s=1, idempotency_window_s=600, **AUTH
     )
-
-
-@pytest.fixture
-def plain(redis_url: str) -> Iterator[Any]:
-    client: Any = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture
