@@ -175,6 +175,14 @@ class Metrics:
             ("method", "route", "status_class"),
             registry=registry,
         )
+        self.replica_ack_timeouts = Counter(
+            "online_ctr_replica_ack_timeouts",
+            "Writes fewer replicas than OCTR_REPLICA_ACKS acknowledged in time, by what waited: "
+            "learn (a /learn answered 503), log (a commit not applied yet), shards (an apply "
+            "not counted for trimming yet). The worker tries again.",
+            ("waited",),
+            registry=registry,
+        )
         self.log_rollbacks = Counter(
             "online_ctr_log_rollbacks",
             "Times a learner found the model's log side gone back behind its state shards (a "

@@ -17,7 +17,13 @@ for several commits instead of once for each. That is exact because:
   when their apply starts are exactly what applying them one by one would leave;
 - applies go out one at a time in commit order (each shard skips commits older than the last
   it applied, so an apply overtaking an earlier one would lose the earlier one's values);
-- finalize only names as fully applied (``applied_through``) commits whose apply has finished.
+- finalize only names as fully applied (``applied_through``) commits whose apply has finished,
+  and, with replica acknowledgements on, is on the shards' replicas.
+
+With replica acknowledgements on (``OCTR_REPLICA_ACKS``), an apply waits until the log side's
+replicas hold its finalize: a failover of the log side to a replica that had not got it yet
+would take the commit back, and the shards must never be ahead of the log. The wait is in the
+apply's task, off the learner's path, and one wait covers every commit finalized before it.
 
 At most :data:`MOST_WAITING` commits wait; past that the learner waits until everything is
 applied. So the shards (which ``/predict`` reads directly on Redis Cluster) lag at most twice
@@ -163,7 +169,9 @@ class Committer:
         while self._waiting and generation == self._generation:
             group, self._waiting = self._waiting, []
             seq, runs = self.together(group)
+            await self.store.log_replicated()
             await self.store.shards.apply(seq, runs, self.generation)
+            await self.store.shards_replicated(runs)
             if generation == self._generation:
                 self.applied_through = seq
 

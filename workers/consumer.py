@@ -203,9 +203,13 @@ class Worker:
         rollbacks = self.metrics.log_rollbacks.labels(**self._label)
         gen = await check_log(self.store, self.lease.token, rollbacks)
         self.committer.generation = gen
+        # Replayed only once the log side's replicas hold it (replica acks, if on), and
+        # trimmed only once the shards' replicas hold the applies.
+        await self.store.log_replicated()
         pending = await self.store.log.pending()
         for seq, runs in pending:
             await self.store.shards.apply(seq, runs, gen)
+        await self.store.shards_replicated([run for _, runs in pending for run in runs])
         if pending:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0

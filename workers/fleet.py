@@ -20,6 +20,7 @@ from online_ctr.store.keys import ModelKeys
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelMismatchError, ModelStore
 from workers.consumer import Worker, WorkerConfig
 
@@ -38,6 +39,8 @@ class Fleet:
     #: The models to learn; empty: every model of the registry.
     only: frozenset[str] = frozenset()
     refresh_s: float = 1.0
+    #: Replica acknowledgements of every learner's commits (off unless given).
+    acks: ReplicaAcks | None = None
     workers: dict[str, Worker] = field(default_factory=dict)
     _retired: dict[str, Worker] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
@@ -76,7 +79,7 @@ class Fleet:
     def _worker(self, name: str, config: ModelConfig, streams: list[str]) -> Worker:
         spec = config.spec(name)
         warm_up(spec.rule, spec.params)  # compiled before leading, not on the clock
-        store = ModelStore(self.redis, spec)
+        store = ModelStore(self.redis, spec, acks=self.acks)
         logger.info("worker %s learning model %r", self.config.name, name)
         own = name == self.own
         return Worker(store, self.config, self.metrics, own, config.policy(), streams)

@@ -16,6 +16,7 @@ from online_ctr.process import freeze_startup_objects
 from online_ctr.startup import check_port, on_redis
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.wiring import prepare_redis, redis_client
 from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
@@ -50,6 +51,7 @@ def fleet_of(settings: Settings, client: RedisClient, metrics: Metrics) -> Fleet
         own=settings.model,
         only=only,
         refresh_s=settings.registry_refresh_s,
+        acks=ReplicaAcks.of(client, settings, metrics.replica_ack_timeouts),
     )
 
 

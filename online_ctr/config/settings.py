@@ -179,6 +179,21 @@ class Settings(BaseSettings):
         "the AUC sorts them once a second, so at most a million).",
     )
     redis_timeout_s: float = Field(1.0, gt=0, description="Socket timeout for Redis calls.")
+    replica_acks: int | None = Field(
+        None,
+        ge=0,
+        le=16,
+        description="Replicas that must hold a write before /learn answers 202 and before a "
+        "commit is applied or its redo entry trimmed (Redis WAIT; never more than the master "
+        "has attached); unset: 1 on Redis Cluster, 0 on a single Redis (docs/persistence).",
+    )
+    replica_acks_timeout_ms: int | None = Field(
+        None,
+        ge=1,
+        description="How long a write waits for its replicas; past it /learn answers 503 (the "
+        "request may have been accepted: retry it with the same Idempotency-Key); unset: half "
+        "of OCTR_REDIS_TIMEOUT_S.",
+    )
     redis_password_file: Path | None = Field(
         None, description="A file holding the Redis password (a Compose or Kubernetes secret)."
     )
@@ -375,6 +390,30 @@ class Settings(BaseSettings):
                 "OCTR_REDIS_CLUSTER needs OCTR_REDIS_URL (the embedded Redis is no cluster)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _acks_within_timeout(self) -> Settings:
+        if self.replica_acks_timeout_ms is None:
+            return self
+        if self.replica_acks_timeout_ms >= 1000 * self.redis_timeout_s:
+            raise ValueError(
+                f"OCTR_REPLICA_ACKS_TIMEOUT_MS={self.replica_acks_timeout_ms} must be below "
+                f"OCTR_REDIS_TIMEOUT_S={self.redis_timeout_s:g} (in ms), or every wait for "
+                "replicas would end as a Redis timeout: lower it or raise OCTR_REDIS_TIMEOUT_S"
+            )
+        return self
+
+    def replicas_to_ack(self) -> int:
+        """``OCTR_REPLICA_ACKS``, or its default: 1 on Redis Cluster, 0 on a single Redis."""
+        if self.replica_acks is not None:
+            return self.replica_acks
+        return 1 if self.redis_cluster else 0
+
+    def replica_ack_timeout_ms(self) -> int:
+        """``OCTR_REPLICA_ACKS_TIMEOUT_MS``, or its default: half of the Redis timeout."""
+        if self.replica_acks_timeout_ms is not None:
+            return self.replica_acks_timeout_ms
+        return max(1, round(500 * self.redis_timeout_s))
 
     def redis_maxmemory_bytes(self) -> int | None:
         """``OCTR_REDIS_MAXMEMORY`` in bytes (0: no limit); None when unset."""

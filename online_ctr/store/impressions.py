@@ -30,6 +30,7 @@ from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.store.idempotency import KeyLimits, script_args
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.scripts import register
 
 #: Most windows one sweep call closes: bounds how long Redis is busy with it.
@@ -82,12 +83,19 @@ class Impressions:
     """The impressions of one feedback tag, appended on join to ``streams`` (all of that tag)."""
 
     def __init__(
-        self, redis: RedisClient, keys: FeedbackKeys, streams: list[str], policy: JoinPolicy
+        self,
+        redis: RedisClient,
+        keys: FeedbackKeys,
+        streams: list[str],
+        policy: JoinPolicy,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
         self.streams = streams
         self.policy = policy
+        #: Joins are /learn's: replicated before their 202 (:mod:`online_ctr.store.ingest`).
+        self.acks = acks or ReplicaAcks(redis)
         self._log = register(redis, "impressions_log")
         self._join = register(redis, "join")
         self._sweep = register(redis, "sweep")
@@ -142,6 +150,7 @@ class Impressions:
         index = self.keys.idempotency_index
         keys = [self.keys.pending, record, *self.streams, *impressions, index]
         fresh, answer, *evicted = await self._join(keys=keys, args=args)
+        await self.acks.confirm(self.keys.pending)
         answer = answer.decode()
         if fresh:
             return Joined(answer, evicted=int(evicted[0]))

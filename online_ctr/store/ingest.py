@@ -11,6 +11,10 @@ anyway), its retry with the same key finds the record and is answered as the fir
 was, without a second entry. The record expires after the idempotency window, or is dropped
 sooner, oldest first, when the tag holds ``OCTR_MAX_IDEMPOTENCY_KEYS`` records
 (:mod:`online_ctr.store.idempotency`).
+
+With replica acknowledgements on (:mod:`online_ctr.store.replication`), an append returns only
+once the tag's replicas hold it, on the replayed-key path too: the first attempt may have
+failed in its wait, and a retry's 202 promises what the first one's would have.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from online_ctr.store import codec
 from online_ctr.store.idempotency import KeyLimits, script_args
 from online_ctr.store.keys import FeedbackKeys, ModelKeys
 from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.scripts import register
 
 
@@ -54,11 +59,13 @@ class FeedbackLog:
         feedback: FeedbackKeys,
         models: list[ModelKeys],
         limits: KeyLimits,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         self.redis = redis
         self.feedback = feedback
         self.models = models
         self.limits = limits
+        self.acks = acks or ReplicaAcks(redis)
         self._append = register(redis, "append")
 
     async def append(self, batch: Batch, key: str | None = None) -> Appended:
@@ -76,10 +83,11 @@ class FeedbackLog:
             keys=[self.feedback.idempotency(key or ""), *metas, *streams, index],
             args=[*args, *script_args(self.feedback, self.limits)],
         )
-        if appended == 1:
-            return Appended(len(batch), evicted=int(evicted[0]))
         if appended == -1:
             raise ModelDeletedError(f"{stored.decode()} was deleted")
+        await self.acks.confirm(index)
+        if appended == 1:
+            return Appended(len(batch), evicted=int(evicted[0]))
         digest, accepted = stored.decode().split()
         if digest != record.split()[0]:
             raise IdempotencyConflictError(

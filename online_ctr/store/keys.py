@@ -43,6 +43,16 @@ def valid_model_name(name: str) -> bool:
     return MODEL_NAME.fullmatch(name) is not None
 
 
+def ack_barrier(key: str) -> str:
+    """The key that :mod:`online_ctr.store.replication` writes before a WAIT, in the hash tag
+    of ``key`` (so on its master); it expires by itself.
+
+    >>> ack_barrier("octr:{g:ctr}:model:a:meta"), ack_barrier("octr:{a/3}:applied")
+    ('octr:{g:ctr}:acks', 'octr:{a/3}:acks')
+    """
+    return key[: key.index("}") + 1] + ":acks"
+
+
 #: The hash tag of the model registry: ``#`` is in no model or group name, so no model's keys
 #: can ever be named like it.
 REGISTRY_TAG = "#registry"

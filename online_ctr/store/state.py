@@ -35,8 +35,9 @@ from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
 from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.replica import Fresh, StateReplica
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.scripts import Scripts
-from online_ctr.store.shards import StateShards, StoredRows
+from online_ctr.store.shards import Runs, StateShards, StoredRows
 
 
 class ModelMismatchError(RuntimeError):
@@ -153,10 +154,12 @@ class ModelStore:
         spec: ModelSpec,
         replica_features: int = 0,
         copies: Budget | None = None,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         """``replica_features``: serve from a copy of at most that many hot features
         (:mod:`online_ctr.store.replica`; 0, or on Redis Cluster: read every feature from the
-        shards), counted against ``copies`` with other models' copies."""
+        shards), counted against ``copies`` with other models' copies. ``acks``: the
+        learner's replica acknowledgements (:meth:`log_replicated`)."""
         # Any, not RedisClient, for the readers of ``store.redis`` outside the store: redis-py
         # types a reply as the union of every decoding, which they do not narrow yet.
         self.redis = redis
@@ -165,6 +168,7 @@ class ModelStore:
         self.scripts = Scripts.register(redis)
         self.shards = StateShards(redis, self.keys, spec.layout, self.scripts)
         self.log = CommitLog(redis, self.keys, self.scripts)
+        self.acks = acks or ReplicaAcks(redis)
         self.replica = None
         if replica_features and not self.shards.one_shard_per_call:
             self.replica = StateReplica(
@@ -276,6 +280,18 @@ class ModelStore:
                     pipe.execute_command("UNLINK", key)
                 deleted += sum(await pipe.execute())
         return deleted
+
+    async def log_replicated(self) -> None:
+        """Return once the log side's writes so far (commits finalized) are on its replicas,
+        if replica acknowledgements are on: a commit is applied only then, so a failover
+        never leaves the shards ahead of the log (:mod:`online_ctr.store.replication`)."""
+        await self.acks.confirm(self.keys.meta, waited="log")
+
+    async def shards_replicated(self, runs: Runs) -> None:
+        """Return once the shards of ``runs`` have their writes so far on their replicas:
+        only then does an apply count toward trimming the redo log."""
+        keys = [self.keys.shard(shard).applied for shard, _ in runs]
+        await self.acks.confirm(*keys, waited="shards")
 
     async def heartbeat(self, worker: str, forget_after_s: float | None = None) -> None:
         """Record that ``worker`` is alive, stamped with Redis's clock (one clock for all);

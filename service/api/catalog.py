@@ -21,6 +21,7 @@ from online_ctr.store.memory import redis_memory
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import GroupInfo, Registry, UnknownNameError
+from online_ctr.store.replication import ReplicaAcks
 from service.api.groups import ServedGroup
 from service.api.join_side import ServedJoins
 from service.api.served import ServedModel
@@ -108,12 +109,15 @@ class Catalog:
         keys = [member.store.keys for member in members.values()]
         key_limits = KeyLimits.of(self._settings)
         tag = FeedbackKeys.of(info.serving, info.name)
-        feedback = FeedbackLog(self._redis, tag, keys, key_limits)
+        acks = ReplicaAcks.of(self._redis, self._settings, self._metrics.replica_ack_timeouts)
+        feedback = FeedbackLog(self._redis, tag, keys, key_limits, acks)
         streams = [k.stream for k in keys]
         serving = members[info.serving].store.keys
         policy = info.shared.policy()
         most = self._settings.max_pending_impressions
-        joins = ServedJoins(self._redis, serving, streams, policy, self._metrics, key_limits, most)
+        joins = ServedJoins(
+            self._redis, serving, streams, policy, self._metrics, key_limits, most, acks
+        )
         return ServedGroup(info, members, feedback, joins)
 
     async def models(self) -> list[ServedModel]:

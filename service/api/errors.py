@@ -30,6 +30,7 @@ from online_ctr.store.impressions import JoinConflictError
 from online_ctr.store.ingest import IdempotencyConflictError, ModelDeletedError
 from online_ctr.store.memory import Throttle
 from online_ctr.store.registry import RegistryError, UnknownNameError
+from online_ctr.store.replication import ReplicaAckError
 from online_ctr.store.snapshot_export import ModelNotFoundError
 from online_ctr.store.snapshot_import import ModelExistsError, SpecConflictError
 from online_ctr.store.state import ModelGoneError, ModelImportingError, ModelMismatchError
@@ -54,6 +55,12 @@ MEMORY_FULL = (
     "and refuses writes: /learn is refused, nothing of the request stored, and learning "
     "waits; /predict still answers. Retry later: this passes when memory is freed or the "
     "limit is raised"
+)
+#: What a 503 says when the replicas did not acknowledge a write in time (OCTR_REPLICA_ACKS).
+REPLICAS_BEHIND = (
+    "Redis took the request but its replicas did not confirm it within "
+    "OCTR_REPLICA_ACKS_TIMEOUT_MS, so a failover now could lose it. It may have been "
+    "accepted: retry it with the same Idempotency-Key, which is always safe"
 )
 #: Refusals at the memory limit are counted each and logged once a minute.
 _MEMORY_LOG = Throttle()
@@ -139,7 +146,11 @@ def _snapshot(error: Exception, retry: Mapping[str, str]) -> Answer | None:
 
 
 def _redis_unavailable(error: Exception, retry: Mapping[str, str]) -> Answer | None:
-    """The 503 for Redis refusing now: at its memory limit, or unavailable; None otherwise."""
+    """The 503 for Redis refusing now: at its memory limit, unavailable, or short of the
+    replicas a write waits for; None otherwise."""
+    if isinstance(error, ReplicaAckError):
+        logger.warning("%s", error)
+        return 503, {"detail": REPLICAS_BEHIND}, retry
     if out_of_memory(error):
         if _MEMORY_LOG.due():
             logger.warning("Redis refuses writes at its memory limit: %s", error)

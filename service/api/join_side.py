@@ -25,6 +25,7 @@ from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.impressions import Impressions, Joined, PassLog
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.replication import ReplicaAcks
 from service.api.errors import ApiError
 from service.api.limits import InvalidFieldError
 
@@ -74,13 +75,14 @@ class ServedJoins:
         metrics: Metrics,
         key_limits: KeyLimits,
         max_pending: int,
+        acks: ReplicaAcks | None = None,
     ) -> None:
         model = keys.model
         self.model = model
         self.policy = policy
         self.key_limits = key_limits
         self.max_pending = max_pending
-        self.impressions = Impressions(redis, keys.feedback, streams, policy)
+        self.impressions = Impressions(redis, keys.feedback, streams, policy, acks)
         self._outcomes = {
             name: metrics.joined_labels.labels(model, name)
             for name in ("learned", "unknown", "repeated", "late")

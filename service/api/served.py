@@ -26,6 +26,7 @@ from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.impressions import Joined
 from online_ctr.store.ingest import Appended, FeedbackLog, ModelDeletedError
 from online_ctr.store.redis_types import RedisClient
+from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelInfo, ModelSpec, ModelStore
 from service.api.coalesce import Coalescer
 from service.api.join_side import ServedJoins
@@ -98,7 +99,8 @@ class ServedModel:
         self.store = ModelStore(redis, spec, settings.predict_cache_features, copies)
         keys = self.store.keys
         key_limits = KeyLimits.of(settings)
-        self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits)
+        acks = ReplicaAcks.of(redis, settings, metrics.replica_ack_timeouts)
+        self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits, acks)
         self.joins = ServedJoins(
             redis,
             keys,
@@ -107,6 +109,7 @@ class ServedModel:
             metrics,
             key_limits,
             settings.max_pending_impressions,
+            acks,
         )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric, budget=names)

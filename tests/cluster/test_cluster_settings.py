@@ -35,6 +35,20 @@ def test_cluster_without_url_is_refused() -> None:
         Settings(redis_url=None, redis_cluster=True)
 
 
+def test_replica_acks_are_on_by_default_on_a_cluster_only() -> None:
+    url = "redis://127.0.0.1:1"
+    assert Settings(redis_url=url, redis_cluster=True).replicas_to_ack() == 1
+    assert Settings(redis_url=url).replicas_to_ack() == 0
+    assert Settings(redis_url=url, replica_acks=2).replicas_to_ack() == 2
+    assert Settings(redis_url=url, redis_cluster=True, replica_acks=0).replicas_to_ack() == 0
+    assert Settings(redis_url=url, redis_timeout_s=0.5).replica_ack_timeout_ms() == 250
+
+
+def test_a_replica_wait_longer_than_the_redis_timeout_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="OCTR_REPLICA_ACKS_TIMEOUT_MS=1000 must"):
+        Settings(redis_timeout_s=1, replica_acks_timeout_ms=1000)
+
+
 async def test_check_topology_refuses_a_mismatch_both_ways(
     redis_cluster_url: str, redis_url: str
 ) -> None:

@@ -57,7 +57,8 @@ _RESPONSES[404] = {
     "description": "No such model here; or the one label sent by `prediction_id` is unknown.",
 }
 _RESPONSES[503]["description"] = (
-    "Redis did not answer in time. The request may still have been accepted: retry it with "
+    "Redis did not answer in time, or its replicas did not confirm the write in time "
+    "(OCTR_REPLICA_ACKS). The request may still have been accepted: retry it with "
     "the same Idempotency-Key, which is always safe (without a key a retry may learn twice). "
     "Or Redis is at its memory limit (the detail says so): nothing was stored; retry later."
 )
