@@ -13,10 +13,11 @@ smallest's measured beside them, against their targets, and writes the report
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -87,18 +88,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-#: The plot's panels: title, y-axis label, log y, and each curve's label and field.
+#: The plot's panels: title, y-axis label (one unit each), log y, and each curve's label and
+#: field. Features/s and examples/s count different things, so they get a panel each.
 PANELS = (
     (
-        "Throughput",
-        "throughput (features/s or examples/s, log scale)",
+        "Fill throughput",
+        "throughput (features added/s, log scale)",
         True,
         {
-            "fill, median of the timed windows (features/s)": "fill_features_per_s",
-            "bulk fill (features/s)": "bulk_fill_features_per_s",
-            "learned end to end (examples/s)": "learned_examples_per_s",
-            "worker-only drain (examples/s)": "drain_examples_per_s",
-            "batch /predict (examples/s)": "batch_examples_per_s",
+            "fill, median of the timed windows": "fill_features_per_s",
+            "bulk fill": "bulk_fill_features_per_s",
+        },
+    ),
+    (
+        "Learning and batch /predict throughput",
+        "throughput (examples/s, log scale)",
+        True,
+        {
+            "learned end to end": "learned_examples_per_s",
+            "worker-only drain": "drain_examples_per_s",
+            "batch /predict": "batch_examples_per_s",
         },
     ),
     (
@@ -124,20 +133,23 @@ PANELS = (
 
 def plot(scale: Scale, path: Path) -> Path:
     """Every figure against features tracked (log x), one panel per unit."""
-    x = [float(r.tracked) for r in scale.results]
+    return plot_rows([dataclasses.asdict(r) for r in scale.results], scale.tool, path)
+
+
+def plot_rows(rows: Sequence[Mapping[str, float]], tool: str, path: Path) -> Path:
+    """:func:`plot` from each size's figures by :class:`SizeResult` field (a run's, or those
+    :func:`scale_report.sizes_table` reads back from its report)."""
+    x = [float(r["tracked"]) for r in rows]
     panels = [
         Panel(
             title,
             y_label,
-            [
-                Curve(label, label, x, [getattr(r, key) for r in scale.results])
-                for label, key in curves.items()
-            ],
+            [Curve(label, label, x, [r[key] for r in rows]) for label, key in curves.items()],
             log_y,
         )
         for title, y_label, log_y, curves in PANELS
     ]
-    title = f"Cost against model size (/predict timed with {scale.tool})"
+    title = f"Cost against model size (/predict timed with {tool})"
     return panels_figure(path, title, "model size (features tracked, log scale)", panels)
 
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from loadtests import baseline, claim, frontier
+from loadtests import baseline, claim, frontier, quality_data
 from loadtests.quality_plots import frontier_plot, stream_plot
 from loadtests.quality_runs import (
     DATASETS,
@@ -126,21 +126,32 @@ def untestable(sweeps: Mapping[str, Sequence[frontier.Point]]) -> str:
     return f"every run of {', '.join(empty)} is worse than always predicting the mean CTR"
 
 
+def draw(outcomes: Sequence[Outcome], img_dir: Path) -> dict[str, Path]:
+    """The section's figures: each dataset's curves over the stream, then the frontier."""
+    means = means_of(outcomes)
+    figures = {
+        f"{dataset}-stream": stream_plot(defaults(outcomes, dataset), dataset, img_dir)
+        for dataset in DATASETS
+    }
+    sweeps = {d: sweeps_of(outcomes, d) for d in DATASETS}
+    figures["frontier"] = frontier_plot(sweeps, outcomes, means, img_dir)
+    return figures
+
+
 def run(options: BenchOptions) -> Section:
     """Run every replay, draw the figures, and write the section."""
     jobs = jobs_for(options.data_dir, options.quick)
     outcomes = run_all(jobs, workers=max(1, min(2, os.cpu_count() or 1)))
+    quality_data.save(outcomes, options.img_dir)  # the figures' data, to draw them again
     report_dir, means = options.img_dir.parent, means_of(outcomes)
     parts = [_method()]
-    figures: dict[str, Path] = {}
+    figures = draw(outcomes, options.img_dir)
     headlines = []
     for dataset in DATASETS:
         rows = defaults(outcomes, dataset)
-        figures[f"{dataset}-stream"] = stream_plot(rows, dataset, options.img_dir)
         headlines += vw_headline(dataset, rows, means)
         parts.append(_dataset_part(dataset, rows, means, figures[f"{dataset}-stream"]))
     sweeps = {d: sweeps_of(outcomes, d) for d in DATASETS}
-    figures["frontier"] = frontier_plot(sweeps, outcomes, means, options.img_dir)
     parts.append(figure(figures["frontier"], "Sparsity-accuracy frontier", report_dir))
     reasons = {d: untestable(sweeps[d]) for d in DATASETS}
     verdicts = {

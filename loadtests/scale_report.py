@@ -334,3 +334,35 @@ def render(
         )
         + "\n"
     )
+
+
+def sizes_table(report: str) -> list[dict[str, float]]:
+    """The figures at each size as a report's first table gives them, by :class:`SizeResult`
+    field: what :func:`loadtests.bench_scale.plot_rows` draws, read back from the report.
+
+    >>> text = "## Figures at each size\\n\\n" + table(HEADER, [[1_000, 2_000, *[0.5] * 17]])
+    >>> row = sizes_table(text)[0]
+    >>> row["target"], row["tracked"], row["worker_cpu_us"]
+    (1000.0, 2000.0, 0.5)
+    """
+    section = report.split("## Figures at each size", 1)[1]
+    lines = section.strip().splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip().replace(",", "") for cell in line.strip("|").split("|")]
+        values = zip(header, cells, strict=True)
+        rows.append({COLUMNS[name]: _number(cell) for name, cell in values})
+    return rows
+
+
+def _number(cell: str) -> float:
+    """A table cell's number; a missing figure (``n/a``) is not a number."""
+    return math.nan if cell == "n/a" else float(cell)
+
+
+def timing_tool(report: str) -> str:
+    """The tool that timed ``/predict`` in a report's run, as its method names it."""
+    return "wrk" if "`wrk` (1 thread" in report else "httpx"
