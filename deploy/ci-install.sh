@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the deployment checks (tests/deploy) need, only when it is missing:
 #   - promtool and prometheus: Debian's `prometheus` package;
-#   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine.
+#   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine;
+#   - Chromium (Debian's `chromium`), the headless browser of the documentation's screenshot
+#     checks (tests/docs/test_screenshots.py).
 # Idempotent: a second run installs nothing. Installs only as root (CI runs `make test` as
 # root on a fresh machine); as any other user it installs nothing and, if a tool is missing,
 # says in one line which and how to get it: the checks that need it then skip.
@@ -53,6 +55,21 @@ compose_installed() {
     [[ $major =~ ^[0-9]+$ ]] && ((major >= 2))
 }
 
+chromium_installed() {
+    command -v chromium >/dev/null
+}
+
+install_chromium() {
+    if chromium_installed; then
+        return
+    fi
+    echo "ci-install: installing Debian package chromium"
+    apt-get update -qq
+    # No recommends: the headless screenshots need the browser and its fonts, nothing more.
+    env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends chromium
+}
+
 install_compose() {
     if compose_installed; then
         return
@@ -80,6 +97,7 @@ if [ "$(id -u)" -ne 0 ]; then
     missing=()
     prometheus_installed || missing+=("promtool and prometheus (Debian package prometheus)")
     compose_installed || missing+=("Docker Compose v2")
+    chromium_installed || missing+=("chromium (Debian package chromium)")
     if ((${#missing[@]})); then
         # One line, and on: the checks that need a missing tool skip, naming it.
         joined=$(printf '%s, ' "${missing[@]}")
@@ -91,5 +109,7 @@ fi
 
 install_prometheus
 install_compose
+install_chromium
 promtool --version | head -n 1
 docker compose version 2>/dev/null || docker-compose version
+chromium --version 2>/dev/null  # its Debian wrapper warns on stderr about a memory test
