@@ -11,7 +11,7 @@ held whole, so the clients send them themselves (:mod:`online_ctr.client.snapsho
 
 Not built yet: labelling served predictions by ``prediction_id``. The service has it (``POST
 /learn`` with ``{"prediction_id": ..., "label": ...}`` or ``examples`` of them, for a model with
-``OCTR_JOIN_WINDOW_S`` > 0; see the README's *Clicks that arrive later*); this client does not
+``OCTR_JOIN_WINDOW_S`` > 0; see docs/concepts/joins.md); this client does not
 send it yet. It goes here, as one more function returning an :class:`Operation`."""
 
 from __future__ import annotations

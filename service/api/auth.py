@@ -37,7 +37,8 @@ DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 DOCS_ASSETS_URL = "/docs/assets"
 _NO_KEYS = (
     "authentication is on (the default) but no API keys are configured: set OCTR_API_KEYS "
-    "or OCTR_API_KEYS_FILE (see the README), or OCTR_AUTH=off for local use only"
+    "or OCTR_API_KEYS_FILE (see docs/operations/authentication.md), or OCTR_AUTH=off for "
+    "local use only"
 )
 
 

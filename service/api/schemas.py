@@ -119,7 +119,7 @@ Uncertainty = Annotated[
     Strict(),
     Field(
         description="true: answer each prediction's `uncertainty` too, sum_i |x_i| eta_i, a "
-        "bound on how far the next update can move its logit (see the README)."
+        "bound on how far the next update can move its logit (docs/concepts/rules.md)."
     ),
 ]
 
