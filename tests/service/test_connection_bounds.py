@@ -164,7 +164,7 @@ def read_answer(sock: socket.socket) -> bytes:
     length = int(re.search(rb"(?im)^content-length: (\d+)", head)[1])  # type: ignore[index]
     while len(body) < length:
         body += receive(sock)
-    return answer
+    return head + b"\r\n\r\n" + body  # the body may have come after the head's chunk
 
 
 def receive(sock: socket.socket) -> bytes:
