@@ -63,7 +63,7 @@ class ReplicaAcks:
     #: Counts the waits that ended short of the replicas asked for.
     timeouts: Counts | None = None
     #: Per master (its address), how many replicas it had at its last confirm.
-    _attached: dict[str, int] = field(default_factory=dict)
+    _attached: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def of(
