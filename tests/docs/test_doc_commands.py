@@ -11,6 +11,7 @@ reader's terminal.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -79,6 +80,13 @@ def run_steps(serve: LocalServe, steps: list[Step], timeline: list[str]) -> None
             prelude.append(variables.read_text())
 
 
+@pytest.fixture
+def curl() -> None:
+    """The documentation's commands use curl, as its reader does."""
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed; the documentation's commands use it")
+
+
 def runnable(pages: list[Path]) -> list[Step]:
     return [step for page in pages for step in page_steps(page)]
 
@@ -93,6 +101,7 @@ def test_the_readme_and_getting_started_mark_their_commands_runnable() -> None:
     assert marked <= set(site_pages())
 
 
+@pytest.mark.usefixtures("curl")
 def test_the_readme_quickstart_runs_as_written(
     start_serve: Callable[[], LocalServe], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,6 +112,7 @@ def test_the_readme_quickstart_runs_as_written(
         print("\nREADME quickstart, from a fresh serve:\n" + "".join(timeline))
 
 
+@pytest.mark.usefixtures("curl")
 def test_the_documentation_site_runs_as_written_in_order(
     start_serve: Callable[[], LocalServe], capsys: pytest.CaptureFixture[str]
 ) -> None:
