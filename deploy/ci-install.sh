@@ -3,7 +3,9 @@
 #   - promtool and prometheus: Debian's `prometheus` package;
 #   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine;
 #   - Chromium (Debian's `chromium`), the headless browser of the documentation's screenshot
-#     checks (tests/docs/test_screenshots.py).
+#     checks (tests/docs/test_screenshots.py);
+#   - a Docker engine (Debian's docker.io, started) and debootstrap, for the compose stack run
+#     for real (tests/deploy/test_compose_stack.py): deploy/images/engine.sh.
 # Idempotent: a second run installs nothing. Installs only as root (CI runs `make test` as
 # root on a fresh machine); as any other user it installs nothing and, if a tool is missing,
 # says in one line which and how to get it: the checks that need it then skip.
@@ -110,6 +112,7 @@ fi
 install_prometheus
 install_compose
 install_chromium
+bash "$ROOT/deploy/images/engine.sh"
 promtool --version | head -n 1
 docker compose version 2>/dev/null || docker-compose version
 chromium --version 2>/dev/null  # its Debian wrapper warns on stderr about a memory test
