@@ -95,7 +95,7 @@ def skip(reason: str) -> None:
     pytest.skip(reason)
 
 
-def remove_leftovers() -> None:
+def remove_leftovers(compose: list[str]) -> None:
     """Stacks of this test whose pytest is gone (killed mid-run): their containers, volumes and
     networks would otherwise stay for good."""
     listed = run("docker", "ps", "-a", "--format", '{{ .Label "com.docker.compose.project" }}')
@@ -103,10 +103,12 @@ def remove_leftovers() -> None:
         if project.startswith(PROJECT_PREFIX):
             pid = int(project.removeprefix(PROJECT_PREFIX))
             if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+                # From / by its name alone: here the repository's file would need its variables.
                 subprocess.run(
-                    ["docker", "compose", "-p", project, "down", "-v", "--remove-orphans"],
+                    [*compose, "-p", project, "down", "--volumes", "--remove-orphans"],
                     capture_output=True,
                     check=False,
+                    cwd="/",
                 )
 
 
@@ -182,7 +184,7 @@ def stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) -> Itera
     engine_or_skip()
     if os.geteuid() != 0:
         skip("not root: the secrets' owners (uid 10001, nobody) cannot be set")
-    remove_leftovers()
+    remove_leftovers(compose)
     building = time.monotonic()
     built = run("bash", str(IMAGES / "build.sh"), check=False)
     print(f"\nimages ready in {time.monotonic() - building:.1f} s: {built.stderr.strip()}")
