@@ -13,7 +13,6 @@ exactly once (:func:`loadtests.chaos_parts.audit`). Exit status 1 if any was dou
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import threading
 import time
@@ -23,9 +22,8 @@ from pathlib import Path
 
 import redis
 
-from loadtests.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, audit
+from loadtests.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, Learners, audit
 from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
-from online_ctr.cli.embedded import free_port
 
 REDIS_TIMEOUT_S = 0.5
 #: How much later than the Redis timeout a 503 may come (a loaded machine's scheduling).
@@ -104,52 +102,13 @@ class Chaos:
         self.stack = Stack(work_dir, **SETTINGS)
         self.redis = DurableRedis(work_dir / "redis")
         self.stack.redis_server = self.redis
-        self.names: dict[int, str] = {}
-        self.generation = 0
-        self.kills = 0
-        self.leader_kills = 0  # kills of the worker that held the lease at the time
+        self.learners = Learners(self.stack, self.read_lease)
 
-    def start_worker(self, slot: int) -> None:
-        self.generation += 1
-        self.names[slot] = f"w{slot}-{self.generation}"
-        self.stack.spawn(
-            f"worker{slot}",
-            [sys.executable, "-m", "online_ctr.cli.main", "worker"],
-            OCTR_WORKER_METRICS_PORT=str(free_port()),
-            OCTR_WORKER_NAME=self.names[slot],
-        )
-
-    def leader_slot(self) -> int | None:
-        """The slot of the running worker holding the lease; None if none does (yet)."""
+    def read_lease(self) -> bytes | None:
         url = self.redis.url
         with redis.Redis.from_url(url, socket_timeout=0.3, socket_connect_timeout=0.3) as client:
-            value = client.get("octr:{default}:lease")
-        holder = value.decode().split()[-1] if value else ""
-        return next((slot for slot, name in self.names.items() if name == holder), None)
-
-    def _victim(self, patience_s: float = 2.0) -> int:
-        """The learner's slot, waiting a little for one to lead; either slot if none does
-        (Redis is down or stalled, or the lease is still a killed worker's)."""
-        deadline = time.monotonic() + patience_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(redis.RedisError):
-                slot = self.leader_slot()
-                if slot is not None:
-                    self.leader_kills += 1
-                    return slot
-            time.sleep(0.05)
-        return self.kills % 2
-
-    def kill_loop(self, kills: int, every_s: float) -> None:
-        """SIGKILL the learner (restarting it) every ``every_s`` until ``kills`` were made."""
-        while self.kills < kills:
-            time.sleep(every_s)
-            slot = self._victim()
-            process = self.stack.children.pop(f"worker{slot}")
-            process.kill()
-            process.wait()
-            self.kills += 1
-            self.start_worker(slot)
+            value: bytes | None = client.get("octr:{default}:lease")
+        return value
 
     def workers_registered(self) -> int:
         """Names in the model's worker set (dead workers' too, until they are forgotten)."""
@@ -163,10 +122,11 @@ def run(kills: int, stall_s: float, every_s: float, pause_s: float) -> Summary:
         chaos = Chaos(Path(scratch))
         with chaos.stack as stack:
             api_url = stack.start_api()
-            for slot in (0, 1):
-                chaos.start_worker(slot)
+            chaos.learners.start()
             wait_until(lambda: http_ok(f"{api_url}/readyz"), 60, "a worker's heartbeat")
-            killer = threading.Thread(target=chaos.kill_loop, args=(kills, every_s), daemon=True)
+            killer = threading.Thread(
+                target=chaos.learners.kill_loop, args=(kills, every_s), daemon=True
+            )
             with Feeders(api_url) as feeders:
                 killer.start()
                 for disrupt in (
@@ -180,8 +140,8 @@ def run(kills: int, stall_s: float, every_s: float, pause_s: float) -> Summary:
                 killer.join()
             stack.check_alive()
             return Summary(
-                kills=chaos.kills,
-                leader_kills=chaos.leader_kills,
+                kills=chaos.learners.kills,
+                leader_kills=chaos.learners.leader_kills,
                 redis_restarts=2,
                 stall_s=stall_s,
                 feed=feeders.log,

@@ -9,13 +9,16 @@ whose ``z^2`` differs from its ``n`` was learned more than once, a tag with no s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +26,8 @@ import httpx
 import numpy as np
 import redis
 
-from online_ctr.cli.embedded import RedisServer
+from loadtests.processes import Stack
+from online_ctr.cli.embedded import RedisServer, free_port
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
@@ -68,6 +72,71 @@ class DurableRedis(RedisServer):
         self.start(timeout_s=30)
 
 
+class Learners:
+    """A stack's two real workers, each restarted under a new name when it is SIGKILLed, and
+    the kills of whichever holds the model's lease (``read_lease``: its value, or None)."""
+
+    def __init__(self, stack: Stack, read_lease: Callable[[], bytes | None]) -> None:
+        self.stack = stack
+        self.read_lease = read_lease
+        self.names: dict[int, str] = {}
+        self.generation = 0
+        self.kills = 0
+        self.leader_kills = 0  # kills of the worker that held the lease at the time
+
+    def start(self) -> None:
+        for slot in (0, 1):
+            self.start_worker(slot)
+
+    def start_worker(self, slot: int) -> None:
+        self.generation += 1
+        self.names[slot] = f"w{slot}-{self.generation}"
+        port = free_port()
+        self.stack.worker_metrics[f"worker{slot}"] = f"http://127.0.0.1:{port}/metrics"
+        self.stack.spawn(
+            f"worker{slot}",
+            [sys.executable, "-m", "online_ctr.cli.main", "worker"],
+            OCTR_WORKER_METRICS_PORT=str(port),
+            OCTR_WORKER_NAME=self.names[slot],
+        )
+
+    def leader_slot(self) -> int | None:
+        """The slot of the running worker holding the lease; None if none does (yet)."""
+        value = self.read_lease()
+        holder = value.decode().split()[-1] if value else ""
+        return next((slot for slot, name in self.names.items() if name == holder), None)
+
+    def _victim(self, patience_s: float) -> int:
+        """The learner's slot, waiting up to ``patience_s`` for one to lead; either slot if
+        none does (Redis is down or stalled, or the lease is still a killed worker's)."""
+        deadline = time.monotonic() + patience_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError):
+                slot = self.leader_slot()
+                if slot is not None:
+                    self.leader_kills += 1
+                    return slot
+            time.sleep(0.05)
+        return self.kills % 2
+
+    def kill_leader(self, patience_s: float = 2.0) -> None:
+        """SIGKILL the learner and start its slot again under a new name."""
+        slot = self._victim(patience_s)
+        process = self.stack.children.pop(f"worker{slot}")
+        process.kill()
+        process.wait()
+        self.kills += 1
+        self.start_worker(slot)
+
+    def kill_loop(self, kills: int, every_s: float, patience_s: float = 2.0) -> None:
+        """SIGKILL the learner (restarting it) every ``every_s`` until ``kills`` were made,
+        each time waiting up to ``patience_s`` for one to lead (a long wait: only learners are
+        killed, never a standby still starting while none leads)."""
+        while self.kills < kills:
+            time.sleep(every_s)
+            self.kill_leader(patience_s)
+
+
 @dataclass
 class FeedLog:
     """What the feeding clients saw, shared between their threads."""
@@ -81,6 +150,11 @@ class FeedLog:
     connection_errors: int = 0
     unexpected: list[str] = field(default_factory=list)
     max_503_s: float = 0.0
+    #: When the attempt that got each 202 was sent (``time.monotonic()``), with its tags: an
+    #: attempt sent after a master died cannot have been written by it, so what a failover
+    #: may lose is told apart by it from what it must not.
+    accepted_at: list[tuple[float, list[str]]] = field(default_factory=list)
+    abandoned: int = 0  # requests still unanswered 202 when the feeders gave up on them
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -94,6 +168,7 @@ class Feeders:
         self.log = FeedLog()
         self._counter = itertools.count()
         self._stop = threading.Event()
+        self._abandon = threading.Event()
         self._threads = [
             threading.Thread(target=self._run, args=(index,), daemon=True)
             for index in range(clients)
@@ -107,9 +182,15 @@ class Feeders:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def stop(self) -> None:
-        """Stop after each client's request in flight is accepted."""
+    def stop(self, patience_s: float | None = None) -> None:
+        """Stop after each client's request in flight is accepted; after ``patience_s``, if
+        given, give up on those still refused (counted in ``abandoned``: neither accepted nor
+        known not to be)."""
         self._stop.set()
+        deadline = None if patience_s is None else time.monotonic() + patience_s
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._abandon.set()
         for thread in self._threads:
             thread.join()
 
@@ -129,12 +210,17 @@ class Feeders:
         with httpx.Client(base_url=self.api_url, timeout=10.0) as client:
             while not self._stop.is_set():
                 tags, body = self._body(rng)
-                accepted = self._send(client, body, {"Idempotency-Key": str(uuid.uuid4())})
+                answer = self._send(client, body, {"Idempotency-Key": str(uuid.uuid4())})
                 with self.log.lock:
                     self.log.requests += 1
+                    if answer is None:
+                        self.log.abandoned += 1
+                        return
+                    accepted, sent = answer
                     self.log.accepted += accepted
                     if accepted:
                         self.log.accepted_tags.update(tags)
+                        self.log.accepted_at.append((sent, tags))
                         self.log.other_features.update(
                             f"{name}={value}"
                             for example in body["examples"]
@@ -142,9 +228,12 @@ class Feeders:
                             if name != "tag"
                         )
 
-    def _send(self, client: httpx.Client, body: dict[str, Any], headers: dict[str, str]) -> int:
-        """Post until accepted (202); the number of examples the answer says it accepted."""
-        while True:
+    def _send(
+        self, client: httpx.Client, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[int, float] | None:
+        """Post until accepted (202): the number of examples the answer says it accepted, and
+        when the accepted attempt was sent (None: given up on by :meth:`stop`)."""
+        while not self._abandon.is_set():
             started = time.monotonic()
             try:
                 reply = client.post("/learn", json=body, headers=headers)
@@ -157,15 +246,16 @@ class Feeders:
                 if reply.headers.get("Idempotent-Replayed") == "true":
                     with self.log.lock:
                         self.log.replayed += 1
-                return int(reply.json()["accepted"])
+                return int(reply.json()["accepted"]), started
             with self.log.lock:
                 if reply.status_code == 503:
                     self.log.answers_503 += 1
                     self.log.max_503_s = max(self.log.max_503_s, time.monotonic() - started)
                 else:
                     self.log.unexpected.append(f"{reply.status_code} {reply.text[:200]}")
-                    return 0
+                    return 0, started
             time.sleep(0.05)
+        return None
 
 
 @dataclass(frozen=True)
@@ -179,9 +269,15 @@ class Audit:
     tags_doubled: int
     tags_lost: int
     stream_left: int
+    #: Which tags were doubled and which lost (when each was accepted tells a failover's
+    #: window from what it must never lose).
+    doubled: frozenset[str] = frozenset()
+    lost: frozenset[str] = frozenset()
 
 
-def audit(client: redis.Redis, accepted_tags: set[str], model: str = "default") -> Audit:
+def audit(
+    client: redis.Redis | redis.RedisCluster, accepted_tags: set[str], model: str = "default"
+) -> Audit:
     """Read the model's counters and every state hash; classify each accepted tag. The
     stream's length is read first: once it is 0 with feeding stopped, the counters read
     next are final (the state may still miss the last commit until its learner applies it)."""
@@ -191,27 +287,38 @@ def audit(client: redis.Redis, accepted_tags: set[str], model: str = "default") 
     hash_bits = int(meta.get("hash_bits", 64))
     layout = Layout(int(meta["buckets"]), int(meta["shards"]), hash_bits, 2)
     hasher = FeatureHasher(None if hash_bits == 64 else hash_bits)
-    wanted = {hasher.id(f"tag={tag}") for tag in accepted_tags}
+    wanted = {hasher.id(f"tag={tag}"): tag for tag in accepted_tags}
     found: dict[int, np.ndarray] = {}
-    for key in client.scan_iter(match=f"octr:{{{model}/*}}:b:*", count=1000):
-        bucket = int(key.rsplit(b":", 1)[1])
-        fields: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
-        for name, value in fields.items():
-            feature = (int.from_bytes(name, "little") << layout.bucket_bits) | bucket
-            if feature in wanted:
-                found[feature] = np.frombuffer(value, "<f8")
-    once = sum(bool(np.isclose(z * z, n, rtol=1e-9, atol=0)) for z, n in found.values())
+    bucket_keys = list(client.scan_iter(match=f"octr:{{{model}/*}}:b:*", count=1000))
+    for start in range(0, len(bucket_keys), 1000):  # a round trip per thousand buckets
+        pipe = client.pipeline(transaction=False)
+        for key in bucket_keys[start : start + 1000]:
+            pipe.hgetall(key)
+        for key, fields in zip(bucket_keys[start : start + 1000], pipe.execute(), strict=True):
+            bucket = int(key.rsplit(b":", 1)[1])
+            for name, value in fields.items():
+                feature = (int.from_bytes(name, "little") << layout.bucket_bits) | bucket
+                if feature in wanted:
+                    found[feature] = np.frombuffer(value, "<f8")
+    doubled = {
+        wanted[feature]
+        for feature, (z, n) in found.items()
+        if not np.isclose(z * z, n, rtol=1e-9, atol=0)
+    }
+    once = len(found) - len(doubled)
     return Audit(
         t=int(meta.get("t", 0)),
         dead_letters=_length(client, keys.dead),
         tracked=int(meta.get("tracked", 0)),
         tags_once=once,
-        tags_doubled=len(found) - once,
+        tags_doubled=len(doubled),
         tags_lost=len(wanted) - len(found),
         stream_left=stream_left,
+        doubled=frozenset(doubled),
+        lost=frozenset(tag for feature, tag in wanted.items() if feature not in found),
     )
 
 
-def _length(client: redis.Redis, stream: str) -> int:
+def _length(client: redis.Redis | redis.RedisCluster, stream: str) -> int:
     length: int = client.xlen(stream)
     return length
