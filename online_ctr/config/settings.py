@@ -49,6 +49,7 @@ COMPOSE_VARIABLES = frozenset(
         "OCTR_API_PORT",
         "OCTR_API_KEYS_SECRET",
         "OCTR_METRICS_KEY_SECRET",
+        "OCTR_REDIS_PASSWORD_SECRET",
     }
 )
 
