@@ -58,7 +58,6 @@ from loadtests.chaos_cluster_parts import (
 )
 from loadtests.chaos_parts import Audit, Feeders, FeedLog, Learners, audit
 from loadtests.processes import http_ok, wait_until
-from online_ctr.config.settings import Settings
 from tests.local_cluster import LocalCluster
 
 SHARDS = 64
@@ -70,9 +69,6 @@ SETTINGS = {
     "OCTR_BATCH_WAIT_MS": "20",
     "OCTR_REDIS_WAIT_S": "60",
 }
-#: Whether this build knows ``OCTR_REPLICA_ACKS`` (issue 37, item 1): a process refuses a
-#: setting it does not know, so the suite passes it only to a build that does.
-ACKS_KNOWN = "replica_acks" in Settings.model_fields
 
 
 @dataclass(frozen=True)
@@ -238,8 +234,7 @@ def run_scenario(
     logs = work_dir / f"{name}-acks{acks}"
     logs.mkdir(parents=True, exist_ok=True)
     faults = Faults(cluster)
-    acks_env = {"OCTR_REPLICA_ACKS": str(acks)} if ACKS_KNOWN else {}
-    with service_on(cluster, logs, **SETTINGS, **acks_env) as stack:
+    with service_on(cluster, logs, **SETTINGS, OCTR_REPLICA_ACKS=str(acks)) as stack:
         api_url = stack.start_api()
         learners = Learners(stack, partial(read_lease, cluster))
         learners.start()
@@ -322,8 +317,6 @@ def render(outcomes: list[Outcome]) -> str:
         if outcome.failures:
             short = "; ".join(outcome.failures)
             lines.append(f"FAILED {outcome.scenario} acks={outcome.acks}: {short}")
-    if not ACKS_KNOWN:
-        lines.append("NOTE this build has no OCTR_REPLICA_ACKS: every setting ran without it")
     lines.append("FAILED" if any(outcome.failures for outcome in outcomes) else "OK")
     return "\n".join(lines)
 
