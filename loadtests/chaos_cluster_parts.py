@@ -257,21 +257,27 @@ def longest_gap(times: list[float], since: float, until: float) -> float:
     return max(later - earlier for earlier, later in itertools.pairwise(points))
 
 
+#: The counters of the rollbacks a learner reports: of the log side, of state shards.
+ROLLBACK_COUNTERS = ("online_ctr_log_rollbacks_total", "online_ctr_shard_rollbacks_total")
+
+
 def rollbacks_counted(stack: Stack) -> int:
-    """``online_ctr_log_rollbacks_total`` summed over the running workers."""
+    """The rollbacks counted (:data:`ROLLBACK_COUNTERS`), summed over the running workers."""
     total = 0.0
     for url in stack.worker_metrics.values():
         with contextlib.suppress(httpx.HTTPError):
             for line in httpx.get(url, timeout=2.0).text.splitlines():
-                if line.startswith("online_ctr_log_rollbacks_total"):
+                if line.startswith(ROLLBACK_COUNTERS):
                     total += float(line.rsplit(" ", 1)[1])
     return int(total)
 
 
 def rollback_reported(api_url: str) -> str | None:
-    """What ``GET /readyz`` says of a log-side rollback (None: nothing)."""
+    """What ``GET /readyz`` says of a rollback of the log side or of state shards (None:
+    nothing)."""
     with contextlib.suppress(httpx.HTTPError, ValueError):
-        reported: str | None = httpx.get(f"{api_url}/readyz", timeout=2.0).json()["log_rollback"]
+        ready = httpx.get(f"{api_url}/readyz", timeout=2.0).json()
+        reported: str | None = ready["log_rollback"] or ready.get("shard_rollback")
         return reported
     return None
 

@@ -175,6 +175,14 @@ class Metrics:
             ("method", "route", "status_class"),
             registry=registry,
         )
+        self.shard_rollbacks = Counter(
+            "online_ctr_shard_rollbacks",
+            "Times a learner found state shards behind the last commit that wrote to them, with "
+            "the redo log trimmed past it (a shard's failover to a lagging replica): their "
+            "updates were lost (issue 37).",
+            model,
+            registry=registry,
+        )
         self.replica_ack_timeouts = Counter(
             "online_ctr_replica_ack_timeouts",
             "Writes fewer replicas than OCTR_REPLICA_ACKS acknowledged in time, by what waited: "

@@ -32,7 +32,7 @@ from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
-from workers.rollback import check_log
+from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ class Worker:
             metrics.dead_lettered,
             metrics.commit_conflicts,
             metrics.log_rollbacks,
+            metrics.shard_rollbacks,
         ):
             series.labels(**self._label)  # every series exists from the start, at 0
 
@@ -210,6 +211,7 @@ class Worker:
         for seq, runs in pending:
             await self.store.shards.apply(seq, runs, gen)
         await self.store.shards_replicated([run for _, runs in pending for run in runs])
+        await check_shards(self.store, gen, self.metrics.shard_rollbacks.labels(**self._label))
         if pending:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0

@@ -18,6 +18,16 @@ the redo log, where the shards are:
 - a shard stamped with an earlier generation than the log's is one a learner that moved the
   generation did not restamp before it died: restamped the same way, silently.
 
+The shards fail over on their own too. A shard's master that dies before its replica has an
+apply takes the apply with it, and once the redo log was trimmed past that commit nothing can
+bring it back (with ``OCTR_REPLICA_ACKS`` on, the redo log is trimmed only past replicated
+applies, so this cannot happen). The log side keeps, per shard, the last commit that wrote to
+it (``touched``, set by ``finalize.lua``); after the redo log's replay every shard must be
+there. One that is not went back: :func:`check_shards` says so the same ways (one log line,
+``online_ctr_shard_rollbacks_total``, ``shard_rollback`` in the meta and ``/readyz``) and
+stamps it where the log says it is, so that it is said once. Its lost updates stay lost: the
+features it holds are as of an earlier commit, and learning goes on from them.
+
 What a rollback loses, and what is kept: commits after the log's last are gone from the log
 (their redo entries, their counts in ``t``, their stream deletions). Their state stays in the
 shards that had applied them, and learning goes on from the shards as they are; a shard that
@@ -99,6 +109,35 @@ async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
                 pipe.set(store.keys.shard(index).applied, stamp(seq, gen))
             await pipe.execute()
     return gen
+
+
+async def check_shards(store: ModelStore, gen: int, rollbacks: Counter) -> None:
+    """Report and restamp the shards behind the last commit that wrote to them (see the
+    module doc); run after the redo log's replay, under log generation ``gen``."""
+    found = await positions(store)
+    touched = await store.redis.hgetall(store.keys.touched)
+    behind = {
+        index: int(touched[field])
+        for index, (seq, _) in enumerate(found.shards)
+        if (field := f"s{index}".encode()) in touched and seq < int(touched[field])
+    }
+    if not behind:
+        return
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    report = (
+        f"model {store.spec.name!r}: {len(behind)} of {len(found.shards)} state shards went back "
+        f"(a failover to a lagging replica?): at {when} shards "
+        f"{', '.join(str(i) for i in sorted(behind))} lack commits up to {max(behind.values())} "
+        "that the redo log no longer holds; their features are as of earlier commits, and "
+        "learning goes on from them (OCTR_REPLICA_ACKS prevents this)"
+    )
+    async with pipeline(store.redis) as pipe:
+        for index, seq in behind.items():
+            pipe.set(store.keys.shard(index).applied, stamp(seq, gen))
+        pipe.hset(store.keys.meta, "shard_rollback", report)
+        await pipe.execute()
+    logger.error("%s", report)
+    rollbacks.inc()
 
 
 def _report(store: ModelStore, found: Positions, ahead: list[int], gen: int) -> str:

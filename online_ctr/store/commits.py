@@ -79,7 +79,15 @@ class CommitLog:
         redo = [part for shard, blob in change.runs for part in (f"s{shard}", blob)]
         fit, histogram = change.calibration or ("", b"")
         reply = await self.scripts.finalize(
-            keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo, keys.pins],
+            keys=[
+                keys.meta,
+                keys.stream,
+                keys.expiry,
+                keys.failures,
+                keys.redo,
+                keys.pins,
+                keys.touched,
+            ],
             args=[
                 fence,
                 change.t,

@@ -3,7 +3,8 @@
 -- Nothing is written unless the caller still holds the learner's fence token (ARGV[1]) and the
 -- model is still at the step and epoch the group was learned from: a learner that lost its
 -- lease gets 'fenced', one that raced gets 'conflict'.
--- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins.
+-- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins, 7 touched (per
+--       shard, the last commit that writes to it: set here for the commit's shards).
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
@@ -73,6 +74,7 @@ local function check_stored(a)
   kind(expiry, 'zset')
   kind(failures, 'hash')
   kind(redo, 'stream')
+  kind(KEYS[7], 'hash')
   local m = redis.call('HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked')
   local s = {
     t = whole('meta field t', m[1] or '0', 0),
@@ -104,7 +106,12 @@ end
 
 if a.through ~= 0 then trim_redo(redo, KEYS[6], meta, a.through, s.trim) end
 local seq = redis.call('HINCRBY', meta, 'seq', 1)
-if #a.fields > 0 then redis.call('XADD', redo, seq .. '-1', unpack(a.fields)) end
+if #a.fields > 0 then
+  redis.call('XADD', redo, seq .. '-1', unpack(a.fields))
+  local touched = {}
+  for i = 1, #a.fields, 2 do touched[i], touched[i + 1] = a.fields[i], seq end
+  each_chunk(touched, 1000, 'HSET', KEYS[7])
+end
 
 local leaving = a.leaving
 local members = {}

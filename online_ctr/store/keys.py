@@ -180,6 +180,12 @@ class ModelKeys:
         return self._key("workers")
 
     @property
+    def touched(self) -> str:
+        """Per state shard (field ``s<n>``), the last commit that wrote to it: what the shard
+        must have once the redo log is replayed (:mod:`workers.rollback`)."""
+        return self._key("touched")
+
+    @property
     def pins(self) -> str:
         """Snapshot exports in progress: the redo entries each still needs (a hash)."""
         return self._key("pins")
@@ -221,4 +227,5 @@ class ModelKeys:
             self.failures,
             self.workers,
             self.pins,
+            self.touched,
         ]

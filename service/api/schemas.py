@@ -525,6 +525,14 @@ class ReadyResponse(BaseModel):
         "replaced; null if it never happened. Readiness is unaffected: learning goes on.",
         examples=[None],
     )
+    shard_rollback: str | None = Field(
+        default=None,
+        description="The last time a learner found state shards behind the last commit that "
+        "wrote to them, the redo log trimmed past it (a shard's failover to a lagging replica "
+        "with OCTR_REPLICA_ACKS=0): which shards lost updates. Kept like log_rollback; null if "
+        "it never happened.",
+        examples=[None],
+    )
 
 
 class FieldError(BaseModel):

@@ -17,17 +17,18 @@ def test_the_longest_gap_counts_from_the_last_event_before_the_fault() -> None:
     assert math.isinf(longest_gap([1.0, 2.0], since=3.0, until=8.0))  # never resumed
 
 
-def outcome(lost: set[str], acks: int) -> Outcome:
+def outcome(lost: set[str], acks: int, rollbacks: int = 1) -> Outcome:
     feed = FeedLog(accepted_tags={"a", "b", "c", "d"})
     feed.accepted_at = [(1.0, ["a", "b"]), (4.0, ["c"]), (6.0, ["d"])]
     result = Audit(4 - len(lost), 0, 0, 4 - len(lost), 0, len(lost), 0, lost=frozenset(lost))
-    return Outcome("log-kill", acks, feed, result, Fault(5.0), 1.0, 1.0, 0, None, True)
+    return Outcome("log-kill", acks, feed, result, Fault(5.0), 1.0, 1.0, rollbacks, None, True)
 
 
 def test_a_loss_is_after_the_failover_when_its_accepted_attempt_was_sent_after_the_fault() -> None:
     before = outcome({"a", "c"}, acks=0)
     assert (before.lost, before.lost_after, before.loss_window_s) == (2, 0, 4.0)
-    assert before.failures == []  # before the fault, with acks off: allowed
+    assert before.failures == []  # before the fault, with acks off, reported: allowed
+    assert outcome({"a", "c"}, acks=0, rollbacks=0).failures == ["2 lost, not reported"]
     after = outcome({"d"}, acks=0)
     assert after.lost_after == 1
     assert after.failures == ["1 lost after the failover"]

@@ -6,6 +6,7 @@ import asyncio
 import warnings
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
@@ -58,3 +59,27 @@ def test_readyz_names_a_rollback_of_the_log_side(client: TestClient, settings: S
     report = reply.json()["log_rollback"]
     assert report is not None and "the log side went back" in report, report
     assert "ends at commit 6" in report, report
+
+
+async def feed(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(str(settings.redis_url))
+    await send(ModelStore(client, model_spec(settings)), AFTER)
+    await client.aclose()
+
+
+def test_readyz_names_state_shards_gone_back(client: TestClient, settings: Settings) -> None:
+    asyncio.run(feed(settings))
+    asyncio.run(learn(settings, rollback=False))
+    assert client.get("/readyz").json()["shard_rollback"] is None
+    plain = redis.Redis.from_url(str(settings.redis_url))
+    # A shard's failover to a replica that lacked its last apply, the redo log trimmed past it.
+    field, seq = max(plain.hgetall("octr:{default}:touched").items(), key=lambda i: int(i[1]))
+    plain.set(f"octr:{{default/{int(field[1:])}}}:applied", str(int(seq) - 1))
+    plain.xtrim("octr:{default}:redo", maxlen=0)
+    plain.close()
+
+    asyncio.run(learn(settings, rollback=False))  # the next learner finds it
+    reply = client.get("/readyz")
+    assert reply.status_code == 200  # learning goes on; the report says what was lost
+    report = reply.json()["shard_rollback"]
+    assert report is not None and "state shards went back" in report, report

@@ -61,7 +61,15 @@ async def finalize(store: ModelStore, meta: dict[str, Any] | None = None, **args
     t, epoch = await store.version()
     keys = store.keys
     return await store.scripts.finalize(
-        keys=[keys.meta, keys.stream, keys.expiry, keys.failures, keys.redo, keys.pins],
+        keys=[
+            keys.meta,
+            keys.stream,
+            keys.expiry,
+            keys.failures,
+            keys.redo,
+            keys.pins,
+            keys.touched,
+        ],
         args=finalize_args(store, fence, t, epoch=epoch, **args),
     )
 

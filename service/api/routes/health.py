@@ -22,8 +22,8 @@ async def healthz() -> HealthResponse:
 @router.get("/readyz", responses=error_responses(503))
 async def readyz(served: ServedDep) -> ReadyResponse:
     """Readiness: Redis answers and has room to write, and a worker heartbeat is recent
-    enough; 503 says why not. A rollback of the model's log side a learner found is reported
-    in ``log_rollback``."""
+    enough; 503 says why not. A rollback a learner found is reported: of the model's log side
+    in ``log_rollback``, of its state shards in ``shard_rollback``."""
     memory = await redis_memory(served.store.redis)
     if memory.full:
         # First: at the limit the workers' heartbeats are refused too, and would be blamed.
@@ -43,5 +43,11 @@ async def readyz(served: ServedDep) -> ReadyResponse:
         )
     # A rollback of the log side, found and repaired by the learner: said, not a 503 (the
     # model learns and serves correctly again; workers/rollback.py says what was lost).
-    rollback = await served.store.redis.hget(served.store.keys.meta, "rollback")
-    return ReadyResponse(heartbeat_age_s=age, log_rollback=text(rollback) if rollback else None)
+    log, shards = await served.store.redis.hmget(
+        served.store.keys.meta, "rollback", "shard_rollback"
+    )
+    return ReadyResponse(
+        heartbeat_age_s=age,
+        log_rollback=text(log) if log else None,
+        shard_rollback=text(shards) if shards else None,
+    )
