@@ -208,10 +208,13 @@ class Worker:
         # trimmed only once the shards' replicas hold the applies.
         await self.store.log_replicated()
         pending = await self.store.log.pending()
-        for seq, runs in pending:
+        # Before the replay: a shard that lacks a commit the redo log no longer holds would
+        # be hidden by it (a state failover to a lagging replica; workers/rollback.py).
+        shard_rollbacks = self.metrics.shard_rollbacks.labels(**self._label)
+        await check_shards(self.store, gen, pending, shard_rollbacks)
+        for seq, runs, _ in pending:
             await self.store.shards.apply(seq, runs, gen)
-        await self.store.shards_replicated([run for _, runs in pending for run in runs])
-        await check_shards(self.store, gen, self.metrics.shard_rollbacks.labels(**self._label))
+        await self.store.shards_replicated([run for commit in pending for run in commit.runs])
         if pending:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0

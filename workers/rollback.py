@@ -22,8 +22,10 @@ The shards fail over on their own too. A shard's master that dies before its rep
 apply takes the apply with it, and once the redo log was trimmed past that commit nothing can
 bring it back (with ``OCTR_REPLICA_ACKS`` on, the redo log is trimmed only past replicated
 applies, so this cannot happen). The log side keeps, per shard, the last commit that wrote to
-it (``touched``, set by ``finalize.lua``); after the redo log's replay every shard must be
-there. One that is not went back: :func:`check_shards` says so the same ways (one log line,
+it (``touched``, set by ``finalize.lua``), and each redo entry the commit that wrote to each of
+its shards before it (``prior``). Before the redo log's replay, a shard must hold the commit
+before the first entry that writes to it, or, if none does, its last. One that does not went
+back: :func:`check_shards` says so the same ways (one log line,
 ``online_ctr_shard_rollbacks_total``, ``shard_rollback`` in the meta and ``/readyz``) and
 stamps it where the log says it is, so that it is said once. Its lost updates stay lost: the
 features it holds are as of an earlier commit, and learning goes on from them.
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
+from online_ctr.store.commits import Pending
 from online_ctr.store.failures import pipeline
 from online_ctr.store.redis_types import text
 from online_ctr.store.shards import parse_stamp, stamp
@@ -111,15 +114,20 @@ async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
     return gen
 
 
-async def check_shards(store: ModelStore, gen: int, rollbacks: Counter) -> None:
-    """Report and restamp the shards behind the last commit that wrote to them (see the
-    module doc); run after the redo log's replay, under log generation ``gen``."""
+async def check_shards(
+    store: ModelStore, gen: int, pending: list[Pending], rollbacks: Counter
+) -> None:
+    """Report and restamp the shards lacking a commit the redo log no longer holds (see the
+    module doc); run before the replay of ``pending``, under log generation ``gen``."""
     found = await positions(store)
     touched = await store.redis.hgetall(store.keys.touched)
+    required = {int(field[1:]): int(seq) for field, seq in touched.items()}
+    for commit in reversed(pending):  # the first entry that writes to a shard wins
+        required.update({shard: commit.prior.get(shard, 0) for shard, _ in commit.runs})
     behind = {
-        index: int(touched[field])
+        index: required[index]
         for index, (seq, _) in enumerate(found.shards)
-        if (field := f"s{index}".encode()) in touched and seq < int(touched[field])
+        if seq < required.get(index, 0)
     }
     if not behind:
         return

@@ -12,7 +12,7 @@ before it reads any state (:meth:`CommitLog.pending`), and replaying is idempote
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -114,10 +114,13 @@ class CommitLog:
         seq, t, nonzero, tracked, logloss = reply[1:]
         return Commit(status, int(seq), int(t), int(nonzero), int(tracked), float(logloss))
 
-    async def pending(self) -> list[tuple[int, Runs]]:
+    async def pending(self) -> list[Pending]:
         """Every commit still in the redo log, oldest first, with its records per shard."""
         entries = cast(StreamEntries, await self.redis.xrange(self.keys.redo))
-        return [(int(entry_id.split(b"-")[0]), _runs(fields)) for entry_id, fields in entries]
+        return [
+            Pending(int(entry_id.split(b"-")[0]), _runs(fields), _prior(fields))
+            for entry_id, fields in entries
+        ]
 
     async def trim(self, through: int) -> None:
         """Forget redo entries up to commit ``through`` (every shard has applied them), but
@@ -127,5 +130,20 @@ class CommitLog:
         )
 
 
+class Pending(NamedTuple):
+    """A commit in the redo log: its number, its records per shard, and per shard the commit
+    that wrote to it before (0: none; or an entry written before they were kept)."""
+
+    seq: int
+    runs: Runs
+    prior: dict[int, int]
+
+
 def _runs(fields: dict[bytes, bytes]) -> Runs:
-    return sorted((int(name[1:]), blob) for name, blob in fields.items())
+    return sorted((int(name[1:]), blob) for name, blob in fields.items() if name != b"prior")
+
+
+def _prior(fields: dict[bytes, bytes]) -> dict[int, int]:
+    """The ``prior`` field, ``s<shard>:<commit> ...``, by shard."""
+    pairs = (part.split(b":") for part in fields.get(b"prior", b"").split())
+    return {int(name[1:]): int(seq) for name, seq in pairs}

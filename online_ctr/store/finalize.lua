@@ -4,7 +4,8 @@
 -- model is still at the step and epoch the group was learned from: a learner that lost its
 -- lease gets 'fenced', one that raced gets 'conflict'.
 -- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins, 7 touched (per
---       shard, the last commit that writes to it: set here for the commit's shards).
+--       shard, the last commit that writes to it: set here for the commit's shards, the
+--       values before kept in the redo entry's field 'prior' as 's<shard>:<commit> ...').
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
@@ -107,9 +108,18 @@ end
 if a.through ~= 0 then trim_redo(redo, KEYS[6], meta, a.through, s.trim) end
 local seq = redis.call('HINCRBY', meta, 'seq', 1)
 if #a.fields > 0 then
+  -- With the entry, each of its shards' previous commit: once that one is trimmed from the
+  -- redo log, the shard must hold it before this entry is replayed (workers/rollback.py).
+  local prior, touched = {}, {}
+  for first = 1, #a.fields, 2000 do
+    local names = {}
+    for i = first, math.min(first + 1999, #a.fields), 2 do names[#names + 1] = a.fields[i] end
+    local before = redis.call('HMGET', KEYS[7], unpack(names))
+    for j, name in ipairs(names) do prior[#prior + 1] = name .. ':' .. (before[j] or '0') end
+  end
+  a.fields[#a.fields + 1], a.fields[#a.fields + 2] = 'prior', table.concat(prior, ' ')
   redis.call('XADD', redo, seq .. '-1', unpack(a.fields))
-  local touched = {}
-  for i = 1, #a.fields, 2 do touched[i], touched[i + 1] = a.fields[i], seq end
+  for i = 1, #a.fields - 2, 2 do touched[i], touched[i + 1] = a.fields[i], seq end
   each_chunk(touched, 1000, 'HSET', KEYS[7])
 end
 

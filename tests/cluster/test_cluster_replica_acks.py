@@ -120,7 +120,7 @@ async def test_a_commit_is_applied_only_once_the_log_replica_has_it(
         with pytest.raises(ReplicaAckError):  # from the apply's wait, when it settles
             await learner.run_until_idle()
         # Finalized on the master and kept in its redo log, but applied to no shard.
-        [(seq, runs)] = await store.log.pending()
+        [(seq, runs, _)] = await store.log.pending()
         applied = [store.keys.shard(shard).applied for shard, _ in runs]
         assert [parse_stamp(await cluster.get(key)) for key in applied] == [(0, 0)] * len(runs)
         assert int(await cluster.hget(store.keys.meta, "t")) == len(ROWS)

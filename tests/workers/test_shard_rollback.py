@@ -94,3 +94,20 @@ async def test_a_shard_behind_with_its_commit_in_the_redo_log_is_repaired_silent
     assert rollbacks(metrics) == 0
     assert await store.redis.hget(store.keys.meta, "shard_rollback") is None
     assert parse_stamp(await store.redis.get(store.keys.shard(shard).applied))[0] == lacking
+
+
+async def test_a_shard_lacking_a_trimmed_commit_is_reported_though_a_later_one_is_pending(
+    make_store: MakeStore,
+) -> None:
+    store = await learned(make_store)
+    [last] = await store.log.pending()
+    # A shard the pending commit writes to, whose commit before that one is trimmed.
+    shard, before = next((s, p) for s, p in sorted(last.prior.items()) if p > 0)
+    await store.redis.set(store.keys.shard(shard).applied, str(before - 1))  # lacks it
+
+    metrics, _ = await take_over(store, "w1")
+    assert rollbacks(metrics) == 1
+    report = (await store.redis.hget(store.keys.meta, "shard_rollback")).decode()
+    assert f"shards {shard} lack commits up to {before}" in report, report
+    # The replay, after it, brought the shard to the pending commit.
+    assert parse_stamp(await store.redis.get(store.keys.shard(shard).applied))[0] == last.seq
