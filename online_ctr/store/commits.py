@@ -79,15 +79,7 @@ class CommitLog:
         redo = [part for shard, blob in change.runs for part in (f"s{shard}", blob)]
         fit, histogram = change.calibration or ("", b"")
         reply = await self.scripts.finalize(
-            keys=[
-                keys.meta,
-                keys.stream,
-                keys.expiry,
-                keys.failures,
-                keys.redo,
-                keys.pins,
-                keys.touched,
-            ],
+            keys=keys.finalize_keys(),
             args=[
                 fence,
                 change.t,

@@ -211,9 +211,27 @@ class ModelKeys:
         """A SCAN pattern matching every bucket hash of the model, in any layout."""
         return f"{PREFIX}:{{{self.model}/*}}:b:*"
 
+    @property
+    def feature_names(self) -> str:
+        """The names of its features by id, for a model that records them (a hash, at most
+        ``OCTR_FEATURE_NAMES_MAX`` fields: :mod:`online_ctr.store.feature_names`)."""
+        return self._key("names")
+
     def idempotency(self, key: str) -> str:
         """The record of a /learn request's ``Idempotency-Key`` (shared within a group)."""
         return self.feedback.idempotency(key)
+
+    def finalize_keys(self) -> list[str]:
+        """The keys ``finalize.lua`` takes, in its KEYS order."""
+        return [
+            self.meta,
+            self.stream,
+            self.expiry,
+            self.failures,
+            self.redo,
+            self.pins,
+            self.touched,
+        ]
 
     def log_side(self) -> list[str]:
         """Every key of the ``{m}`` tag (for deleting a model)."""
@@ -228,4 +246,5 @@ class ModelKeys:
             self.workers,
             self.pins,
             self.touched,
+            self.feature_names,
         ]

@@ -61,15 +61,7 @@ async def finalize(store: ModelStore, meta: dict[str, Any] | None = None, **args
     t, epoch = await store.version()
     keys = store.keys
     return await store.scripts.finalize(
-        keys=[
-            keys.meta,
-            keys.stream,
-            keys.expiry,
-            keys.failures,
-            keys.redo,
-            keys.pins,
-            keys.touched,
-        ],
+        keys=keys.finalize_keys(),
         args=finalize_args(store, fence, t, epoch=epoch, **args),
     )
 
