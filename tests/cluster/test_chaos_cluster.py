@@ -28,3 +28,17 @@ def test_a_failover_loses_nothing_accepted(
     assert outcome.accepted > 0 and outcome.fault.promoted_s is not None, table
     assert outcome.failures == [], table
     assert (outcome.lost, outcome.doubled, outcome.result.t) == (0, 0, outcome.accepted), table
+
+
+@pytest.mark.timeout(120)
+def test_without_acks_a_lagging_state_failover_loses_only_what_it_reports(
+    redis_cluster: LocalCluster, redis_cluster_url: str, tmp_path: Path
+) -> None:
+    outcome = chaos_cluster.run_scenario(
+        redis_cluster, "state-kill-lagging", 0, chaos_cluster.BOUNDED, tmp_path
+    )
+    table = chaos_cluster.render([outcome])
+    # Nothing sent after the fault lost, nothing doubled, and a loss (accepted during the
+    # replica's freeze) never silent: online_ctr_shard_rollbacks_total and /readyz say it.
+    assert outcome.failures == [], table
+    assert outcome.lost == 0 or (outcome.rollbacks and outcome.reported), table
