@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale chaos fuzz-api abuse clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -61,13 +61,37 @@ bench-scale: install
 abuse: install
 	$(BIN)/python -m loadtests.abuse
 
+## What OCTR_REPLICA_ACKS costs on a local Redis Cluster: /learn ingest and the worker's drain,
+## acknowledgements off and on, paired A B B A -> docs/benchmarks-acks.md. Needs wrk.
+bench-acks: install
+	$(BIN)/python -m loadtests.replica_acks_cost
+
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install
 	$(BIN)/python -m loadtests.chaos
 
+## On a local Redis Cluster (3 masters + 3 replicas), under feeding, each with OCTR_REPLICA_ACKS
+## 0 and 1: masters killed (replica lagging or not), stopped, left down; lease-holder kills.
+chaos-cluster: install
+	$(BIN)/python -m loadtests.chaos_cluster
+
 ## Schemathesis, all checks, against the real API on a real Redis: over 2,000 cases.
 fuzz-api: install
 	$(BIN)/python -m loadtests.fuzz_api
+
+## The documentation site into site/ (MkDocs Material), its reference pages regenerated first.
+docs: install
+	$(BIN)/python -m tools.docs_reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## The production stack for real: images built with no registry (deploy/images/build.sh), then
+## docker compose up of Redis, the API, two workers and Prometheus; learn and predict, scrapes,
+## the learner SIGKILLed, down -v. As root: installs docker.io and starts dockerd if need be.
+compose-test: install
+	bash deploy/ci-install.sh
+	bash deploy/images/engine.sh
+	bash deploy/images/build.sh
+	COMPOSE_TEST_REQUIRED=1 $(BIN)/pytest tests/deploy/test_compose_stack.py -v -s --durations=0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
