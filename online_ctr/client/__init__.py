@@ -21,11 +21,13 @@ from online_ctr.client.errors import (
 )
 from online_ctr.client.results import (
     Accepted,
+    Explanation,
     FeatureMap,
     ModelDeleted,
     ModelImported,
     ModelInfo,
     Prediction,
+    Term,
 )
 from online_ctr.client.retry import Retry
 from online_ctr.client.sync import Client
@@ -40,6 +42,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientError",
+    "Explanation",
     "FeatureMap",
     "Features",
     "ModelDeleted",
@@ -49,5 +52,6 @@ __all__ = [
     "Prediction",
     "Retry",
     "ServerError",
+    "Term",
     "UnreachableError",
 ]

@@ -56,13 +56,21 @@ class AsyncClient:
             transport=transport,
         )
 
-    async def predict(self, features: FeatureMap) -> Prediction:
-        """The click probability of one example."""
-        return await self._run(operations.predict(features, self.model_name))
+    async def predict(
+        self, features: FeatureMap, explain: bool = False, explain_top: int = 10
+    ) -> Prediction:
+        """The click probability of one example; with ``explain``, its ``explanation`` too
+        (the ``explain_top`` largest contributions to its logit, 1-1000)."""
+        top = explain_top if explain else None
+        return await self._run(operations.predict(features, self.model_name, top))
 
-    async def predict_many(self, rows: Iterable[FeatureMap]) -> list[Prediction]:
-        """The click probabilities of many examples, in order, ``max_batch`` per request."""
-        return await self._run(operations.predict_many(rows, self.model_name, self.max_batch))
+    async def predict_many(
+        self, rows: Iterable[FeatureMap], explain: bool = False, explain_top: int = 10
+    ) -> list[Prediction]:
+        """The click probabilities of many examples, in order, ``max_batch`` per request;
+        with ``explain``, each one's ``explanation`` too (as :meth:`predict`)."""
+        top = explain_top if explain else None
+        return await self._run(operations.predict_many(rows, self.model_name, self.max_batch, top))
 
     async def learn(
         self, features: FeatureMap, label: int, idempotency_key: str | None = None

@@ -14,10 +14,12 @@ import httpx
 from online_ctr.client.errors import ApiError, ClientError, OnlineCtrError, ServerError
 from online_ctr.client.results import (
     Accepted,
+    Explanation,
     ModelDeleted,
     ModelImported,
     ModelInfo,
     Prediction,
+    Term,
 )
 
 Part = TypeVar("Part")
@@ -70,7 +72,23 @@ def _parser(
 
 
 def _prediction(item: dict[str, Any], model: str) -> Prediction:
-    return Prediction(float(item["probability"]), float(item["logit"]), model)
+    explained = item.get("explanation")
+    explanation = None if explained is None else _explanation(explained)
+    return Prediction(float(item["probability"]), float(item["logit"]), model, explanation)
+
+
+def _explanation(body: dict[str, Any]) -> Explanation:
+    terms = tuple(
+        Term(
+            str(t["feature"]),
+            float(t["x"]),
+            float(t["weight"]),
+            float(t["contribution"]),
+            None if t.get("number") is None else float(t["number"]),
+        )
+        for t in body["features"]
+    )
+    return Explanation(float(body["bias"]), terms, float(body["rest"]), int(body["omitted"]))
 
 
 @_parser

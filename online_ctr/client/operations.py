@@ -96,9 +96,12 @@ def _new_key() -> dict[str, str]:
     return {IDEMPOTENCY_KEY: uuid.uuid4().hex}
 
 
-def predict(features: FeatureMap, model: str | None) -> Operation[list[Prediction], Prediction]:
-    """``POST /predict`` for one example."""
-    body = {"features": dict(features)}
+def predict(
+    features: FeatureMap, model: str | None, explain: int | None = None
+) -> Operation[list[Prediction], Prediction]:
+    """``POST /predict`` for one example; with ``explain`` (a count of terms), its logit
+    explained."""
+    body = {"features": dict(features), **_explain(explain)}
     return Operation(
         [Call("POST", "/predict", body, {}, _model(model), 1)],
         answers.one_prediction,
@@ -107,14 +110,15 @@ def predict(features: FeatureMap, model: str | None) -> Operation[list[Predictio
 
 
 def predict_many(
-    rows: Iterable[FeatureMap], model: str | None, max_batch: int
+    rows: Iterable[FeatureMap], model: str | None, max_batch: int, explain: int | None = None
 ) -> Operation[list[Prediction], list[Prediction]]:
-    """``POST /predict`` for many examples, ``max_batch`` per request, answers in order."""
+    """``POST /predict`` for many examples, ``max_batch`` per request, answers in order;
+    with ``explain`` (a count of terms), their logits explained."""
     calls = (
         Call(
             "POST",
             "/predict",
-            {"examples": [{"features": dict(x)} for x in batch]},
+            {"examples": [{"features": dict(x)} for x in batch], **_explain(explain)},
             {},
             _model(model),
             len(batch),
@@ -122,6 +126,11 @@ def predict_many(
         for batch in batches(rows, max_batch)
     )
     return Operation(calls, answers.predictions, answers.flat)
+
+
+def _explain(top: int | None) -> dict[str, object]:
+    """The body's explain keys: none unless asked for (the service's default top is 10)."""
+    return {} if top is None else {"explain": True, "explain_top": top}
 
 
 def learn(

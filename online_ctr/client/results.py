@@ -12,12 +12,39 @@ FeatureMap = Mapping[str, FeatureValue]
 
 
 @dataclass(frozen=True)
+class Term:
+    """One feature's part of a logit: ``contribution = weight * x``. ``feature`` is named as
+    the model saw it (``field=value``; a number's ``field=bucket``, or ``field`` when numbers
+    are raw), ``number`` the number sent for it (None for a category)."""
+
+    feature: str
+    x: float
+    weight: float
+    contribution: float
+    number: float | None = None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A logit in parts, before any calibration: ``bias + sum of the features'
+    contributions + rest`` is the logit; ``features`` holds the largest by magnitude, largest
+    first, and ``rest`` sums the ``omitted`` others."""
+
+    bias: float
+    features: tuple[Term, ...]
+    rest: float
+    omitted: int
+
+
+@dataclass(frozen=True)
 class Prediction:
-    """The click probability of one example, its logit, and the model that scored it."""
+    """The click probability of one example, its logit, and the model that scored it; with
+    ``explain=True``, the logit's :class:`Explanation`."""
 
     probability: float
     logit: float
     model: str
+    explanation: Explanation | None = None
 
 
 @dataclass(frozen=True)

@@ -59,13 +59,21 @@ class Client:
             transport=transport,
         )
 
-    def predict(self, features: FeatureMap) -> Prediction:
-        """The click probability of one example."""
-        return self._run(operations.predict(features, self.model_name))
+    def predict(
+        self, features: FeatureMap, explain: bool = False, explain_top: int = 10
+    ) -> Prediction:
+        """The click probability of one example; with ``explain``, its ``explanation`` too
+        (the ``explain_top`` largest contributions to its logit, 1-1000)."""
+        top = explain_top if explain else None
+        return self._run(operations.predict(features, self.model_name, top))
 
-    def predict_many(self, rows: Iterable[FeatureMap]) -> list[Prediction]:
-        """The click probabilities of many examples, in order, ``max_batch`` per request."""
-        return self._run(operations.predict_many(rows, self.model_name, self.max_batch))
+    def predict_many(
+        self, rows: Iterable[FeatureMap], explain: bool = False, explain_top: int = 10
+    ) -> list[Prediction]:
+        """The click probabilities of many examples, in order, ``max_batch`` per request;
+        with ``explain``, each one's ``explanation`` too (as :meth:`predict`)."""
+        top = explain_top if explain else None
+        return self._run(operations.predict_many(rows, self.model_name, self.max_batch, top))
 
     def learn(
         self, features: FeatureMap, label: int, idempotency_key: str | None = None

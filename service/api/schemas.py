@@ -22,6 +22,7 @@ from pydantic import (
     TypeAdapter,
 )
 
+from online_ctr.learning.explain import DEFAULT_TOP
 from online_ctr.learning.features import Example
 from online_ctr.store.keys import MODEL_NAME
 
@@ -124,6 +125,30 @@ Uncertainty = Annotated[
 ]
 
 
+#: The opt-in for each prediction's logit in parts (online_ctr.learning.explain).
+Explain = Annotated[
+    bool,
+    Strict(),
+    Field(
+        description="true: answer each prediction's `explanation` too: its logit (before any "
+        "calibration) as the bias plus one term weight * x per feature, the largest first."
+    ),
+]
+#: Most terms an explanation lists: an example's features are bounded anyway, this bounds
+#: the answer's size per example.
+MAX_EXPLAIN_TOP = 1000
+ExplainTop = Annotated[
+    int,
+    Strict(),
+    Field(
+        ge=1,
+        le=MAX_EXPLAIN_TOP,
+        description=f"With `explain`: how many terms to list (1-{MAX_EXPLAIN_TOP}), the largest "
+        "|contribution| first; the others are summed in `rest`.",
+    ),
+]
+
+
 SplitKey = Annotated[
     str | None,
     Strict(),
@@ -159,11 +184,17 @@ class PredictExample(PredictItem):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"features": FEATURES}, {"features": FEATURES, "uncertainty": True}]
+            "examples": [
+                {"features": FEATURES},
+                {"features": FEATURES, "uncertainty": True},
+                {"features": FEATURES, "explain": True, "explain_top": 3},
+            ]
         },
     )
     single: ClassVar[bool] = True
     uncertainty: Uncertainty = False
+    explain: Explain = False
+    explain_top: ExplainTop = DEFAULT_TOP
     split_key: SplitKey = None
 
     def rows(self) -> list[Example]:
@@ -187,6 +218,8 @@ class PredictBatch(BaseModel):
     single: ClassVar[bool] = False
     examples: Annotated[list[PredictItem], Field(min_length=1)]
     uncertainty: Uncertainty = False
+    explain: Explain = False
+    explain_top: ExplainTop = DEFAULT_TOP
     split_key: SplitKey = None
 
     def rows(self) -> list[Example]:
@@ -346,6 +379,40 @@ _CALIBRATED = (
 )
 
 
+class Term(BaseModel):
+    """One feature's part of a logit."""
+
+    feature: str = Field(
+        description="The feature as the model saw it: `field=value` for a category (one per "
+        "item of a list); for a number, `field=bucket` with OCTR_NUMERIC=log_bucket (x = 1), "
+        "or `field` with raw (x = the number).",
+        examples=["site=news.example"],
+    )
+    number: float | None = Field(
+        None, description="For a number: the value sent (absent for a category).", examples=[14.0]
+    )
+    x: float = Field(description="The feature's value in the model.", examples=[1.0])
+    weight: float = Field(description="Its weight, as this prediction read it.", examples=[0.8])
+    contribution: float = Field(description="weight * x: its part of the logit.", examples=[0.8])
+
+
+class Explanation(BaseModel):
+    """A prediction's logit in parts: bias + the listed contributions + rest = logit (up to
+    float rounding). It explains the logit, before any calibration: with `calibrated: true`
+    the probability is a monotone function of sigmoid(logit), not sigmoid(logit) itself."""
+
+    bias: float = Field(
+        description="The bias's weight (x = 1): the logit of an example without features.",
+        examples=[-3.1],
+    )
+    features: list[Term] = Field(
+        description="The `explain_top` largest terms by |contribution|, largest first (ties "
+        "in the order sent)."
+    )
+    rest: float = Field(description="The sum of the terms not listed (0 if none).", examples=[0.0])
+    omitted: int = Field(description="How many terms `rest` sums.", examples=[0])
+
+
 class Prediction(BaseModel):
     """The click probability for one example, the model's logit and, if asked, uncertainty."""
 
@@ -359,6 +426,9 @@ class Prediction(BaseModel):
         None,
         description="With `uncertainty: true`: sum_i |x_i| eta_i over the example's features.",
         examples=[0.27],
+    )
+    explanation: Explanation | None = Field(
+        None, description="With `explain: true`: the logit in parts. Absent otherwise."
     )
     prediction_id: str | None = Field(
         None,

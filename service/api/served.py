@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
 from online_ctr.config.settings import Settings
+from online_ctr.learning.explain import Explanation
 from online_ctr.learning.features import Batch, Example, FeatureHasher, concat
 from online_ctr.learning.learner import logits, scoring_features, sigmoid
 from online_ctr.learning.rules.base import uncertainty
@@ -29,6 +30,7 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelInfo, ModelSpec, ModelStore
 from service.api.coalesce import Coalescer
+from service.api.explained import explanations
 from service.api.join_side import ServedJoins
 from service.api.limits import Limits
 from service.api.scan import NameIds
@@ -54,6 +56,8 @@ class Scores(NamedTuple):
     calibrated: bool
     prediction_ids: list[str | None] | None = None
     used: list[tuple[int, str]] | None = None
+    #: With ``explain``: per example its logit in parts (service.api.explained).
+    explanations: list[Explanation] | None = None
 
 
 class ScoringRequest(NamedTuple):
@@ -66,6 +70,8 @@ class ScoringRequest(NamedTuple):
     ids: Sequence[str | None] | None = None
     #: The examples hashed already (a body read by service.api.scan); ``examples`` is empty.
     hashed: Batch | None = None
+    #: How many terms to explain each logit with (0: no explanation).
+    explain: int = 0
 
     def size(self) -> int:
         """How many examples the request holds."""
@@ -155,15 +161,18 @@ class ServedModel:
         lists: bool,
         uncertainty: bool = False,
         ids: Sequence[str | None] | None = None,
+        explain: int = 0,
     ) -> Scores:
         """Logits and probabilities of the examples, with the weights as of now; ``lists``
         says whether any value is a list; with ``uncertainty``, the uncertainty too; ``ids``
-        the caller's prediction ids (joins on only).
+        the caller's prediction ids (joins on only); with ``explain`` > 0, each logit in
+        parts, its ``explain`` largest listed.
 
         Concurrent requests are scored together (see :mod:`service.api.coalesce`).
         """
         self.joins.check(ids)
-        return await self._scorer.submit(ScoringRequest(rows, lists, uncertainty, ids))
+        request = ScoringRequest(rows, lists, uncertainty, ids, explain=explain)
+        return await self._scorer.submit(request)
 
     async def predict_hashed(self, batch: Batch) -> Scores:
         """:meth:`predict` of examples hashed already, without lists, uncertainty or ids."""
@@ -191,7 +200,18 @@ class ServedModel:
             end = start + request.size()
             u = u_all[start:end] if u_all is not None and request.uncertainty else None
             ids, used = logged[k] if logged else (None, None)
-            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used))
+            why = None
+            if request.explain:  # from the weights read above: no Redis command more
+                why = explanations(
+                    request.examples,
+                    batch,
+                    start,
+                    features,
+                    served.weights,
+                    self.hasher,
+                    request.explain,
+                )
+            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used, why))
             start = end
         return scores
 

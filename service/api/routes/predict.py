@@ -7,6 +7,7 @@ import time
 import orjson
 from fastapi import APIRouter, Response
 
+from online_ctr.learning.explain import Explanation
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.groups import ServedGroup
 from service.api.join_side import PredictionIdUsedError, used_error
@@ -41,7 +42,10 @@ async def predict(request: ReadRequest) -> Response:
     send it to /learn with the label when the click comes. At the bound of impressions
     waiting for labels (OCTR_MAX_PENDING_IMPRESSIONS), or with Redis at its memory limit, the
     request is still scored but not logged (whole requests, the first that fit logged): its
-    `prediction_id`s are null.
+    `prediction_id`s are null. With `explain: true`, each answer carries its `explanation`: the
+    bias and the `explain_top` largest contributions weight * x to its logit (before any
+    calibration), and the sum of the others: computed from the weights read for the score, with
+    no Redis command more.
     """
     # The one way in (service.api.lane.LaneRoute: this function gets the Request, its body
     # read).
@@ -65,7 +69,9 @@ async def predict(request: ReadRequest) -> Response:
     ids = body.ids()
     model.joins.check(ids)  # ids without joins: a 422 that says how to turn them on
     refuse_repeated(ids)
-    scores = await model.predict(rows, lists, body.uncertainty, ids)
+    # With explain, each logit in parts, from the weights this pass reads anyway.
+    top = body.explain_top if body.explain else 0
+    scores = await model.predict(rows, lists, body.uncertainty, ids, top)
     return answer(model, scores, single, started)
 
 
@@ -108,13 +114,34 @@ def answer(model: ServedModel, scores: Scores, single: bool, started: float) -> 
 
 
 def _predictions(scores: Scores) -> list[dict[str, object]]:
-    """Per example its probability and logit, and its uncertainty if asked for."""
+    """Per example its probability and logit, and its uncertainty and explanation if asked
+    for."""
     pairs = zip(scores.probabilities, scores.logits, strict=True)
     answers: list[dict[str, object]] = [{"probability": p, "logit": s} for p, s in pairs]
     if scores.uncertainties is not None:
         for answer, u in zip(answers, scores.uncertainties, strict=True):
             answer["uncertainty"] = u
+    if scores.explanations is not None:
+        for answer, explanation in zip(answers, scores.explanations, strict=True):
+            answer["explanation"] = _explained(explanation)
     if scores.prediction_ids is not None:  # None for one not logged: JSON null
         for answer, prediction_id in zip(answers, scores.prediction_ids, strict=True):
             answer["prediction_id"] = prediction_id
     return answers
+
+
+def _explained(explanation: Explanation) -> dict[str, object]:
+    """An explanation as schemas.Explanation documents it (``number`` only for a number)."""
+    terms: list[dict[str, object]] = []
+    for t in explanation.terms:
+        term: dict[str, object] = {"feature": t.name}
+        if t.number is not None:
+            term["number"] = t.number
+        term.update(x=t.x, weight=t.weight, contribution=t.contribution)
+        terms.append(term)
+    return {
+        "bias": explanation.bias,
+        "features": terms,
+        "rest": explanation.rest,
+        "omitted": explanation.omitted,
+    }
