@@ -33,7 +33,12 @@ SHAPES = {
 
 
 def bodies(rows: Sequence[Mapping[str, object]], size: int) -> dict[str, list[bytes]]:
-    """Per shape, the rows as ``size``-example bodies (the last partial one dropped)."""
+    """Per shape, the rows as ``size``-example bodies (the last partial one dropped).
+
+    >>> shaped = bodies([{"a": "b"}] * 5, 2)
+    >>> [len(sent) for sent in shaped.values()], shaped["explain true"][0]
+    ([2, 2, 2], b'{"examples":[{"features":{"a":"b"}},{"features":{"a":"b"}}],"explain":true}')
+    """
     chunks = [rows[i : i + size] for i in range(0, len(rows) - size + 1, size)]
     return {
         shape: [

@@ -26,7 +26,8 @@ from service.api.explained import explanations
 from service.api.schemas import MAX_EXPLAIN_TOP
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
-from tests.service.test_api_predict import learn_with_worker, predict
+from tests.service.test_api_calibration import learn_in_two_commits
+from tests.service.test_api_predict import ROWS, learn_with_worker, predict
 from tests.service.test_api_uncertainty import EXAMPLES, commands, learned
 
 with warnings.catch_warnings():
@@ -235,3 +236,22 @@ def test_merged_ids_are_explained_by_name(hash_bits: int | None) -> None:
             )
             for term in explanation.terms:  # each the weight of its own id
                 assert term.weight == weights[distinct.index(hasher.id(term.name))]
+
+
+def test_a_calibrated_model_explains_its_logit_before_calibration(redis_url: str) -> None:
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, calibration="power", api_keys=AUTH["api_keys"]
+    )
+    with app_client(settings) as client:
+        asyncio.run(learn_in_two_commits(client, settings))
+        examples = [x for x, _ in ROWS[:30]]
+        body = {"examples": [{"features": x} for x in examples], "explain": True}
+        got = predict(client, body)
+    assert got["calibrated"] is True
+    moved = 0
+    for prediction in got["predictions"]:
+        check_sums(prediction["explanation"], prediction["logit"])
+        moved += prediction["probability"] != pytest.approx(
+            1 / (1 + math.exp(-prediction["logit"]))
+        )
+    assert moved > 0  # the probability is the fit's, not sigmoid(logit): the logit is explained
