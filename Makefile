@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks chaos chaos-cluster fuzz-api abuse docs compose-test clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ abuse: install
 ## acknowledgements off and on, paired A B B A -> docs/benchmarks-acks.md. Needs wrk.
 bench-acks: install
 	$(BIN)/python -m loadtests.replica_acks_cost
+
+## What "explain": true costs a 1,000-example /predict: plain, "explain": false and true bodies,
+## A B C C B A per round, medians printed.
+bench-explain: install
+	$(BIN)/python -m loadtests.explain_cost
 
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install
