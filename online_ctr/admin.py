@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from online_ctr.config.settings import Settings
+from online_ctr.store.feature_names import FeatureNames
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.redis_types import RedisClient
@@ -30,6 +31,7 @@ from online_ctr.store.registry import (
 from online_ctr.store.snapshot_export import Export, open_export
 from online_ctr.store.snapshot_import import Imported, SnapshotImport, check_name
 from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore
+from online_ctr.store.weights import Weights, WeightsReader, names_off
 from online_ctr.wiring import model_spec
 
 
@@ -175,6 +177,24 @@ class ModelsAdmin:
         found = await self.registry.lookup(name)
         group = found.group if isinstance(found, ModelConfig) else None
         return await open_export(self.redis, name, group)
+
+    async def weights(self, name: str, top: int, feature: str | None = None) -> Weights:
+        """The model's ``top`` largest weights with their names, or the one ``feature``:
+        what ``GET /models/{name}/weights`` answers (:mod:`online_ctr.store.weights`)."""
+        found = await self.registry.lookup(name)
+        if isinstance(found, GroupInfo):
+            raise UnknownNameError(f"{name!r} is a group, not a model: name one of its models")
+        if found is None:
+            raise UnknownNameError(f"no model {name!r} (`online-ctr models list` lists them)")
+        store = ModelStore(self.redis, found.spec(name))
+        most = self._settings.feature_names_max
+        names = FeatureNames(self.redis, store.keys, most) if found.feature_names else None
+        reader = WeightsReader(store, names)
+        if feature is not None:
+            return await reader.lookup(feature)
+        if names is None:
+            raise names_off(name, own=name == self.own)
+        return await reader.top(top)
 
     def _store_by_name(self, name: str) -> ModelStore:
         # Only the name and key layout matter for deleting: the spec's rule is not checked.

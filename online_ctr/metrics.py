@@ -191,6 +191,13 @@ class Metrics:
             ("waited",),
             registry=registry,
         )
+        self.feature_names_refused = Counter(
+            "online_ctr_feature_names_refused",
+            "Feature names not recorded for a model that records them: its record at "
+            "OCTR_FEATURE_NAMES_MAX, or this process's buffer of names waiting full.",
+            model,
+            registry=registry,
+        )
         self.log_rollbacks = Counter(
             "online_ctr_log_rollbacks",
             "Times a learner found the model's log side gone back behind its state shards (a "

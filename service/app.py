@@ -32,8 +32,9 @@ from service.api.auth import DOCS_ASSETS_URL, KeyShares, authenticator
 from service.api.catalog import Catalog
 from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware
+from service.api.name_record import record_names
 from service.api.openapi import document_auth
-from service.api.routes import health, learn, metrics, models, predict, snapshots
+from service.api.routes import health, learn, metrics, models, predict, snapshots, weights
 from service.api.served import ServedModel
 from service.api.tables import TableBudgets
 
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 #: The route modules, each with one ``router``.
-ROUTES = (predict, learn, models, snapshots, health, metrics)
+ROUTES = (predict, learn, models, weights, snapshots, health, metrics)
 
 
 @asynccontextmanager
@@ -70,6 +71,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = app.state.metrics
         tables = TableBudgets.of(settings, metrics)
         served = ServedModel(spec, settings, redis, metrics, True, register, own.policy(), tables)
+        if own.feature_names:
+            record_names(served, redis, settings, metrics)
         try:
             await check_topology(settings)
             await served.ensure()

@@ -59,11 +59,19 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         choices = CHOICES.get(field)
         metavar = "{" + ",".join(choices) + "}" if choices else field.upper()
         parser.add_argument(option(field), dest=field, metavar=metavar, required=field == "rule")
+    parser.add_argument(
+        "--feature-names",
+        action="store_true",
+        help="record the names of the model's features (at most OCTR_FEATURE_NAMES_MAX), so "
+        "that `models weights` can name its weights",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ModelConfig:
     """The configuration the options describe; exit status 2 with one line if invalid."""
     given = {f: getattr(args, f) for f in CONFIG_FIELDS if getattr(args, f) is not None}
+    if getattr(args, "feature_names", False):
+        given["feature_names"] = True
     try:
         return ModelConfig.model_validate(given)
     except ValidationError as error:

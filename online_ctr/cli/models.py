@@ -1,5 +1,5 @@
-"""``online-ctr models list|create|delete|promote``: the command-line twin of the admin API's
-``/models`` and ``/groups`` routes.
+"""``online-ctr models list|create|delete|promote|weights``: the command-line twin of the
+admin API's ``/models`` and ``/groups`` routes.
 
 It talks to the Redis of ``OCTR_REDIS_URL`` directly, or without one to the Redis of the
 local ``online-ctr serve`` (:mod:`online_ctr.cli.target`; an admin on the machine needs no API
@@ -24,14 +24,16 @@ from online_ctr.cli.target import Target, admin_target
 from online_ctr.process import StartupError, configure_logging
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.registry import GroupInfo, RegistryError
+from online_ctr.store.weights import MAX_TOP, Weights
 from online_ctr.wiring import redis_client
 from service.api.listing import model_list
+from service.api.weights_schemas import weights_response
 
 T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
-    """Add ``models list|create|delete|promote`` to the ``online-ctr`` command line."""
+    """Add ``models list|create|delete|promote|weights`` to the ``online-ctr`` command line."""
     text = "administer models and groups (OCTR_REDIS_URL, or the local serve's Redis)"
     parser = subparsers.add_parser("models", help=text, description=text)
     actions = parser.add_subparsers(dest="action", required=True)
@@ -51,6 +53,33 @@ def register(subparsers: Any) -> None:
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     delete.set_defaults(func=delete_model)
     _add_promote(actions)
+    _add_weights(actions)
+
+
+def _add_weights(actions: Any) -> None:
+    weights = actions.add_parser(
+        "weights",
+        help="print a model's largest weights with their feature names, or one feature's",
+        description="Print the model's features of largest |w| with their recorded names "
+        "(the model must record feature names: models create --feature-names, or "
+        "OCTR_FEATURE_NAMES=true for the service's own model), or with --feature one "
+        "feature's weight and state.",
+    )
+    weights.add_argument("name", help="the model's name")
+    weights.add_argument(
+        "--top", type=_top, default=20, help=f"how many weights to list (1-{MAX_TOP}; 20)"
+    )
+    weights.add_argument(
+        "--feature", metavar="FIELD=VALUE", help="look up one feature, as sent, instead"
+    )
+    weights.add_argument("--json", action="store_true", help="print what the API answers")
+    weights.set_defaults(func=print_weights)
+
+
+def _top(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= MAX_TOP:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_TOP}, got {value!r}")
+    return int(value)
 
 
 def _add_promote(actions: Any) -> None:
@@ -114,6 +143,30 @@ def promote_model(args: argparse.Namespace) -> int:
     shares = ",".join(f"{k}={v:g}" for k, v in sorted(info.split.items())) or "none"
     print(f"group {info.name!r}: serving {info.serving}, split {shares}")
     return 0
+
+
+def print_weights(args: argparse.Namespace) -> int:
+    """Print the model's largest weights (or one feature's) as a table, or as JSON."""
+    _check_name(args.name)
+    target = _target()
+    found: Weights = _run(target, lambda admin: admin.weights(args.name, args.top, args.feature))
+    if args.json:
+        print(weights_response(found).model_dump_json(indent=2))
+        return 0
+    print(f"model {found.model!r} at step {found.t}" + _recorded(found))
+    fields = list(found.features[0].state) if found.features else []
+    print("\t".join(["weight", "name", "id", *fields]))
+    for feature in found.features:
+        name = "-" if feature.name is None else feature.name or "(bias)"
+        state = [f"{feature.state[f]:.6g}" for f in fields]
+        print("\t".join([f"{feature.weight:+.6g}", name, str(feature.id), *state]))
+    return 0
+
+
+def _recorded(found: Weights) -> str:
+    if found.names_recorded is None:
+        return ", feature names not recorded"
+    return f", {found.names_recorded} of at most {found.names_max} names recorded"
 
 
 def _check_name(name: str) -> None:

@@ -248,6 +248,19 @@ class Settings(BaseSettings):
         description="Memory the API's feature-name tables may hold, across all models; past "
         "it the largest table starts again empty (docs/limits.md).",
     )
+    feature_names: bool = Field(
+        False,
+        description="Whether the own model (OCTR_MODEL) records its feature names, so that "
+        "GET /models/{name}/weights can name its weights (other models: feature_names in "
+        "their configuration).",
+    )
+    feature_names_max: int = Field(
+        100_000,
+        ge=1,
+        le=100_000_000,
+        description="Most feature names recorded per model; past it new names are refused "
+        "and counted (docs/limits.md).",
+    )
     max_requests_per_key: int = Field(
         64,
         ge=1,

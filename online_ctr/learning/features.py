@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.budget import Budget
+from online_ctr.learning.new_names import NewNames
 from online_ctr.learning.numeric import Numeric, check_numeric, log_bucket
 
 #: The name of the bias feature: empty, so that no ``field`` or ``field=value`` can collide.
@@ -96,6 +97,8 @@ class FeatureHasher:
     hash_bits: int | None = None
     numeric: Numeric = "raw"
     budget: Budget | None = field(default=None, repr=False, compare=False)
+    #: Where names go when first hashed, for a model that records them (None: nowhere).
+    new_names: NewNames | None = field(default=None, repr=False, compare=False)
     _known: dict[object, int] = field(default_factory=dict, repr=False)
     _known_bytes: int = field(default=0, repr=False, compare=False)
 
@@ -229,8 +232,11 @@ class FeatureHasher:
         if key is None:
             if len(self._known) >= _CACHE_LIMIT:
                 self.forget()
-            key = self._signed_id(name if value is None else f"{name}={value}")
+            full = name if value is None else f"{name}={value}"
+            key = self._signed_id(full)
             self._remember((name, value), key, len(name) + len(value or ""))
+            if self.new_names is not None:
+                self.new_names.add(key, full)
         return key
 
     def _remember(self, pair: tuple[str, object], key: int, characters: int) -> None:

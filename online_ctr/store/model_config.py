@@ -80,6 +80,11 @@ class ModelConfig(JoinConfig):
         description="The group whose feedback this model learns (created with its first "
         "model); a model's group is fixed when it is created.",
     )
+    feature_names: bool = Field(
+        False,
+        description="Record the names of the model's features as the API hashes them (at "
+        "most OCTR_FEATURE_NAMES_MAX), so that GET /models/{name}/weights names its weights.",
+    )
 
     @field_validator("rule")
     @classmethod
@@ -165,4 +170,5 @@ def own_config(settings: Settings) -> ModelConfig:
         state_encoding=settings.state_encoding,
         join_window_s=settings.join_window_s,
         unlabeled=settings.unlabeled,
+        feature_names=settings.feature_names,
     )

@@ -75,8 +75,11 @@ class Shared(JoinConfig):
 
 
 def encode_config(config: ModelConfig) -> str:
-    """The canonical JSON of a configuration (equal configurations, equal strings)."""
-    return json.dumps(config.model_dump(mode="json"), sort_keys=True)
+    """The canonical JSON of a configuration (equal configurations, equal strings); without
+    ``feature_names`` when it is off, so that models registered before it existed compare
+    equal to the same configuration given now."""
+    dropped = set() if config.feature_names else {"feature_names"}
+    return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 
 class Registry:

@@ -24,6 +24,7 @@ from online_ctr.store.registry import GroupInfo, Registry, UnknownNameError
 from online_ctr.store.replication import ReplicaAcks
 from service.api.groups import ServedGroup
 from service.api.join_side import ServedJoins
+from service.api.name_record import record_names
 from service.api.served import ServedModel
 from service.api.tables import TableBudgets
 
@@ -96,6 +97,8 @@ class Catalog:
         )
         policy = config.policy()
         served = ServedModel(spec, settings, redis, metrics, policy=policy, tables=self.tables)
+        if config.feature_names:
+            record_names(served, redis, settings, metrics)
         self._models[name] = (config, served)
         return served
 

@@ -214,6 +214,8 @@ class NameIds:
         ids[missing] = distinct_ids[which]
         distinct_hashes = np.empty(len(distinct), np.uint64)
         distinct_hashes[which] = hashes  # the same at each occurrence of a name
+        if self.hasher.new_names is not None:  # first hashed here: to be recorded
+            self.hasher.new_names.extend(distinct_ids.tolist(), distinct)
         if self.count + len(distinct) > self.LIMIT:
             self._reset()
         self._add(distinct, distinct_hashes, distinct_ids)

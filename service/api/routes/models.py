@@ -24,6 +24,7 @@ from service.api.catalog import Catalog
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
 from service.api.listing import group_response, model_list
+from service.api.name_record import forget_names
 from service.api.schemas import (
     GroupResponse,
     GroupUpdate,
@@ -119,7 +120,9 @@ async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> Mode
     its workers stop; the serving model of a group can only go after another was promoted.
     """
     if name == catalog.own.name:  # served by this process: emptied and created again at once
-        return ModelDeletedResponse(name=name, keys_deleted=await catalog.own.delete())
+        emptied = await catalog.own.delete()
+        forget_names(catalog.own)  # its record went with it: names are recorded again
+        return ModelDeletedResponse(name=name, keys_deleted=emptied)
     deleted = await admin.delete(name)
     catalog.forget(name)
     if deleted.group is not None:

@@ -1,0 +1,140 @@
+"""A model's weights by feature: the largest ``|w|`` with their recorded names, or one
+feature looked up by name (``GET /models/{name}/weights``, ``online-ctr models weights``).
+
+The largest weights come from a scan of every stored feature (the snapshot export's,
+:func:`~online_ctr.store.snapshot_scan.scan_state`: a chunk in memory at a time, and the
+``top`` kept between chunks), each weight computed from its state by the rule's own weight
+function at the model's step read before the scan: the weights as the shards hold them then
+(updates applied during the scan may or may not be seen, as with any read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from online_ctr.learning.features import BIAS, FeatureHasher
+from online_ctr.store import snapshot_scan
+from online_ctr.store.feature_names import FeatureNames
+from online_ctr.store.registry import RegistryError, UnknownNameError
+from online_ctr.store.state import ModelStore
+
+#: Most features one listing returns.
+MAX_TOP = 1000
+
+
+class FeatureNamesOffError(RegistryError):
+    """The model records no feature names, so its weights cannot be listed by name."""
+
+
+class UnknownFeatureError(UnknownNameError):
+    """The model holds no state for the feature asked for."""
+
+
+@dataclass(frozen=True)
+class FeatureWeight:
+    """A feature: its id (unsigned), recorded name (None if not recorded), weight and state
+    as the rule keeps it (field -> value)."""
+
+    id: int
+    name: str | None
+    weight: float
+    state: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Features of a model at step ``t``, with how many names its record holds (None:
+    the model records none) and at most."""
+
+    model: str
+    t: int
+    features: list[FeatureWeight]
+    names_recorded: int | None
+    names_max: int | None
+
+
+def names_off(model: str, own: bool) -> FeatureNamesOffError:
+    """The refusal, saying how to turn the record on."""
+    how = (
+        "set OCTR_FEATURE_NAMES=true for the service's own model and restart the API"
+        if own
+        else f"create the model with feature names on (`online-ctr models create {model} "
+        f'--feature-names ...`, or PUT /models/{model} with "feature_names": true)'
+    )
+    return FeatureNamesOffError(
+        f"model {model!r} does not record feature names, so its weights cannot be listed by "
+        f"name: {how}; one feature can still be looked up with ?feature=FIELD=VALUE"
+    )
+
+
+class WeightsReader:
+    """Reads the weights of the model of ``store``; ``names``: its record (None: off)."""
+
+    def __init__(self, store: ModelStore, names: FeatureNames | None) -> None:
+        self.store = store
+        self.names = names
+        self.spec = store.spec
+
+    async def top(self, count: int) -> Weights:
+        """The ``count`` features of largest ``|w|`` (ties: smaller id first), largest first."""
+        spec = self.spec
+        t, _ = await self.store.version()
+        best_ids = np.zeros(0, np.uint64)
+        best_w = np.zeros(0)
+        best_state = np.zeros((0, spec.width))
+        scan = snapshot_scan.scan_state(
+            self.store.redis, self.store.keys, spec.layout, self.store.scripts
+        )
+        async for ids, state in scan:
+            w = spec.rule.weights(state, t, spec.params)
+            best_ids = np.concatenate([best_ids, ids])
+            best_w = np.concatenate([best_w, w])
+            best_state = np.concatenate([best_state, state])
+            keep = _largest(best_w, best_ids, count)
+            best_ids, best_w, best_state = best_ids[keep], best_w[keep], best_state[keep]
+        keep = _largest(best_w, best_ids, count)
+        ids = best_ids[keep].tolist()
+        names = await self.names.names_of(ids) if self.names is not None else [None] * len(ids)
+        bias = FeatureHasher(spec.hash_bits).id(BIAS)
+        names = [BIAS if i == bias else name for i, name in zip(ids, names, strict=True)]
+        features = [
+            self._feature(i, name, float(w), row)
+            for i, name, w, row in zip(ids, names, best_w[keep], best_state[keep], strict=True)
+        ]
+        return await self._weights(t, features)
+
+    async def lookup(self, name: str) -> Weights:
+        """The feature ``name`` (``field=value``, as hashed), or UnknownFeatureError."""
+        spec = self.spec
+        feature_id = FeatureHasher(spec.hash_bits).id(name)
+        rows = await self.store.shards.read(np.array([feature_id], np.uint64))
+        if not rows.stored[0]:
+            raise UnknownFeatureError(
+                f"model {spec.name!r} has no weight for feature {name!r} (id {feature_id}): "
+                "it was never learned, or its state was dropped; names are field=value as "
+                "sent (a number in log_bucket mode: field=bucket)"
+            )
+        w = float(spec.rule.weights(rows.state, rows.t, spec.params)[0])
+        return await self._weights(rows.t, [self._feature(feature_id, name, w, rows.state[0])])
+
+    def _feature(
+        self, feature_id: int, name: str | None, w: float, row: NDArray[np.float64]
+    ) -> FeatureWeight:
+        state = dict(zip(self.spec.rule.fields, map(float, row), strict=True))
+        return FeatureWeight(int(feature_id), name, w, state)
+
+    async def _weights(self, t: int, features: list[FeatureWeight]) -> Weights:
+        held = await self.names.held() if self.names is not None else None
+        most = self.names.most if self.names is not None else None
+        return Weights(self.spec.name, int(t), features, held, most)
+
+
+def _largest(w: NDArray[np.float64], ids: NDArray[np.uint64], count: int) -> NDArray[np.intp]:
+    """Indexes of the ``count`` largest ``|w|``, largest first (ties: smaller id first);
+    zero weights are never listed (a feature tracked but with no weight)."""
+    order = np.lexsort((ids, -np.abs(w)))
+    order = order[np.abs(w[order]) > 0]
+    return order[:count]
