@@ -141,10 +141,16 @@ build_project() {
 
 command -v docker >/dev/null || { log "no docker CLI (Debian: apt-get install docker.io)"; exit 1; }
 docker info >/dev/null 2>&1 || { log "no Docker engine answers (start dockerd as root)"; exit 1; }
-build_base
-build_from_debian "$PYTHON_IMAGE" python.Dockerfile
-build_from_debian "$REDIS_IMAGE" redis.Dockerfile
-build_from_debian "$PROMETHEUS_IMAGE" prometheus.Dockerfile
+# Exit status 3: an image made only of Debian's packages failed (the mirror unreachable, say),
+# which the test suite takes as a machine that cannot build here, not as a fault of ours.
+debian_failed() {
+    log "the images from Debian's packages could not be built (is $MIRROR reachable?)"
+    exit 3
+}
+build_base || debian_failed
+build_from_debian "$PYTHON_IMAGE" python.Dockerfile || debian_failed
+build_from_debian "$REDIS_IMAGE" redis.Dockerfile || debian_failed
+build_from_debian "$PROMETHEUS_IMAGE" prometheus.Dockerfile || debian_failed
 build_project
 # What rebuilding left: earlier versions of these images, and the classic builder's build stage
 # (about 600 MB each time the project changes). Only images with our labels, only untagged ones.
