@@ -20,6 +20,9 @@ SMALL_BOUNDS = {
     "OCTR_MAX_PENDING_IMPRESSIONS": str(MOST),
     "OCTR_NAME_TABLE_BYTES": str(1 << 20),
     "OCTR_MAX_HEADER_BYTES": "1024",
+    # The own model records its feature names, at most MOST: the new names refused past it.
+    "OCTR_FEATURE_NAMES": "true",
+    "OCTR_FEATURE_NAMES_MAX": str(MOST),
 }
 #: Joins on (API and workers alike, as in the compose stack), so /predict logs impressions;
 #: longer than the test, so none is swept while it runs.
@@ -38,6 +41,7 @@ REACHED = {
     "impressions not logged": 'online_ctr_unlogged_impressions_total{reason="limit"} > 0',
     "pending impressions at their bound": f"online_ctr_pending_impressions == {MOST}",
     "name tables emptied": "online_ctr_name_table_resets_total > 0",
+    "feature names refused": "online_ctr_feature_names_refused_total > 0",
     "a head too large refused": 'online_ctr_http_refusals_total{reason="header_bytes"} > 0',
     "learn refused at Redis's limit": (
         'online_ctr_redis_memory_refusals_total{refused="learn"} > 0'

@@ -54,6 +54,7 @@ LIMIT_METRICS = (
     "online_ctr_redis_memory_bytes",
     "online_ctr_redis_maxmemory_bytes",
     "online_ctr_redis_memory_refusals_total",
+    "online_ctr_feature_names_refused_total",
 )
 
 
