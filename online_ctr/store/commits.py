@@ -122,6 +122,10 @@ class CommitLog:
         )
 
 
+#: The redo entry's field of its shards' previous commits (``finalize.lua``).
+PRIOR = b"prior"
+
+
 class Pending(NamedTuple):
     """A commit in the redo log: its number, its records per shard, and per shard the commit
     that wrote to it before (0: none; or an entry written before they were kept)."""
@@ -131,11 +135,16 @@ class Pending(NamedTuple):
     prior: dict[int, int]
 
 
+def redo_records(fields: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+    """A redo entry's fields of records (``s<shard>``), without its ``prior``."""
+    return [(name, blob) for name, blob in fields.items() if name != PRIOR]
+
+
 def _runs(fields: dict[bytes, bytes]) -> Runs:
-    return sorted((int(name[1:]), blob) for name, blob in fields.items() if name != b"prior")
+    return sorted((int(name[1:]), blob) for name, blob in redo_records(fields))
 
 
 def _prior(fields: dict[bytes, bytes]) -> dict[int, int]:
     """The ``prior`` field, ``s<shard>:<commit> ...``, by shard."""
-    pairs = (part.split(b":") for part in fields.get(b"prior", b"").split())
+    pairs = (part.split(b":") for part in fields.get(PRIOR, b"").split())
     return {int(name[1:]): int(seq) for name, seq in pairs}

@@ -55,11 +55,14 @@ if low < seq then
   local blobs = {}
   for _, entry in ipairs(entries) do
     -- The copy has every commit up to its own: of those, only a lagging shard's records
-    -- (a redo field is named 's' and the shard's number).
+    -- (a redo field of records is named 's' and the shard's number; 'prior', the shards'
+    -- commits before it, holds none: finalize.lua).
     local number, fields = tonumber(string.match(entry[1], '^%d+')), entry[2]
     for j = 1, #fields, 2 do
-      local lag = number <= known and applied[tonumber(string.sub(fields[j], 2))]
-      if number > known or (lag and lag < number) then blobs[#blobs + 1] = fields[j + 1] end
+      if string.byte(fields[j], 1) == 115 then  -- 's'
+        local lag = number <= known and applied[tonumber(string.sub(fields[j], 2))]
+        if number > known or (lag and lag < number) then blobs[#blobs + 1] = fields[j + 1] end
+      end
     end
   end
   changes = table.concat(blobs)

@@ -35,6 +35,7 @@ from typing import cast
 
 from online_ctr.learning.snapshot import Footer, Header, Writer
 from online_ctr.store import snapshot_scan
+from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.redis_types import RedisClient, StreamEntries, text
 from online_ctr.store.scripts import Scripts
@@ -150,7 +151,7 @@ class Export:
                 ),
             )
             for _, fields in entries:
-                for _, blob in sorted(fields.items()):
+                for _, blob in sorted(redo_records(fields)):
                     yield snapshot_scan.records(self.spec.layout, blob)
             if len(entries) < REDO_PAGE:
                 return

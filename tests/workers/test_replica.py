@@ -59,6 +59,8 @@ async def commit_unapplied(store: ModelStore, ids: np.ndarray, state: np.ndarray
     learner between its two steps)."""
     seq = int(await store.redis.hincrby(store.keys.meta, "seq", 1))
     fields = {f"s{shard}": blob for shard, blob in store.spec.layout.records(ids, state)}
+    # And the shards' commits before it, which the copy must not take for records.
+    fields["prior"] = " ".join(f"{name}:{seq - 1}" for name in fields)
     await store.redis.xadd(store.keys.redo, fields, id=f"{seq}-1")
     return seq
 
