@@ -27,6 +27,7 @@ from loadtests.scale_client import (
 )
 from loadtests.sequential import Timing, timed
 from loadtests.stats import CommandUsec, command_usec, cpu_seconds
+from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
 
 MIB = 1024 * 1024
@@ -122,7 +123,7 @@ def wait_until_applied(stack: Stack) -> None:
                 return True
             entry_id, fields = last[0]
             seq = int(entry_id.split(b"-")[0])
-            names = [name.decode() for name in fields]
+            names = [name.decode() for name, _ in redo_records(fields)]
             done = [int(d or 0) for d in redis.mget(keys.shard(int(n[1:])).applied for n in names)]
             lagging = {n: d for n, d in zip(names, done, strict=True) if d < seq}
             seen[0] = f"last commit {seq}, shards behind it (applied): {lagging}"

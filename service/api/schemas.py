@@ -146,6 +146,7 @@ ExplainTop = Annotated[
         description=f"With `explain`: how many terms to list (1-{MAX_EXPLAIN_TOP}), the largest "
         "|contribution| first; the others are summed in `rest`.",
     ),
+    BeforeValidator(_whole),  # as Label: 516.0 is the integer 516 (the fuzzer sent it)
 ]
 
 

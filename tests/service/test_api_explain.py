@@ -255,3 +255,9 @@ def test_a_calibrated_model_explains_its_logit_before_calibration(redis_url: str
             1 / (1 + math.exp(-prediction["logit"]))
         )
     assert moved > 0  # the probability is the fit's, not sigmoid(logit): the logit is explained
+
+
+def test_a_whole_float_explain_top_is_that_integer(client: TestClient) -> None:
+    # JSON Schema's integers include 2.0 (schemathesis sent one): answered as for 2.
+    answer = predict(client, {"features": EXAMPLES[-1], "explain": True, "explain_top": 2.0})
+    assert len(answer["explanation"]["features"]) == 2
