@@ -12,7 +12,7 @@ the master has now, for the next call).
 How many replicas: ``OCTR_REPLICA_ACKS``, but never more than the master has attached, as
 Kafka's ``acks=all`` waits for the in-sync replicas. A master whose replica is gone takes
 writes alone (there is nothing it could fail over to), and says so in the log; a replica that
-is attached but behind (stalled, slow link, resyncing) makes WAIT time out, and the write is
+is attached but behind (stalled, slow link) makes WAIT time out, and the write is
 not counted as replicated: :class:`ReplicaAckError`.
 """
 
