@@ -105,6 +105,8 @@ class Worker:
             metrics.shard_rollbacks,
         ):
             series.labels(**self._label)  # every series exists from the start, at 0
+        for waited in ("log", "shards"):  # what a learner waits for replicas for
+            metrics.replica_ack_timeouts.labels(waited)
 
     def stop(self) -> None:
         """Stop taking new groups; the one in flight still commits."""

@@ -106,6 +106,7 @@ class ServedModel:
         keys = self.store.keys
         key_limits = KeyLimits.of(settings)
         acks = ReplicaAcks.of(redis, settings, metrics.replica_ack_timeouts)
+        metrics.replica_ack_timeouts.labels("learn")  # the series exists from the start, at 0
         self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits, acks)
         self.joins = ServedJoins(
             redis,
