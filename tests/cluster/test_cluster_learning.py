@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import signal
+import time
+import uuid
 from typing import Any
 
 import httpx
@@ -25,10 +27,18 @@ BODY = 50  # examples per /learn request
 
 
 def learn_all(service: Service, rows: list[tuple[dict[str, Any], int]]) -> None:
+    """Send ``rows``; a body answered 503 (its replica wait timed out on a busy machine: on
+    Redis Cluster /learn waits for a replica) is sent again with its Idempotency-Key."""
     with httpx.Client(base_url=service.api_url, timeout=10) as client:
         for start in range(0, len(rows), BODY):
             examples = [{"features": x, "label": y} for x, y in rows[start : start + BODY]]
-            reply = client.post("/learn", json={"examples": examples})
+            key = {"Idempotency-Key": str(uuid.uuid4())}
+            deadline = time.monotonic() + 30
+            while (
+                reply := client.post("/learn", json={"examples": examples}, headers=key)
+            ).status_code == 503:
+                assert time.monotonic() < deadline, reply.text
+                time.sleep(0.1)
             assert reply.status_code == 202, reply.text
 
 
