@@ -20,6 +20,7 @@ from online_ctr.config.settings import Settings
 from online_ctr.store.feature_names import FeatureNames
 from online_ctr.store.keys import FeedbackKeys
 from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.promotion import Promotions
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import (
     GroupInfo,
@@ -139,6 +140,7 @@ class ModelsAdmin:
         group = config.group
         if group is not None and await self.registry.lookup(group) is None:  # its last model
             deleted += await self._delete_matching(FeedbackKeys.of(name, group).key("*"))
+            await Promotions(self.redis).forget(group)
         return Deleted(deleted, group)
 
     async def promote(self, group: str, serving: str, split: dict[str, float] | None) -> GroupInfo:

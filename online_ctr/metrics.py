@@ -206,6 +206,22 @@ class Metrics:
             registry=registry,
         )
 
+        self.promotions = Counter(
+            "online_ctr_promotions",
+            "Challengers a group's promotion policy made its serving model (GET /groups/{name} "
+            "lists them; PUT /groups/{name} undoes one).",
+            ("group",),
+            registry=registry,
+        )
+        self.challenger_gain = Gauge(
+            "online_ctr_challenger_gain_ratio",
+            "How much lower a challenger's progressive log loss is than its group's serving "
+            "model's, on the examples both learned since the serving model last changed "
+            "(0.01: 1% lower; negative: higher).",
+            model,
+            registry=registry,
+        )
+
     def forget_model(self, model: str) -> None:
         """Drop every series of ``model`` (deleted): label values stay bounded by the models
         that exist, however many come and go."""

@@ -34,7 +34,16 @@ from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware
 from service.api.name_record import record_names
 from service.api.openapi import document_auth
-from service.api.routes import health, learn, metrics, models, predict, snapshots, weights
+from service.api.routes import (
+    challengers,
+    health,
+    learn,
+    metrics,
+    models,
+    predict,
+    snapshots,
+    weights,
+)
 from service.api.served import ServedModel
 from service.api.tables import TableBudgets
 
@@ -44,7 +53,7 @@ logger = logging.getLogger(__name__)
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 #: The route modules, each with one ``router``.
-ROUTES = (predict, learn, models, weights, snapshots, health, metrics)
+ROUTES = (predict, learn, models, challengers, weights, snapshots, health, metrics)
 
 
 @asynccontextmanager

@@ -25,6 +25,7 @@ from online_ctr.store.commits import Commit
 from online_ctr.store.failures import redis_trouble
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.lease import Lease
+from online_ctr.store.promotion import write_units
 from online_ctr.store.state import ModelDamagedError, ModelGoneError, ModelStore
 from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
@@ -34,6 +35,7 @@ from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
+from workers.units import learned_units
 
 logger = logging.getLogger(__name__)
 
@@ -324,6 +326,10 @@ class Worker:
         self.histogram = learning.histogram
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
+        if group.units is not None:  # the group's promoter pairs them (workers.promoter)
+            keys, examples = group.units
+            units = learned_units(keys, examples, learning.learned.losses)
+            await write_units(self.store.redis, self.store.keys, units)
 
     async def _wait_for_room(self, error: OutOfMemoryError) -> None:
         """A finalize refused at Redis's memory limit (nothing of it written): wait, and the

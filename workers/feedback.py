@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from online_ctr.learning.features import Batch
 from online_ctr.store.codec import EntryError, decode_entries, header_examples
 from online_ctr.store.state import ModelStore
+from workers.units import entry_units
 
 Message = tuple[bytes, dict[bytes, bytes]]
 
@@ -41,6 +42,8 @@ class Group:
     head: str = ""
     #: Per example the probability this model served (joined impressions), else NaN.
     served: NDArray[np.float64] | None = None
+    #: Per decoded entry its unit key and examples, if asked for (:mod:`workers.units`).
+    units: tuple[NDArray[np.uint64], NDArray[np.int64]] | None = None
 
     @property
     def examples(self) -> int:
@@ -60,6 +63,8 @@ class FeedbackStream:
         self.examples_per_entry = float(FIRST_GUESS_EXAMPLES_PER_ENTRY)
         #: A head entry whose next reading is no delivery (see :meth:`uncount`).
         self._uncounted = b""
+        #: Whether groups carry their units (the model's group has a promotion policy).
+        self.units = False
 
     async def next_group(self, max_examples: int, single: bool = False) -> Group:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
@@ -73,7 +78,7 @@ class FeedbackStream:
         messages = _within(messages, max_examples)
         self.last_seen = max(self.last_seen, messages[-1][0], key=_entry_order)
         deliveries = await self._deliver(messages[0][0])
-        group = _decode(messages, self.model)
+        group = _decode(messages, self.model, self.units)
         group.head_deliveries = int(deliveries)
         group.head = messages[0][0].decode()
         return group
@@ -161,7 +166,7 @@ def _within(messages: list[Message], max_examples: int) -> list[Message]:
     return messages
 
 
-def _decode(messages: list[Message], model: bytes) -> Group:
+def _decode(messages: list[Message], model: bytes, units: bool = False) -> Group:
     """Decode the entries together (numpy once); if that fails, find the bad ones."""
     group = Group()
     ids = [raw_id.decode() for raw_id, _ in messages]
@@ -170,6 +175,8 @@ def _decode(messages: list[Message], model: bytes) -> Group:
         group.batch = decode_entries(blobs)
         group.entry_ids = ids
         group.served = _served([fields for _, fields in messages], model)
+        if units:
+            group.units = entry_units([fields for _, fields in messages])
         return group
     except EntryError:
         pass
@@ -187,6 +194,8 @@ def _decode(messages: list[Message], model: bytes) -> Group:
     if good:
         group.batch = decode_entries(good)
         group.served = _served(kept, model)
+        if units:
+            group.units = entry_units(kept)
     return group
 
 

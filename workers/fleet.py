@@ -18,11 +18,13 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.failures import redis_trouble
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.model_config import ModelConfig
+from online_ctr.store.promotion import Promotions
 from online_ctr.store.redis_types import RedisClient
-from online_ctr.store.registry import Registry
+from online_ctr.store.registry import GroupInfo, Registry
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelMismatchError, ModelStore
 from workers.consumer import Worker, WorkerConfig
+from workers.promoter import Promoter
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,9 @@ class Fleet:
     #: Replica acknowledgements of every learner's commits (off unless given).
     acks: ReplicaAcks | None = None
     workers: dict[str, Worker] = field(default_factory=dict)
+    #: The promoters of groups with a promotion policy, by group.
+    promoters: dict[str, Promoter] = field(default_factory=dict)
+    _groups: dict[str, GroupInfo] = field(default_factory=dict)
     _retired: dict[str, Worker] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -63,6 +68,7 @@ class Fleet:
     async def sync(self) -> None:
         """Start learners for new models, forget those of deleted ones."""
         registered = await self.registry.models()
+        self._groups = await self.registry.groups()
         self._names = set(registered)
         configs = {n: c for n, c in registered.items() if self.wants(n)}
         for name in set(self.workers) - set(configs):
@@ -75,6 +81,22 @@ class Fleet:
                 self.workers[name] = self._worker(name, config, streams)
             else:
                 self.workers[name].sweeper.follow(streams)
+            group = self._groups.get(config.group or "")
+            self.workers[name].stream.units = group is not None and group.promotion is not None
+
+    async def promote(self) -> None:
+        """Run a step of the promoter of every group with a promotion policy whose serving
+        model this process learns now (holds its lease): one promoter per group."""
+        for name, info in self._groups.items():
+            worker = self.workers.get(info.serving)
+            if info.promotion is None or worker is None or not worker.lease.token:
+                self.promoters.pop(name, None)
+                continue
+            if name not in self.promoters:
+                promotions = Promotions(self.redis)
+                self.promoters[name] = Promoter(self.redis, promotions, self.metrics, name)
+            if await self.promoters[name].step(info) is not None:
+                await self.sync()  # the new serving model's learner runs the next step
 
     def _worker(self, name: str, config: ModelConfig, streams: list[str]) -> Worker:
         spec = config.spec(name)
@@ -96,9 +118,18 @@ class Fleet:
             for name, worker in self.workers.items():
                 if name not in self._tasks and not self._stopping:
                     self._tasks[name] = asyncio.create_task(worker.run())
+            await self._promote_or_wait()
             await self._reap()
             await asyncio.sleep(self.refresh_s)
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _promote_or_wait(self) -> None:
+        try:
+            await self.promote()
+        except Exception as error:
+            if not redis_trouble(error):
+                raise
+            logger.warning("promotion skipped: redis unavailable (%s)", error)
 
     async def _reap(self) -> None:
         """Collect the tasks of learners that ended (model deleted) and remove what their
@@ -128,6 +159,7 @@ class Fleet:
         commits = 0
         for worker in self.workers.values():
             commits += await worker.run_until_idle()
+        await self.promote()
         return commits
 
 

@@ -64,6 +64,10 @@ class RegistryKeys:
 
     models: str = f"{PREFIX}:{{{REGISTRY_TAG}}}:models"
     groups: str = f"{PREFIX}:{{{REGISTRY_TAG}}}:groups"
+    #: Per group with a promotion policy, its promoter's state (:mod:`online_ctr.store.promotion`).
+    tallies: str = f"{PREFIX}:{{{REGISTRY_TAG}}}:tallies"
+    #: Every promotion a promoter made, newest last (a capped stream).
+    promotions: str = f"{PREFIX}:{{{REGISTRY_TAG}}}:promotions"
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,12 @@ class ModelKeys:
         return self._key("touched")
 
     @property
+    def units(self) -> str:
+        """Per commit, the progressive log loss of each ``/learn`` unit the model learned (a
+        capped stream, written while its group has a promotion policy)."""
+        return self._key("units")
+
+    @property
     def pins(self) -> str:
         """Snapshot exports in progress: the redo entries each still needs (a hash)."""
         return self._key("pins")
@@ -247,4 +257,5 @@ class ModelKeys:
             self.pins,
             self.touched,
             self.feature_names,
+            self.units,
         ]

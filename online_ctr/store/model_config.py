@@ -30,6 +30,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
+from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.state import ModelSpec, spec_from
@@ -172,3 +173,31 @@ def own_config(settings: Settings) -> ModelConfig:
         unlabeled=settings.unlabeled,
         feature_names=settings.feature_names,
     )
+
+
+class PolicyBody(BaseModel):
+    """A group's promotion policy, as the API and the registry hold it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    margin: float = Field(
+        0.001,
+        ge=0.0,
+        lt=1.0,
+        description="How much lower (relative) the challenger's progressive log loss must be.",
+    )
+    confidence: float = Field(
+        0.95,
+        ge=0.5,
+        lt=1.0,
+        description="1 - the chance that the group ever promotes a model not better by the margin.",
+    )
+    min_examples: int = Field(
+        1_000, ge=1, le=1 << 53, description="Paired examples a challenger needs at least."
+    )
+    planned_units: int = Field(
+        10_000, ge=1, le=1 << 53, description="The test is most sensitive near this many pairs."
+    )
+
+    def policy(self) -> PromotionPolicy:
+        return PromotionPolicy(**self.model_dump())

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from online_ctr.store.failures import pipeline
 from online_ctr.store.keys import RegistryKeys
-from online_ctr.store.model_config import JoinConfig, ModelConfig
+from online_ctr.store.model_config import JoinConfig, ModelConfig, PolicyBody
 from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.scripts import register
 
@@ -41,6 +41,8 @@ class GroupInfo:
     serving: str
     split: dict[str, float] = field(default_factory=dict)
     shared: Shared = field(default_factory=lambda: Shared())
+    #: When a challenger replaces the serving model by itself (None: only when promoted).
+    promotion: PolicyBody | None = None
 
     @classmethod
     def decode(cls, name: str, raw: bytes | str) -> GroupInfo:
@@ -52,6 +54,7 @@ class GroupInfo:
             record["serving"],
             {str(k): float(v) for k, v in split.items()},
             Shared.model_validate_json(record["shared"]),
+            PolicyBody.model_validate(record["promotion"]) if record.get("promotion") else None,
         )
 
 

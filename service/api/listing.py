@@ -3,8 +3,10 @@ registry's records; ``online-ctr models list`` prints the same."""
 
 from __future__ import annotations
 
+from online_ctr.challengers import Challengers
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import GroupInfo
+from service.api.challenger_schemas import PromotionRecord, StandingResponse
 from service.api.schemas import GroupResponse, ModelListResponse, ModelSummary
 
 
@@ -30,4 +32,13 @@ def group_response(info: GroupInfo) -> GroupResponse:
         split=info.split,
         join_window_s=info.shared.join_window_s,
         unlabeled=info.shared.unlabeled,
+        promotion=info.promotion,
     )
+
+
+def group_detail(found: Challengers) -> GroupResponse:
+    """A group with its challengers' standings and its policy's last promotions."""
+    answer = group_response(found.info)
+    answer.challengers = [StandingResponse.of(s) for s in found.standings]
+    answer.promotions = [PromotionRecord.of(r) for r in found.promotions]
+    return answer

@@ -25,6 +25,8 @@ from pydantic import (
 from online_ctr.learning.explain import DEFAULT_TOP
 from online_ctr.learning.features import Example
 from online_ctr.store.keys import MODEL_NAME
+from online_ctr.store.model_config import PolicyBody
+from service.api.challenger_schemas import PromotionRecord, StandingResponse
 
 #: Longest field name and string value accepted: generous for URLs and ids, yet it bounds
 #: what one feature may cost to hash and what a cached name may hold.
@@ -544,6 +546,17 @@ class GroupResponse(BaseModel):
     )
     join_window_s: int = Field(examples=[0])
     unlabeled: str = Field(examples=["negative"])
+    promotion: PolicyBody | None = Field(
+        None,
+        description="When a challenger replaces the serving model by itself (null: only by "
+        "PUT /groups/{name}).",
+    )
+    challengers: list[StandingResponse] | None = Field(
+        None, description="GET /groups/{name}: each challenger's standing under the policy."
+    )
+    promotions: list[PromotionRecord] | None = Field(
+        None, description="GET /groups/{name}: the last promotions the policy made, newest first."
+    )
 
 
 class GroupUpdate(BaseModel):

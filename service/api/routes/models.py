@@ -17,13 +17,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
 
 from online_ctr.admin import ModelsAdmin
+from online_ctr.challengers import challengers
 from online_ctr.store.keys import MODEL_NAME
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import UnknownNameError
 from service.api.catalog import Catalog
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
-from service.api.listing import group_response, model_list
+from service.api.listing import group_detail, group_response, model_list
 from service.api.name_record import forget_names
 from service.api.schemas import (
     GroupResponse,
@@ -131,9 +132,10 @@ async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> Mode
 
 
 @router.get("/groups/{name}", responses=_errors(404, 422, 503))
-async def read_group(name: Name, catalog: CatalogDep) -> GroupResponse:
-    """The group's models, the serving one and the traffic split."""
-    return group_response((await _group_of(catalog, name)).info)
+async def read_group(name: Name, admin: AdminDep) -> GroupResponse:
+    """The group's models, the serving one, the traffic split and, with a promotion policy,
+    each challenger's standing and the last promotions."""
+    return group_detail(await challengers(admin, name))
 
 
 @router.put("/groups/{name}", responses=_errors(404, 409, 415, 422, 503))
@@ -152,13 +154,6 @@ async def _model(catalog: CatalogDep, name: str) -> ServedModel:
     served = await catalog.get(name, fresh=True)
     if isinstance(served, ServedGroup):
         raise UnknownNameError(f"{name!r} is a group, not a model: GET /groups/{name}")
-    return served
-
-
-async def _group_of(catalog: CatalogDep, name: str) -> ServedGroup:
-    served = await catalog.get(name, fresh=True)
-    if not isinstance(served, ServedGroup):
-        raise UnknownNameError(f"{name!r} is a model, not a group: GET /models/{name}")
     return served
 
 

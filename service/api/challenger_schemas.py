@@ -1,0 +1,92 @@
+"""What ``/groups/{name}/promotion`` and ``/groups/{name}/sweep`` take and answer, and the
+challengers' part of ``GET /groups/{name}``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from online_ctr.challengers import MOST_SWEPT, Standing
+from online_ctr.store.model_config import ModelConfig, PolicyBody
+
+Values = Annotated[
+    list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=MOST_SWEPT)
+]
+
+
+class SweepRequest(BaseModel):
+    """A grid of challengers: every combination of the values, each a model of the group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grid: dict[str, Values] = Field(
+        description="Hyper-parameter -> its values (alpha, beta, l1, l2, gamma, theta, k); at "
+        f"most {MOST_SWEPT} combinations.",
+        examples=[{"alpha": [0.02, 0.05, 0.1], "l1": [0.1, 1.0, 3.0]}],
+    )
+    base: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="What every model of the grid has besides the swept values (its group "
+        "is the path's).",
+    )
+    promotion: PolicyBody | None = Field(
+        None, description="Also give the group this promotion policy (absent: keep its own)."
+    )
+
+
+class SweptModel(BaseModel):
+    name: str = Field(examples=["ctr-alpha_0.05-l1_1"])
+    created: bool = Field(description="False: it existed already with this configuration.")
+
+
+class SweepResponse(BaseModel):
+    """The grid's models, in the grid's order."""
+
+    group: str = Field(examples=["ctr"])
+    models: list[SweptModel]
+
+
+class StandingResponse(BaseModel):
+    """A challenger against the serving model since the serving model last changed."""
+
+    model: str = Field(examples=["ctr-alpha_0.05-l1_1"])
+    paired_examples: int = Field(description="Examples both models learned.")
+    relative_gain: float = Field(
+        description="How much lower the challenger's progressive log loss is (0.01: 1%)."
+    )
+    lower_bound: float | None = Field(
+        description="The test's lower bound on the mean score per /learn call; above 0 "
+        "(with enough examples) the challenger is promoted. Null before two pairs."
+    )
+
+    @classmethod
+    def of(cls, standing: Standing) -> StandingResponse:
+        return cls(
+            model=standing.model,
+            paired_examples=standing.paired_examples,
+            relative_gain=standing.relative_gain,
+            lower_bound=standing.lower_bound,
+        )
+
+
+class PromotionRecord(BaseModel):
+    """A promotion the group's policy made."""
+
+    id: str = Field(description="When (a stream id: milliseconds since the epoch, then a count).")
+    promoted: str = Field(examples=["ctr-alpha_0.05-l1_1"])
+    replaced: str = Field(examples=["champion"])
+    paired_examples: int
+    champion_logloss: float
+    challenger_logloss: float
+
+    @classmethod
+    def of(cls, record: dict[str, str]) -> PromotionRecord:
+        return cls(
+            id=record["id"],
+            promoted=record["to"],
+            replaced=record["from"],
+            paired_examples=int(record["examples"]),
+            champion_logloss=float(record["champion_logloss"]),
+            challenger_logloss=float(record["challenger_logloss"]),
+        )
