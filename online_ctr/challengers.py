@@ -14,6 +14,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from online_ctr.admin import ModelsAdmin
 from online_ctr.learning.promotion import Paired, alpha_each
 from online_ctr.store.keys import valid_model_name
@@ -72,25 +74,41 @@ def sweep_names(group: str, grid: dict[str, list[float]]) -> list[tuple[str, dic
     return models
 
 
+class SweepValueError(ValueError):
+    """A model of the grid whose configuration is invalid: the message names its values."""
+
+
+def sweep_configs(
+    group: str, base: ModelConfig, grid: dict[str, list[float]]
+) -> list[tuple[str, ModelConfig]]:
+    """Each model of the grid with its configuration (``base`` with its values), all checked
+    before any is created."""
+    configs = []
+    for name, values in sweep_names(group, grid):
+        try:
+            config = ModelConfig.model_validate({**base.model_dump(), **values, "group": group})
+        except ValidationError as error:
+            shown = ", ".join(f"{p}={v:g}" for p, v in values.items())
+            reasons = "; ".join(str(e["msg"]) for e in error.errors())
+            raise SweepValueError(f"the grid's model {shown} is invalid: {reasons}") from None
+        configs.append((name, config))
+    return configs
+
+
 async def sweep(
-    admin: ModelsAdmin, group: str, base: ModelConfig, grid: dict[str, list[float]]
+    admin: ModelsAdmin, configs: list[tuple[str, ModelConfig]]
 ) -> list[tuple[str, bool]]:
-    """Create the grid's models in ``group`` (each ``base`` with its values); per model its
-    name and whether it is new."""
-    models = sweep_names(group, grid)
+    """Create the grid's models (:func:`sweep_configs`); per model its name and whether it
+    is new. Refused whole if the registry has no room for the new ones."""
     existing = await admin.registry.models()
-    new = [name for name, _ in models if name not in existing]
+    new = [name for name, _ in configs if name not in existing]
     room = admin.registry.max_models - len(existing)
     if len(new) > room:
         raise RegistryError(
             f"the sweep needs {len(new)} new models and the service has room for {room} "
             "(OCTR_MAX_MODELS): delete models, raise OCTR_MAX_MODELS, or sweep fewer values"
         )
-    created = []
-    for name, values in models:
-        config = ModelConfig.model_validate({**base.model_dump(), **values, "group": group})
-        created.append((name, await admin.create(name, config)))
-    return created
+    return [(name, await admin.create(name, config)) for name, config in configs]
 
 
 async def set_policy(admin: ModelsAdmin, group: str, policy: PolicyBody | None) -> GroupInfo:

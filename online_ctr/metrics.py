@@ -213,6 +213,13 @@ class Metrics:
             ("group",),
             registry=registry,
         )
+        self.promoter_pending_units = Gauge(
+            "online_ctr_promoter_pending_units",
+            "/learn calls a group's promoter holds in memory, learned by some of its models and "
+            "waiting for the others (at most 1,000,000 per model; the oldest dropped past it).",
+            ("group",),
+            registry=registry,
+        )
         self.challenger_gain = Gauge(
             "online_ctr_challenger_gain_ratio",
             "How much lower a challenger's progressive log loss is than its group's serving "

@@ -62,6 +62,8 @@ class Promoter:
         for challenger in challengers:
             self._tally(state, challenger, policy.margin)
         self._settle(info.serving, challengers)
+        held = sum(len(units) for units in self.pending.values())
+        self.metrics.promoter_pending_units.labels(self.group).set(held)
         state.pairs = {c: state.pairs.get(c, Paired()) for c in challengers}
         self._publish(state)
         winner = _winner(state, policy)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from online_ctr.cli import sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
@@ -96,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every --batch-size examples (the service refits at every commit), and report the "
         "calibrated predictions' metrics too; default: off",
     )
+    sweep_options.add_arguments(
+        parser, {name: kind for name, (kind, _) in HYPER_PARAMETERS.items()}
+    )
     parser.set_defaults(func=run)
 
 
@@ -119,10 +123,15 @@ def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Replay the file and print the JSON result; returns the exit status."""
+    given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
+    given = {name: value for name, value in given.items() if value is not None}
+    if args.sweep is not None or sweep_options.policy_given(args):
+        from online_ctr.cli import replay_sweep  # its learning loads numba, as replay_file's
+
+        return replay_sweep.run(args, given, rule_params, batch_size(args))
     try:
         rule = get_rule(args.rule)
-        given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
-        params = rule_params(rule, {k: v for k, v in given.items() if v is not None})
+        params = rule_params(rule, given)
         hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
     except ValueError as error:  # unknown flags for the rule, values it refuses
         return fail("replay", str(error), status=2)

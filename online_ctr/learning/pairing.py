@@ -82,7 +82,7 @@ def pair(first: Units, second: Units) -> Matched:
     rows_a, rows_b = a[in_a], b[in_b]
     order = np.argsort(rows_a, kind="stable")
     rows_a, rows_b = rows_a[order], rows_b[order]
-    in_order = np.concatenate(([True], np.diff(rows_b) > 0))  # a collision breaks the order
+    in_order = np.diff(rows_b, prepend=-1) > 0  # a collision breaks the order
     rows_a, rows_b = rows_a[in_order], rows_b[in_order]
     if len(rows_a) == 0:
         return Matched(rows_a, rows_b, 0, 0)

@@ -3,13 +3,16 @@ challengers' part of ``GET /groups/{name}``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from online_ctr.challengers import MOST_SWEPT, Standing
 from online_ctr.store.model_config import ModelConfig, PolicyBody
 
+#: What a sweep may vary: :data:`online_ctr.challengers.SWEPT` (a test keeps them equal).
+Swept = Literal["alpha", "beta", "l1", "l2", "gamma", "theta", "k"]
 Values = Annotated[
     list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=MOST_SWEPT)
 ]
@@ -20,7 +23,7 @@ class SweepRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    grid: dict[str, Values] = Field(
+    grid: dict[Swept, Values] = Field(
         description="Hyper-parameter -> its values (alpha, beta, l1, l2, gamma, theta, k); at "
         f"most {MOST_SWEPT} combinations.",
         examples=[{"alpha": [0.02, 0.05, 0.1], "l1": [0.1, 1.0, 3.0]}],
@@ -33,6 +36,17 @@ class SweepRequest(BaseModel):
     promotion: PolicyBody | None = Field(
         None, description="Also give the group this promotion policy (absent: keep its own)."
     )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SweepRequest:
+        if not self.grid:
+            raise ValueError("grid names no hyper-parameter: give at least one with its values")
+        combinations = math.prod(len(values) for values in self.grid.values())
+        if combinations > MOST_SWEPT:
+            raise ValueError(
+                f"grid has {combinations} combinations; a sweep creates at most {MOST_SWEPT}"
+            )
+        return self
 
 
 class SweptModel(BaseModel):

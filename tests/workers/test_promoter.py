@@ -15,13 +15,17 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
+from online_ctr.learning.promotion import Paired
 from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store.keys import ModelKeys
-from online_ctr.store.registry import Registry
+from online_ctr.store.model_config import ModelConfig, PolicyBody
+from online_ctr.store.promotion import PromoterState, Promotions
+from online_ctr.store.registry import Registry, UnknownNameError
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
+from workers import promoter
 from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
 
@@ -137,5 +141,61 @@ async def test_without_a_policy_nothing_is_recorded(
         assert await redis.exists(ModelKeys("a", "ctr").units, ModelKeys("b", "ctr").units) == 0
         group = client.get("/groups/ctr").json()
         assert group["promotion"] is None and group["challengers"] == []
+    finally:
+        await redis.aclose()
+
+
+async def test_a_promotion_is_a_compare_and_set_that_keeps_the_split(redis_url: str) -> None:
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        registry = Registry(redis, 10)
+        for name in ("a", "b"):
+            await registry.create(name, ModelConfig(group="g"))
+        await registry.serve("g", "a", {"a": 0.9, "b": 0.1})
+        promotions = Promotions(redis)
+        await promotions.set_policy("g", PolicyBody())
+        raw, state = await promotions.state("g")
+        assert (raw, state) == ("", None)
+        first = PromoterState("a", {"a": "1-0"}, {"b": Paired(2, 2, 0.1, 0.0, 1.0, 0.8)})
+        assert await promotions.tally("g", "", first)
+        assert not await promotions.tally("g", "", first)  # another promoter wrote meanwhile
+        raw, state = await promotions.state("g")
+        assert state == first
+        moved = await promotions.promote("g", "a", "b", "stale", PromoterState("b"), {})
+        assert moved is None  # the stored state moved on: nothing changed
+        assert await promotions.promote("g", "b", "a", raw, PromoterState("a"), {}) is None
+        info = await promotions.promote("g", "a", "b", raw, PromoterState("b"), {"examples": 2})
+        assert info is not None and info.serving == "b"
+        assert info.split == {"a": 0.1, "b": 0.9}  # the promoted model took the champion's share
+        assert info.promotion == PolicyBody()
+        [record] = await promotions.recent("g")
+        assert (record["from"], record["to"], record["examples"]) == ("a", "b", "2")
+        # A new policy restarts the test.
+        await promotions.set_policy("g", PolicyBody(margin=0.01))
+        assert await promotions.state("g") == ("", None)
+        with pytest.raises(UnknownNameError):
+            await promotions.set_policy("nothing", None)
+    finally:
+        await redis.aclose()
+
+
+async def test_the_units_a_promoter_holds_are_bounded(
+    client: TestClient, settings: Settings, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A challenger whose learner is stopped: the champion's units wait for it, at most
+    # MOST_PENDING_UNITS of them (the oldest dropped), and the records are trimmed as read.
+    monkeypatch.setattr(promoter, "MOST_PENDING_UNITS", 50)
+    create(client, {"a": {"alpha": 0.1}, "b": {"alpha": 0.1}})
+    send(client, criteo(300), per_call=1)
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        metrics = Metrics(CollectorRegistry())
+        learners = make_fleet(redis, settings, metrics)
+        learners.only = frozenset({"a", "default"})
+        await learners.run_until_idle()
+        [held] = learners.promoters.values()
+        assert len(held.pending["a"]) == 50
+        assert metrics.promoter_pending_units.labels("ctr")._value.get() == 50
+        assert await redis.xlen(ModelKeys("a", "ctr").units) <= 1
     finally:
         await redis.aclose()

@@ -311,6 +311,27 @@ def registry(*args: Any, group: str | None = None, model: str | None = None) -> 
     return drive
 
 
+def promotion(*args: Any, group: str | None = None, tallies: Any = None) -> Drive:
+    """promotion.lua with ``args``, the group 'g' (models 'a' and 'b', 'a' serving) stored as
+    ``group``, its promoter's state as 'S' (or ``tallies`` in its place)."""
+
+    async def drive(store: ModelStore) -> Any:
+        keys = RegistryKeys()
+        good = '{"models": ["a", "b"], "serving": "a", "split": {}, "shared": "{}"}'
+        await store.redis.hset(keys.groups, "g", good if group is None else group)
+        if tallies is None:
+            await store.redis.hset(keys.tallies, "g", "S")
+        else:
+            await store.redis.set(keys.tallies, tallies)
+        script = register(store.redis, "promotion")
+        return await script(keys=[keys.groups, keys.tallies, keys.promotions], args=list(args))
+
+    return drive
+
+
+POLICY = '{"margin": 0.001, "confidence": 0.95, "min_examples": 10, "planned_units": 100}'
+
+
 def create(
     config: str = "{}", group: str = "g", most: Any = 10, shared: str = "{}"
 ) -> tuple[Any, ...]:
@@ -413,6 +434,35 @@ CASES: dict[str, tuple[Drive, str]] = {
     "registry serve split": (registry("serve", "g", "a", "{oops"), "ARGV[4]"),
     "registry serve weight": (registry("serve", "g", "a", '{"a": -1}'), "weight"),
     "registry operation": (registry("rename", "a"), "unknown"),
+    # promotion: the policy's every field, the states and fields as JSON, the stored group.
+    "promotion policy not json": (promotion("policy", "g", "{oops"), "ARGV[3]"),
+    "promotion policy margin": (promotion("policy", "g", POLICY.replace("0.001", "1")), "margin"),
+    "promotion policy confidence": (
+        promotion("policy", "g", POLICY.replace("0.95", "0.2")),
+        "confidence",
+    ),
+    "promotion policy min_examples": (
+        promotion("policy", "g", POLICY.replace('"min_examples": 10', '"min_examples": "x"')),
+        "min_examples",
+    ),
+    "promotion policy arguments": (promotion("policy", "g"), "2 arguments"),
+    "promotion stored group": (promotion("policy", "g", POLICY, group="{oops"), "group g"),
+    "promotion group lacks models": (
+        promotion("policy", "g", "", group='{"serving": "a", "split": {}}'),
+        "lacks",
+    ),
+    "promotion tallies not a hash": (promotion("tally", "g", "S", "{}", 10, tallies="x"), "hash"),
+    "promotion tally state": (promotion("tally", "g", "S", "{oops", 10), "ARGV[4]"),
+    "promotion tally most": (promotion("tally", "g", "S", "{}", "many"), "ARGV[5]"),
+    "promotion promote fields": (
+        promotion("promote", "g", "S", "a", "b", "{}", '{"x": [1]}', 10),
+        "ARGV[7]",
+    ),
+    "promotion promote state": (
+        promotion("promote", "g", "S", "a", "b", "[1", "{}", 10),
+        "ARGV[6]",
+    ),
+    "promotion operation": (promotion("demote", "g"), "unknown"),
 }
 
 

@@ -12,10 +12,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, status
 
-from online_ctr.challengers import challengers, set_policy, sweep
+from online_ctr.challengers import (
+    SweepValueError,
+    challengers,
+    set_policy,
+    sweep,
+    sweep_configs,
+)
 from online_ctr.store.model_config import PolicyBody
 from service.api.challenger_schemas import SweepRequest, SweepResponse, SweptModel
 from service.api.deps import CatalogDep
+from service.api.limits import InvalidFieldError
 from service.api.listing import group_detail
 from service.api.routes.models import AdminDep, Name, _errors
 from service.api.schemas import GroupResponse
@@ -35,7 +42,12 @@ async def sweep_group(
     created with the first one if new, which then serves it). Refused whole, before any model
     is created, if OCTR_MAX_MODELS cannot hold the new ones; a model that exists alike is
     kept. With ``promotion``, the group gets that policy too."""
-    created = await sweep(admin, name, request.base, request.grid)
+    grid = {str(param): values for param, values in request.grid.items()}
+    try:
+        configs = sweep_configs(name, request.base, grid)
+    except SweepValueError as error:
+        raise InvalidFieldError("grid", str(error)) from None
+    created = await sweep(admin, configs)
     if request.promotion is not None:
         await set_policy(admin, name, request.promotion)
     catalog.forget(name)
