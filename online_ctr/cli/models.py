@@ -1,5 +1,6 @@
-"""``online-ctr models list|create|delete|promote|weights``: the command-line twin of the
-admin API's ``/models`` and ``/groups`` routes.
+"""``online-ctr models list|create|delete|promote|weights`` (and ``sweep|promotion``, in
+:mod:`online_ctr.cli.challengers`): the command-line twin of the admin API's ``/models`` and
+``/groups`` routes.
 
 It talks to the Redis of ``OCTR_REDIS_URL`` directly, or without one to the Redis of the
 local ``online-ctr serve`` (:mod:`online_ctr.cli.target`; an admin on the machine needs no API
@@ -11,21 +12,14 @@ invalid option is one line and exit status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
-
-from online_ctr.admin import ModelsAdmin
+from online_ctr.cli import challengers as challenger_actions
+from online_ctr.cli.admin_run import admin_redis, check_name, run_admin
 from online_ctr.cli.model_options import add_config_options, config_from_args, parse_split
 from online_ctr.cli.models_table import print_listing
-from online_ctr.cli.target import Target, admin_target
-from online_ctr.process import StartupError, configure_logging
-from online_ctr.store.keys import valid_model_name
-from online_ctr.store.registry import GroupInfo, RegistryError
+from online_ctr.store.registry import GroupInfo
 from online_ctr.store.weights import MAX_TOP, Weights
-from online_ctr.wiring import redis_client
 from service.api.listing import model_list
 from service.api.weights_schemas import weights_response
 
@@ -54,6 +48,7 @@ def register(subparsers: Any) -> None:
     delete.set_defaults(func=delete_model)
     _add_promote(actions)
     _add_weights(actions)
+    challenger_actions.register(actions)
 
 
 def _add_weights(actions: Any) -> None:
@@ -100,8 +95,8 @@ def _add_promote(actions: Any) -> None:
 
 def list_models(args: argparse.Namespace) -> int:
     """Print the models and groups, as a table or as JSON."""
-    target = _target()
-    listing = model_list(*_run(target, lambda admin: admin.list()), target.settings.model)
+    target = admin_redis()
+    listing = model_list(*run_admin(target, lambda admin: admin.list()), target.settings.model)
     if args.json:
         print(listing.model_dump_json(indent=2))
     else:
@@ -111,10 +106,10 @@ def list_models(args: argparse.Namespace) -> int:
 
 def create_model(args: argparse.Namespace) -> int:
     """Create the model ``args.name`` with the options' configuration."""
-    _check_name(args.name)
+    check_name(args.name)
     config = config_from_args(args)
-    target = _target()
-    created = _run(target, lambda admin: admin.create(args.name, config))
+    target = admin_redis()
+    created = run_admin(target, lambda admin: admin.create(args.name, config))
     group = f" in group {config.group!r}" if config.group else ""
     if created:
         print(f"created model {args.name!r}{group}: rule {config.rule}")
@@ -125,12 +120,12 @@ def create_model(args: argparse.Namespace) -> int:
 
 def delete_model(args: argparse.Namespace) -> int:
     """Delete the model ``args.name``; prints what was deleted."""
-    target = _target()
-    _check_name(args.name)
+    target = admin_redis()
+    check_name(args.name)
     if not args.yes and not _confirmed(f"delete model {args.name!r} and all its data? [y/N] "):
         print("nothing deleted (pass --yes to skip the question)")
         return 1
-    deleted = _run(target, lambda admin: admin.delete(args.name))
+    deleted = run_admin(target, lambda admin: admin.delete(args.name))
     print(f"deleted model {args.name!r}: {deleted.keys} keys")
     return 0
 
@@ -138,8 +133,8 @@ def delete_model(args: argparse.Namespace) -> int:
 def promote_model(args: argparse.Namespace) -> int:
     """Make ``args.model`` serve ``args.group``; prints the group as it is now."""
     split = {} if args.no_split else None if args.split is None else parse_split(args.split)
-    target = _target()
-    info: GroupInfo = _run(target, lambda admin: admin.promote(args.group, args.model, split))
+    target = admin_redis()
+    info: GroupInfo = run_admin(target, lambda admin: admin.promote(args.group, args.model, split))
     shares = ",".join(f"{k}={v:g}" for k, v in sorted(info.split.items())) or "none"
     print(f"group {info.name!r}: serving {info.serving}, split {shares}")
     return 0
@@ -147,9 +142,11 @@ def promote_model(args: argparse.Namespace) -> int:
 
 def print_weights(args: argparse.Namespace) -> int:
     """Print the model's largest weights (or one feature's) as a table, or as JSON."""
-    _check_name(args.name)
-    target = _target()
-    found: Weights = _run(target, lambda admin: admin.weights(args.name, args.top, args.feature))
+    check_name(args.name)
+    target = admin_redis()
+    found: Weights = run_admin(
+        target, lambda admin: admin.weights(args.name, args.top, args.feature)
+    )
     if args.json:
         print(weights_response(found).model_dump_json(indent=2))
         return 0
@@ -169,38 +166,8 @@ def _recorded(found: Weights) -> str:
     return f", {found.names_recorded} of at most {found.names_max} names recorded"
 
 
-def _check_name(name: str) -> None:
-    if not valid_model_name(name):
-        raise StartupError(f"invalid model name {name!r}: use 1-64 of [A-Za-z0-9_.-]")
-
-
 def _confirmed(question: str) -> bool:
     try:
         return input(question).strip().lower() in ("y", "yes")
     except EOFError:  # no terminal to answer: never delete by default
         return False
-
-
-def _target() -> Target:
-    configure_logging("warning")
-    return admin_target()
-
-
-def _run(target: Target, action: Callable[[ModelsAdmin], Awaitable[T]]) -> T:
-    """Run ``action`` on the target's Redis; one line and exit status 1 if it is refused or
-    Redis does not answer."""
-    settings = target.settings
-
-    async def run() -> T:
-        client = redis_client(settings)
-        try:
-            return await action(ModelsAdmin(client, settings))
-        finally:
-            await client.aclose()
-
-    try:
-        return asyncio.run(run())
-    except RegistryError as error:
-        raise StartupError(str(error)) from None
-    except (RedisError, OSError) as error:
-        raise target.failure(error) from None
