@@ -30,7 +30,7 @@ from online_ctr.learning.parsing import Parsing, available
 from online_ctr.learning.promotion import PromotionPolicy, alpha_each
 from online_ctr.learning.readers import ReaderError
 from online_ctr.learning.rules import Rule, get_rule
-from online_ctr.learning.sweep import Group, Served, SweepResult, sweep
+from online_ctr.learning.sweep import Group, SweepResult, sweep
 
 #: Progress lines on stderr at most this often (promotions are always reported).
 PROGRESS_INTERVAL_S = 1.0
@@ -73,6 +73,18 @@ def run(
         hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
     except ValueError as error:
         return fail("replay", f"--sweep: {error}", status=2)
+    return _replay(args, rule, grid, policy, hasher, size)
+
+
+def _replay(
+    args: argparse.Namespace,
+    rule: Rule,
+    grid: list[tuple[str, Any]],
+    policy: PromotionPolicy,
+    hasher: FeatureHasher,
+    size: int,
+) -> int:
+    """Read the file once, every configuration learning each batch; print the JSON."""
     try:
         resolve_format(args)
     except (FormatError, OSError) as error:
@@ -91,6 +103,12 @@ def run(
         result = sweep(batches, models, policy, on_batch=Progress([n for n, _ in grid]))
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
+    best = min(range(len(grid)), key=lambda c: _ordered(result.logloss[c]))
+    say(
+        f"{result.examples:,} examples: served log loss {result.group.served_logloss:.6f}, "
+        f"best configuration {grid[best][0]} {result.logloss[best]:.6f}, running mean "
+        f"{result.baseline.logloss:.6f}"
+    )
     print(json.dumps(output(args, grid, policy, result), allow_nan=False))
     return 0
 
@@ -113,12 +131,13 @@ class Progress:
             )
         self.reported = len(group.timeline)
         if time.monotonic() - self.shown_at >= PROGRESS_INTERVAL_S:
-            served = f"served log loss {group.served_logloss:.6f}"
-            say(f"{group.examples:,} examples, {served}, {self.names[group.serving]} serving")
+            loss = f"served log loss {group.served_logloss:.6f}"
+            say(f"{group.examples:,} examples, {loss}, {self.names[group.serving]} serving")
             self.shown_at = time.monotonic()
 
 
 def say(line: str) -> None:
+    """A progress line on stderr (stdout holds only the JSON)."""
     print(f"online-ctr replay: {line}", file=sys.stderr, flush=True)
 
 
@@ -144,7 +163,7 @@ def output(
             "predicts": MEAN_BASELINE,
             "hindsight_logloss": _finite(baseline.overall_logloss),
         },
-        "timeline": [_served(served, names) for served in group.timeline],
+        "timeline": _timeline(result, names),
         "configurations": [
             {"name": name, "params": _params(given), "logloss": _finite(loss)}
             for (name, given), loss in zip(grid, result.logloss, strict=True)
@@ -158,13 +177,25 @@ def output(
     }
 
 
-def _served(served: Served, names: list[str]) -> dict[str, Any]:
-    """A timeline entry: from which example on it served, and the tally that promoted it."""
-    entry: dict[str, Any] = {"example": served.example, "name": names[served.configuration]}
-    if served.paired is not None:
-        entry["paired_examples"] = served.paired.examples
-        entry["relative_gain"] = served.paired.relative_gain
-    return entry
+def _timeline(result: SweepResult, names: list[str]) -> list[dict[str, Any]]:
+    """Each configuration that served: from which example on and for how many, the tally
+    that promoted it, its log loss there and the running mean's on the same examples."""
+    timeline = result.group.timeline
+    ends = [served.example for served in timeline[1:]] + [result.examples]
+    entries = []
+    for served, end, loss, mean in zip(
+        timeline, ends, result.group.served_losses, result.baseline_losses, strict=True
+    ):
+        count = end - served.example
+        entry: dict[str, Any] = {"example": served.example, "name": names[served.configuration]}
+        if served.paired is not None:
+            entry["paired_examples"] = served.paired.examples
+            entry["relative_gain"] = served.paired.relative_gain
+        entry["examples"] = count
+        entry["logloss"] = loss / count if count else None
+        entry["mean_logloss"] = mean / count if count else None
+        entries.append(entry)
+    return entries
 
 
 def _ordered(loss: float) -> float:

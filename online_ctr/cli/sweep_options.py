@@ -103,7 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser, kinds: dict[str, type]) -> No
     }
     for field, option in POLICY_OPTIONS.items():
         text = f"{texts[field]}; default: {getattr(default, field)}"
-        group.add_argument(option, type=types[field], help=f"with --sweep: {text}")
+        group.add_argument(
+            option, type=types[field], metavar=field.upper(), help=f"with --sweep: {text}"
+        )
 
 
 def policy_given(args: argparse.Namespace) -> bool:

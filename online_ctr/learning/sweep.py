@@ -96,7 +96,8 @@ class Group:
         self.paired = [Paired() for _ in range(configurations)]
         self.timeline = [Served(0, 0)]
         self.examples = 0
-        self.served_loss = 0.0
+        #: Per entry of the timeline, the summed loss of its predictions while it served.
+        self.served_losses = [0.0]
 
     def add(self, losses: Array) -> None:
         """Every configuration's loss on each next example: a row per configuration."""
@@ -120,7 +121,7 @@ class Group:
             self.paired[c] = self.paired[c].add(
                 champion[:used], losses[c, :used], ones, self.policy.margin
             )
-        self.served_loss += float(champion[:used].sum())
+        self.served_losses[-1] += float(champion[:used].sum())
         self.examples += used
         if len(hits):
             at = used - 1  # the highest lower bound of those that cross there
@@ -133,11 +134,12 @@ class Group:
         self.timeline.append(Served(self.examples, winner, self.paired[winner]))
         self.serving = winner
         self.paired = [Paired() for _ in self.paired]
+        self.served_losses.append(0.0)
 
     @property
     def served_logloss(self) -> float:
         """The mean loss of the serving model's predictions, example by example."""
-        return self.served_loss / self.examples if self.examples else math.nan
+        return sum(self.served_losses) / self.examples if self.examples else math.nan
 
 
 class MeanBaseline:
@@ -149,14 +151,16 @@ class MeanBaseline:
         self.clicks = 0.0
         self.loss = 0.0
 
-    def add(self, labels: Array) -> None:
-        """The next examples' labels, 0 or 1."""
+    def add(self, labels: Array) -> Array:
+        """The next examples' labels, 0 or 1; their losses."""
         y = np.asarray(labels, dtype=np.float64)
         before = self.clicks + np.concatenate(([0.0], np.cumsum(y)[:-1]))
         p = (before + 0.5) / (self.examples + np.arange(len(y)) + 1.0)
-        self.loss += float(-(y * np.log(p) + (1.0 - y) * np.log1p(-p)).sum())
+        losses: Array = -(y * np.log(p) + (1.0 - y) * np.log1p(-p))
+        self.loss += float(losses.sum())
         self.examples += len(y)
         self.clicks += float(y.sum())
+        return losses
 
     @property
     def logloss(self) -> float:
@@ -186,13 +190,15 @@ class Learner(Protocol):
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Each configuration's progressive log loss, the group's and the baseline's."""
+    """Each configuration's progressive log loss, the group's and the baseline's; per entry
+    of the group's timeline, the baseline's summed loss on the examples it served."""
 
     examples: int
     positives: int
     logloss: list[float]
     group: Group
     baseline: MeanBaseline
+    baseline_losses: list[float]
 
 
 def sweep(
@@ -204,14 +210,25 @@ def sweep(
     """Learn ``batches`` with every model, the first one serving, promoting as ``policy``
     says after every example."""
     group, baseline = Group(len(models), policy), MeanBaseline()
-    loss = np.zeros(len(models))
+    loss, baseline_losses = np.zeros(len(models)), [0.0]
     for batch in batches:
+        first = group.examples
         losses = np.vstack([model.learn(batch).losses for model in models])
         loss += losses.sum(axis=1)
         group.add(losses)
-        baseline.add(batch.labels)
+        baseline_losses = _by_entry(baseline_losses, first, baseline.add(batch.labels), group)
         if on_batch is not None:
             on_batch(group)
     n = group.examples
     logloss = (loss / n if n else np.full(len(models), math.nan)).tolist()
-    return SweepResult(n, int(baseline.clicks), logloss, group, baseline)
+    return SweepResult(n, int(baseline.clicks), logloss, group, baseline, baseline_losses)
+
+
+def _by_entry(sums: list[float], first: int, losses: Array, group: Group) -> list[float]:
+    """``sums`` (per entry of the group's timeline) with the losses of the examples from
+    ``first`` on added to the entry that served each."""
+    starts = [served.example for served in group.timeline]
+    served_by = np.searchsorted(starts, first + np.arange(len(losses)), side="right") - 1
+    added = np.bincount(served_by, weights=losses, minlength=len(starts)).tolist()
+    before = sums + [0.0] * (len(starts) - len(sums))
+    return [a + b for a, b in zip(before, added, strict=True)]

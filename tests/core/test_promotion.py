@@ -227,4 +227,4 @@ def test_a_group_of_identical_models_never_promotes(losses: Array, margin: float
     group = Group(3, PromotionPolicy(margin=margin, min_examples=2, planned_units=100))
     group.add(np.vstack([losses[0]] * 3))
     assert [served.configuration for served in group.timeline] == [0]
-    assert group.served_loss == pytest.approx(losses[0].sum())
+    assert group.served_losses == [pytest.approx(losses[0].sum())]
