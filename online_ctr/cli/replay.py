@@ -13,7 +13,7 @@ import sys
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from online_ctr.cli import sweep_options
+from online_ctr.cli import replay_sweep, sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
@@ -126,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
     given = {name: value for name, value in given.items() if value is not None}
     if args.sweep is not None or sweep_options.policy_given(args):
-        from online_ctr.cli import replay_sweep  # its learning loads numba, as replay_file's
-
         return replay_sweep.run(args, given, rule_params, batch_size(args))
     try:
         rule = get_rule(args.rule)

@@ -103,7 +103,7 @@ def _replay(
         result = sweep(batches, models, policy, on_batch=Progress([n for n, _ in grid]))
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
-    best = min(range(len(grid)), key=lambda c: _ordered(result.logloss[c]))
+    best = _best(result)
     say(
         f"{result.examples:,} examples: served log loss {result.group.served_logloss:.6f}, "
         f"best configuration {grid[best][0]} {result.logloss[best]:.6f}, running mean "
@@ -150,7 +150,7 @@ def output(
     """The JSON object: what the group served, the best configuration in hindsight, the
     baseline, when each configuration started serving, and every configuration's log loss."""
     names = [name for name, _ in grid]
-    best = min(range(len(grid)), key=lambda c: _ordered(result.logloss[c]))
+    best = _best(result)
     group, baseline = result.group, result.baseline
     return {
         "examples": result.examples,
@@ -198,9 +198,11 @@ def _timeline(result: SweepResult, names: list[str]) -> list[dict[str, Any]]:
     return entries
 
 
-def _ordered(loss: float) -> float:
-    """A loss to rank by: an undefined one (no example) last."""
-    return loss if math.isfinite(loss) else math.inf
+def _best(result: SweepResult) -> int:
+    """The configuration with the lowest log loss over the whole stream (the first if none
+    is defined: no example)."""
+    losses = [loss if math.isfinite(loss) else math.inf for loss in result.logloss]
+    return losses.index(min(losses))
 
 
 def _params(given: Any) -> dict[str, Any]:
