@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("online_ctr.store",),
     ("online_ctr.wiring",),
     ("online_ctr.startup", "online_ctr.admin"),
+    ("online_ctr.challengers",),  # the group operations above admin: service and cli use them
     ("service", "workers", "online_ctr.client"),
     ("online_ctr.cli",),
 ]

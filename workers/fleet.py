@@ -95,6 +95,7 @@ class Fleet:
             if name not in self.promoters:
                 promotions = Promotions(self.redis)
                 self.promoters[name] = Promoter(self.redis, promotions, self.metrics, name)
+                self.metrics.promotions.labels(name)  # the series exists from the start, at 0
             if await self.promoters[name].step(info) is not None:
                 await self.sync()  # the new serving model's learner runs the next step
 

@@ -7,10 +7,17 @@ small enough to reach in a few requests, and this traffic reaches each of them.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 import redis
+
+from online_ctr.admin import ModelsAdmin
+from online_ctr.challengers import set_policy, sweep, sweep_configs
+from online_ctr.config.settings import Settings
+from online_ctr.store.model_config import ModelConfig, PolicyBody
+from online_ctr.wiring import redis_client
 
 #: Idempotency records and pending impressions the test's API holds at most.
 MOST = 5
@@ -51,11 +58,33 @@ REACHED = {
 
 def drive_to_the_bounds(api: httpx.Client, redis_url: str) -> None:
     """Reach every bound once: the counters of the Limits row then have their series."""
+    challengers(api, redis_url)
     repeatable_learns(api, 2 * MOST)
     predictions(api, 2 * MOST)
     new_names(api)
     oversized_head(api)
     learn_at_redis_limit(api, redis_url)
+
+
+def challengers(api: httpx.Client, redis_url: str) -> None:
+    """A group of two models with a promotion policy, and feedback for it: the workers'
+    promoter then has its series (the Champion and challengers row)."""
+    settings = Settings(redis_url=redis_url, state_buckets=64, state_shards=8)
+
+    async def create() -> None:
+        client = redis_client(settings)
+        try:
+            admin = ModelsAdmin(client, settings)
+            await sweep(admin, sweep_configs("promo", ModelConfig(), {"alpha": [0.05, 0.1]}))
+            await set_policy(admin, "promo", PolicyBody())
+        finally:
+            await client.aclose()
+
+    asyncio.run(create())
+    for number in range(20):
+        body = {"features": {"site": "news", "n": float(number)}, "label": number % 2}
+        answer = api.post("/learn", json=body, params={"model": "promo"})
+        assert answer.status_code == 202, answer.text
 
 
 def repeatable_learns(api: httpx.Client, count: int) -> None:

@@ -255,6 +255,13 @@ def drive_traffic(client: httpx.Client, rng: random.Random) -> None:
     for _ in range(20):
         response = client.post("/predict", json={"features": example(rng)["features"]})
         assert response.status_code == 200, response.text
+    for _ in range(5):  # the group with a promotion policy (bounds.challengers)
+        response = client.post("/learn", json=example(rng), params={"model": "promo"})
+        assert response.status_code == 202, response.text
+        features = {"features": example(rng)["features"]}
+        for model in ("promo", "promo-alpha_0.1"):  # the serving model, the other by name
+            response = client.post("/predict", json=features, params={"model": model})
+            assert response.status_code == 200, response.text
     for _ in range(2):
         response = client.post("/predict", json={"features": "not a mapping"})
         assert 400 <= response.status_code < 500, response.text

@@ -63,7 +63,7 @@ async def set_promotion(
 ) -> GroupResponse:
     """Let a challenger replace the serving model once its progressive log loss is lower by
     ``margin`` with ``confidence`` (a sequential test on the paired losses; the docs'
-    "Champion and challengers" page). The tallies start afresh."""
+    "Challengers that promote themselves" page). The tallies start afresh."""
     await set_policy(admin, name, policy)
     catalog.forget(name)
     return group_detail(await challengers(admin, name))
