@@ -38,6 +38,13 @@ local function records_of(what, value, size)
   return value
 end
 
+-- A JSON object (a Lua table), decoded: cjson.decode raises a bare Lua error otherwise.
+local function json_object(what, raw)
+  local ok, value = pcall(cjson.decode, raw)
+  if not ok or type(value) ~= 'table' then refuse(what .. ' is no JSON object', raw) end
+  return value
+end
+
 -- A key that is absent or of the type the script's commands need.
 local function kind(key, expected)
   local found = redis.call('TYPE', key).ok

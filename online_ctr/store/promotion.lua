@@ -13,16 +13,10 @@
 -- Every argument, the keys' types and the group record are checked before the first write.
 local op = ARGV[1]
 
-local function object(what, raw)
-  local ok, value = pcall(cjson.decode, raw)
-  if not ok or type(value) ~= 'table' then refuse(what .. ' is no JSON object', raw) end
-  return value
-end
-
 local function group_record(group)
   local raw = redis.call('HGET', KEYS[1], group)
   if not raw then return nil end
-  local g = object('group ' .. group, raw)
+  local g = json_object('group ' .. group, raw)
   if type(g.models) ~= 'table' or type(g.serving) ~= 'string' or type(g.split) ~= 'table' then
     refuse('group ' .. group .. ' lacks its models, split or serving model', raw)
   end
@@ -37,7 +31,7 @@ local function contains(list, item)
 end
 
 local function check_policy(raw)
-  local p = object('ARGV[3] policy', raw)
+  local p = json_object('ARGV[3] policy', raw)
   local function number(field, low, high)
     local v = p[field]
     if type(v) ~= 'number' or v ~= v or v < low or v >= high then
@@ -63,12 +57,12 @@ local function check()
     if ARGV[3] ~= '' then a.policy = check_policy(ARGV[3]) end
   elseif op == 'tally' then
     if #ARGV ~= 5 then refuse('tally takes 4 arguments, not', #ARGV - 1) end
-    object('ARGV[4] new state', ARGV[4])
+    json_object('ARGV[4] new state', ARGV[4])
     whole('ARGV[5] most promotions', ARGV[5], 1)
   elseif op == 'promote' then
     if #ARGV ~= 8 then refuse('promote takes 7 arguments, not', #ARGV - 1) end
-    object('ARGV[6] new state', ARGV[6])
-    local fields = object('ARGV[7] fields', ARGV[7])
+    json_object('ARGV[6] new state', ARGV[6])
+    local fields = json_object('ARGV[7] fields', ARGV[7])
     a.fields = {}
     for field, value in pairs(fields) do
       if type(value) ~= 'string' and type(value) ~= 'number' then

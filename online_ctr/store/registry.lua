@@ -27,15 +27,10 @@ end
 -- limit that is no number, a stored group or model record that does not decode (or lacks its
 -- models) is refused with nothing written, where cjson.decode or a comparison raised a bare
 -- Lua error; a configuration stored here always decodes, since delete reads its group.
-local function object(what, raw)
-  local ok, value = pcall(cjson.decode, raw)
-  if not ok or type(value) ~= 'table' then refuse(what .. ' is no JSON object', raw) end
-  return value
-end
 
 -- A stored group record as create, delete and serve read it.
 local function group_record(group, raw)
-  local g = object('group ' .. group, raw)
+  local g = json_object('group ' .. group, raw)
   if type(g.models) ~= 'table' or type(g.split) ~= 'table' or type(g.serving) ~= 'string'
       or type(g.shared) ~= 'string' then
     refuse('group ' .. group .. ' lacks its models, split, serving model or shared settings', raw)
@@ -58,10 +53,10 @@ local function check()
   if op == 'create' then
     if #ARGV ~= 7 then refuse('create takes 6 arguments, not', #ARGV - 1) end
     name('ARGV[2] model name', ARGV[2])
-    object('ARGV[3] configuration', ARGV[3])
+    json_object('ARGV[3] configuration', ARGV[3])
     whole('ARGV[5] most models', ARGV[5], 0)
     if ARGV[6] ~= '0' and ARGV[6] ~= '1' then refuse('ARGV[6] replace is neither 0 nor 1', ARGV[6]) end
-    object('ARGV[7] shared settings', ARGV[7])
+    json_object('ARGV[7] shared settings', ARGV[7])
     if ARGV[4] ~= '' then
       local raw = redis.call('HGET', KEYS[2], ARGV[4])
       if raw then a.group = group_record(ARGV[4], raw) end
@@ -70,7 +65,7 @@ local function check()
     if #ARGV ~= 2 then refuse('delete takes 1 argument, not', #ARGV - 1) end
     local raw = redis.call('HGET', KEYS[1], name('ARGV[2] model name', ARGV[2]))
     if raw then
-      a.group = object('model ' .. ARGV[2], raw).group
+      a.group = json_object('model ' .. ARGV[2], raw).group
       if type(a.group) == 'string' then
         local graw = redis.call('HGET', KEYS[2], a.group)
         if graw then a.record = group_record(a.group, graw) end
@@ -80,7 +75,7 @@ local function check()
     if #ARGV ~= 4 then refuse('serve takes 3 arguments, not', #ARGV - 1) end
     name('ARGV[2] group name', ARGV[2])
     name('ARGV[3] serving model', ARGV[3])
-    a.split = object('ARGV[4] split', ARGV[4])
+    a.split = json_object('ARGV[4] split', ARGV[4])
     for member, weight in pairs(a.split) do
       if type(member) ~= 'string' or type(weight) ~= 'number' or weight ~= weight
           or weight < 0 or weight == math.huge then

@@ -7,7 +7,7 @@ from online_ctr.challengers import Challengers
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import GroupInfo
 from service.api.challenger_schemas import PromotionRecord, StandingResponse
-from service.api.schemas import GroupResponse, ModelListResponse, ModelSummary
+from service.api.schemas import GroupDetailResponse, GroupResponse, ModelListResponse, ModelSummary
 
 
 def model_list(
@@ -36,9 +36,10 @@ def group_response(info: GroupInfo) -> GroupResponse:
     )
 
 
-def group_detail(found: Challengers) -> GroupResponse:
+def group_detail(found: Challengers) -> GroupDetailResponse:
     """A group with its challengers' standings and its policy's last promotions."""
-    answer = group_response(found.info)
-    answer.challengers = [StandingResponse.of(s) for s in found.standings]
-    answer.promotions = [PromotionRecord.of(r) for r in found.promotions]
-    return answer
+    return GroupDetailResponse(
+        **group_response(found.info).model_dump(),
+        challengers=[StandingResponse.of(s) for s in found.standings],
+        promotions=[PromotionRecord.of(r) for r in found.promotions],
+    )

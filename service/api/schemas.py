@@ -551,11 +551,16 @@ class GroupResponse(BaseModel):
         description="When a challenger replaces the serving model by itself (null: only by "
         "PUT /groups/{name}).",
     )
-    challengers: list[StandingResponse] | None = Field(
-        None, description="GET /groups/{name}: each challenger's standing under the policy."
+
+
+class GroupDetailResponse(GroupResponse):
+    """A group, with what its promotion policy found."""
+
+    challengers: list[StandingResponse] = Field(
+        description="Each challenger's standing against the serving model (empty without a policy)."
     )
-    promotions: list[PromotionRecord] | None = Field(
-        None, description="GET /groups/{name}: the last promotions the policy made, newest first."
+    promotions: list[PromotionRecord] = Field(
+        description="The last promotions the policy made, newest first."
     )
 
 

@@ -79,6 +79,7 @@ def test_models_are_listed_with_their_groups(client: Any) -> None:
             "split": {},
             "join_window_s": 0,
             "unlabeled": "negative",
+            "promotion": None,
         }
     ]
 

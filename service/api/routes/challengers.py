@@ -25,7 +25,7 @@ from service.api.deps import CatalogDep
 from service.api.limits import InvalidFieldError
 from service.api.listing import group_detail
 from service.api.routes.models import AdminDep, Name, _errors
-from service.api.schemas import GroupResponse
+from service.api.schemas import GroupDetailResponse
 
 router = APIRouter(tags=["models"])
 
@@ -60,7 +60,7 @@ async def sweep_group(
 @router.put("/groups/{name}/promotion", responses=_errors(404, 415, 422, 503))
 async def set_promotion(
     name: Name, policy: Annotated[PolicyBody, Body()], catalog: CatalogDep, admin: AdminDep
-) -> GroupResponse:
+) -> GroupDetailResponse:
     """Let a challenger replace the serving model once its progressive log loss is lower by
     ``margin`` with ``confidence`` (a sequential test on the paired losses; the docs'
     "Challengers that promote themselves" page). The tallies start afresh."""
@@ -70,7 +70,7 @@ async def set_promotion(
 
 
 @router.delete("/groups/{name}/promotion", responses=_errors(404, 422, 503))
-async def remove_promotion(name: Name, catalog: CatalogDep, admin: AdminDep) -> GroupResponse:
+async def remove_promotion(name: Name, catalog: CatalogDep, admin: AdminDep) -> GroupDetailResponse:
     """Only ``PUT /groups/{name}`` changes the serving model from now on."""
     await set_policy(admin, name, None)
     catalog.forget(name)

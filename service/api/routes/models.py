@@ -27,6 +27,7 @@ from service.api.groups import ServedGroup
 from service.api.listing import group_detail, group_response, model_list
 from service.api.name_record import forget_names
 from service.api.schemas import (
+    GroupDetailResponse,
     GroupResponse,
     GroupUpdate,
     ModelDeletedResponse,
@@ -132,7 +133,7 @@ async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> Mode
 
 
 @router.get("/groups/{name}", responses=_errors(404, 422, 503))
-async def read_group(name: Name, admin: AdminDep) -> GroupResponse:
+async def read_group(name: Name, admin: AdminDep) -> GroupDetailResponse:
     """The group's models, the serving one, the traffic split and, with a promotion policy,
     each challenger's standing and the last promotions."""
     return group_detail(await challengers(admin, name))
