@@ -55,8 +55,21 @@ class Service:
                 process.wait()
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:
-    """Poll ``check`` until true; fail with ``what`` after the deadline (no fixed sleeps)."""
+#: How long a started service may take to answer /readyz. A deadline, not a measure: the
+#: first start of a fresh clone compiles the numba kernels into their cache (21 s for a
+#: whole client test on an idle 2-core machine, measured with an empty NUMBA_CACHE_DIR), and
+#: the suite's own processes share the cores, so 30 s was once too short.
+READY_DEADLINE_S = 120.0
+
+
+def wait_until(
+    check: Callable[[], bool],
+    timeout_s: float = 30.0,
+    what: str = "",
+    logs: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``check`` until true; fail with ``what`` (and ``logs()`` as they are then) after
+    the deadline (no fixed sleeps)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -65,7 +78,8 @@ def wait_until(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    shown = f"\n{logs()}" if logs is not None else ""
+    raise AssertionError(f"timed out waiting for {what} ({timeout_s:g} s){shown}")
 
 
 @pytest.fixture
@@ -102,7 +116,9 @@ def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
             )
         wait_until(
             lambda: httpx.get(f"{service.api_url}/readyz").status_code == 200,
-            what=f"the service to be ready\n{service.logs()}",
+            READY_DEADLINE_S,
+            what="the service to be ready",
+            logs=service.logs,
         )
         return service
 
