@@ -1,12 +1,12 @@
 """One command for every benchmark: ``python -m loadtests.bench`` (``make bench``).
 
-Runs the sections in order (quality, learning, serving, freshness, memory: each a module of
-``loadtests`` with ``run(BenchOptions) -> Section``), prints each one's tables as it ends, and
-writes the Markdown report: every section's headline figures first, each next to its baseline
-from this run and its target, then the sections, then the machine, the date and this exact
-command. A section whose
-module is missing, or which lacks a tool, is named in the report with what to install, and the
-others still run; the exit status is 1 if any section did not run.
+Runs the sections in order (quality, learning, serving, freshness, memory, explain_cost: each
+a module of ``loadtests`` with ``run(BenchOptions) -> Section``), prints each one's tables as it
+ends, and writes the Markdown report: every section's headline figures first, each next to its
+baseline from this run and its target, then the sections, then the machine, the date and this
+exact command. A section whose module is missing, or which lacks a tool, is named in the report
+with what to install, and the others still run; the exit status is 1 if any section did not
+run.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from loadtests import headline
 from loadtests.report import BenchOptions, Section, figure, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("quality", "learning", "serving", "freshness", "memory")
+SECTIONS = ("quality", "learning", "serving", "freshness", "memory", "explain_cost")
 PACKAGES = ("numpy", "redis", "river", "vowpalwabbit", "matplotlib")
 
 #: Python packages of the ``bench`` extra: a section that imports a missing one says this.

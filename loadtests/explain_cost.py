@@ -1,4 +1,5 @@
-"""What ``explain`` costs a batch ``/predict``: ``python -m loadtests.explain_cost``.
+"""What ``explain`` costs a batch ``/predict``: ``python -m loadtests.explain_cost``, and the
+Explanations section of ``make bench``.
 
 A real worker learns the Criteo head file, then stops; the real ``online-ctr api`` process
 answers 1,000-example ``/predict`` bodies of the file's rows, one request at a time (httpx,
@@ -23,6 +24,7 @@ import orjson
 
 from loadtests.feed import DATA_DIR, criteo_rows
 from loadtests.processes import Stack
+from loadtests.report import BenchOptions, Headline, Section, table
 from loadtests.serving import learn_the_file
 
 SHAPES = {
@@ -60,14 +62,10 @@ def timed(client: httpx.Client, sent: list[bytes]) -> list[float]:
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1000, help="examples per request")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    args = parser.parse_args(argv)
-    rows = criteo_rows(args.data_dir)
-    shaped = bodies([x for x, _ in rows], args.size)
+def measure(data_dir: Path, size: int, rounds: int) -> dict[str, list[float]]:
+    """Per shape, the seconds of every timed request (A B C C B A, ``rounds`` times)."""
+    rows = criteo_rows(data_dir)
+    shaped = bodies([x for x, _ in rows], size)
     times: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     order = [*SHAPES, *reversed(SHAPES)]  # A B C C B A
     with tempfile.TemporaryDirectory() as scratch, Stack(Path(scratch)) as stack:
@@ -76,9 +74,48 @@ def main(argv: list[str] | None = None) -> int:
         with httpx.Client(base_url=url, timeout=60) as client:
             for shape in SHAPES:  # warm: every name hashed, every weight cached
                 timed(client, shaped[shape])
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 for shape in order:
                     times[shape].extend(timed(client, shaped[shape]))
+    return times
+
+
+def run(options: BenchOptions) -> Section:
+    """The Explanations section of ``loadtests.bench``: what ``"explain": true`` costs a
+    1,000-example ``/predict``, next to the same bodies without it, from the same run."""
+    size = 1000
+    times = measure(options.data_dir, size, 1 if options.quick else 4)
+    medians = {shape: statistics.median(t) * 1e3 for shape, t in times.items()}
+    rows = [
+        [shape, medians[shape], round(size / medians[shape] * 1e3), len(times[shape])]
+        for shape in SHAPES
+    ]
+    markdown = (
+        "A worker learns the Criteo head file; the real `online-ctr api` answers 1,000-example "
+        "`/predict` bodies of its rows, one request at a time, in three shapes, A B C C B A each "
+        'round: the plain body (the compiled scan), `"explain": false` (parsed and '
+        'validated, the path an explained body takes) and `"explain": true` '
+        "(`explain_top` 10).\n\n"
+        + table(["body", "median ms", "examples/s", "requests"], rows, digits=1)
+    )
+    headline = Headline(
+        '1,000-example `/predict` with `"explain": true`',
+        medians["explain true"],
+        "ms",
+        baseline='the same bodies with `"explain": false`',
+        baseline_value=medians["explain false"],
+        note=f"plain bodies {medians['plain']:.1f} ms",
+    )
+    return Section(title="Explanations", markdown=markdown, headlines=(headline,))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1000, help="examples per request")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    args = parser.parse_args(argv)
+    times = measure(args.data_dir, args.size, args.rounds)
     medians = {shape: statistics.median(t) for shape, t in times.items()}
     for shape, median in medians.items():
         print(

@@ -13,21 +13,10 @@
 -- Every argument, the keys' types and the group record are checked before the first write.
 local op = ARGV[1]
 
-local function group_record(group)
+local function stored_group(group)
   local raw = redis.call('HGET', KEYS[1], group)
   if not raw then return nil end
-  local g = json_object('group ' .. group, raw)
-  if type(g.models) ~= 'table' or type(g.serving) ~= 'string' or type(g.split) ~= 'table' then
-    refuse('group ' .. group .. ' lacks its models, split or serving model', raw)
-  end
-  return g
-end
-
-local function contains(list, item)
-  for _, value in ipairs(list) do
-    if value == item then return true end
-  end
-  return false
+  return group_record(group, raw)
 end
 
 local function check_policy(raw)
@@ -51,7 +40,7 @@ local function check()
   kind(KEYS[3], 'stream')
   local a = {}
   if type(ARGV[2]) ~= 'string' or ARGV[2] == '' then refuse('ARGV[2] group is empty', ARGV[2]) end
-  a.group = group_record(ARGV[2])
+  a.group = stored_group(ARGV[2])
   if op == 'policy' then
     if #ARGV ~= 3 then refuse('policy takes 2 arguments, not', #ARGV - 1) end
     if ARGV[3] ~= '' then a.policy = check_policy(ARGV[3]) end

@@ -15,31 +15,11 @@ local function remove(list, item)
     end
 end
 
-local function contains(list, item)
-    for _, value in ipairs(list) do
-        if value == item then return true end
-    end
-    return false
-end
-
 -- Every argument, the keys' types and every stored record the operation reads are checked
--- before its first write (checks.lua): a configuration or a split that is no JSON object, a
+-- before its first write (checks.lua, groups.lua): a configuration or a split that is no JSON object, a
 -- limit that is no number, a stored group or model record that does not decode (or lacks its
 -- models) is refused with nothing written, where cjson.decode or a comparison raised a bare
 -- Lua error; a configuration stored here always decodes, since delete reads its group.
-
--- A stored group record as create, delete and serve read it.
-local function group_record(group, raw)
-  local g = json_object('group ' .. group, raw)
-  if type(g.models) ~= 'table' or type(g.split) ~= 'table' or type(g.serving) ~= 'string'
-      or type(g.shared) ~= 'string' then
-    refuse('group ' .. group .. ' lacks its models, split, serving model or shared settings', raw)
-  end
-  for _, member in ipairs(g.models) do
-    if type(member) ~= 'string' then refuse('group ' .. group .. ' has a model that is no name', raw) end
-  end
-  return g
-end
 
 local function name(what, value)
   if type(value) ~= 'string' or value == '' then refuse(what .. ' is empty', tostring(value)) end

@@ -27,6 +27,8 @@ _PRELUDE = {
     "read": ("buckets.lua", "reads.lua"),
     "serve": ("buckets.lua", "reads.lua"),
     "apply": ("buckets.lua",),
+    "registry": ("groups.lua",),
+    "promotion": ("groups.lua",),
 }
 
 
