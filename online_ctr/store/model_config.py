@@ -17,9 +17,17 @@ pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from online_ctr.config.checks import (
     HYPER_PARAMETERS,
@@ -175,28 +183,40 @@ def own_config(settings: Settings) -> ModelConfig:
     )
 
 
+def _whole(value: object) -> object:
+    """JSON Schema's integers include ``1000.0``: a whole float is the integer it equals."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+#: The most a policy's counts can be: Redis's Lua (cjson) writes numbers with 14 significant
+#: digits, so a larger count would not read back as itself (2**53 came back as 9.007199254741e15).
+MOST_COUNT = 10**12
+#: Strict, so that ``false`` and ``"0.1"`` are refused as the schema says, not read as numbers;
+#: a whole float is still an integer (:func:`_whole` runs first).
+_Ratio = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+_Count = Annotated[int, Strict(), Field(ge=1, le=MOST_COUNT), BeforeValidator(_whole)]
+
+
 class PolicyBody(BaseModel):
     """A group's promotion policy, as the API and the registry hold it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    margin: float = Field(
+    margin: _Ratio = Field(
         0.001,
         ge=0.0,
         lt=1.0,
         description="How much lower (relative) the challenger's progressive log loss must be.",
     )
-    confidence: float = Field(
+    confidence: _Ratio = Field(
         0.95,
         ge=0.5,
         lt=1.0,
         description="1 - the chance that the group ever promotes a model not better by the margin.",
     )
-    min_examples: int = Field(
-        1_000, ge=1, le=1 << 53, description="Paired examples a challenger needs at least."
-    )
-    planned_units: int = Field(
-        10_000, ge=1, le=1 << 53, description="The test is most sensitive near this many pairs."
+    min_examples: _Count = Field(1_000, description="Paired examples a challenger needs at least.")
+    planned_units: _Count = Field(
+        10_000, description="The test is most sensitive near this many pairs."
     )
 
     def policy(self) -> PromotionPolicy:

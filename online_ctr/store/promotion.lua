@@ -19,18 +19,20 @@ local function stored_group(group)
   return group_record(group, raw)
 end
 
+-- The policy as PolicyBody reads it back (model_config.py): counts whole and at most 1e12,
+-- which cjson writes exactly (it keeps 14 significant digits).
 local function check_policy(raw)
   local p = json_object('ARGV[3] policy', raw)
-  local function number(field, low, high)
+  local function number(field, low, high, whole_only)
     local v = p[field]
-    if type(v) ~= 'number' or v ~= v or v < low or v >= high then
+    if type(v) ~= 'number' or v ~= v or v < low or v >= high or (whole_only and v % 1 ~= 0) then
       refuse('ARGV[3] policy ' .. field .. ' is not a number in [' .. low .. ', ' .. high .. ')', raw)
     end
   end
   number('margin', 0, 1)
   number('confidence', 0.5, 1)
-  number('min_examples', 1, 9007199254740992)
-  number('planned_units', 1, 9007199254740992)
+  number('min_examples', 1, 1e12 + 1, true)
+  number('planned_units', 1, 1e12 + 1, true)
   return p
 end
 

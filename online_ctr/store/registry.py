@@ -13,13 +13,18 @@ Names are one namespace: a group cannot take a model's name, nor a model a group
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from online_ctr.store.failures import pipeline
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.model_config import JoinConfig, ModelConfig, PolicyBody
 from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.scripts import register
+
+logger = logging.getLogger(__name__)
 
 
 class RegistryError(ValueError):
@@ -54,8 +59,30 @@ class GroupInfo:
             record["serving"],
             {str(k): float(v) for k, v in split.items()},
             Shared.model_validate_json(record["shared"]),
-            PolicyBody.model_validate(record["promotion"]) if record.get("promotion") else None,
+            _policy(name, record.get("promotion")),
         )
+
+
+#: Stored policies that did not read, each warned about once (the registry is read every second).
+_UNREADABLE: set[str] = set()
+
+
+def _policy(group: str, stored: object) -> PolicyBody | None:
+    """A group's stored promotion policy; one that does not read back (written by another
+    version, or by hand) is no policy, said once, rather than a registry no process reads."""
+    if not stored:
+        return None
+    try:
+        return PolicyBody.model_validate(stored)
+    except ValidationError as error:
+        if repr(stored) not in _UNREADABLE:
+            if len(_UNREADABLE) >= 1_000:  # bounded, as every table: warned again at worst
+                _UNREADABLE.clear()
+            _UNREADABLE.add(repr(stored))
+            logger.warning(
+                "group %r: its promotion policy does not read, ignored: %s", group, error
+            )
+        return None
 
 
 class Shared(JoinConfig):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from online_ctr.challengers import MOST_SWEPT, Standing
 from online_ctr.store.model_config import ModelConfig, PolicyBody
@@ -14,8 +14,16 @@ from online_ctr.store.model_config import ModelConfig, PolicyBody
 #: What a sweep may vary: :data:`online_ctr.challengers.SWEPT` (a test keeps them equal).
 Swept = Literal["alpha", "beta", "l1", "l2", "gamma", "theta", "k"]
 Values = Annotated[
-    list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=1, max_length=MOST_SWEPT)
+    list[Annotated[float, Strict(), Field(allow_inf_nan=False)]],
+    Field(min_length=1, max_length=MOST_SWEPT),
 ]
+
+
+class SweepBase(ModelConfig):
+    """What every model of a sweep has besides its swept values: a model's configuration, but
+    for its group, which is the path's."""
+
+    group: None = Field(None, description="Always the path's group: leave it out.")
 
 
 class SweepRequest(BaseModel):
@@ -28,8 +36,8 @@ class SweepRequest(BaseModel):
         f"most {MOST_SWEPT} combinations.",
         examples=[{"alpha": [0.02, 0.05, 0.1], "l1": [0.1, 1.0, 3.0]}],
     )
-    base: ModelConfig = Field(
-        default_factory=ModelConfig,
+    base: SweepBase = Field(
+        default_factory=SweepBase,
         description="What every model of the grid has besides the swept values (its group "
         "is the path's).",
     )

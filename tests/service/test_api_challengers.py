@@ -128,6 +128,10 @@ def test_the_policy_is_set_shown_and_taken_away(client: TestClient) -> None:
         ({"confidence": 0.3}, "confidence"),
         ({"confidence": 1.0}, "confidence"),
         ({"min_examples": 0}, "min_examples"),
+        ({"planned_units": 10**12 + 1}, "planned_units"),
+        ({"min_examples": 1000.5}, "min_examples"),
+        ({"margin": False}, "margin"),
+        ({"confidence": "0.9"}, "confidence"),
         ({"margin": "NaN"}, "margin"),
         ({"speed": 1}, "speed"),
     ],
@@ -140,6 +144,22 @@ def test_a_bad_policy_is_a_422_naming_its_field(
     assert answer.status_code == 422
     assert named in answer.text
     assert client.get("/groups/ctr").json()["promotion"] is None
+
+
+def test_the_largest_policy_reads_back_as_it_was_given(client: TestClient) -> None:
+    # Redis's Lua writes 14 significant digits: 2**53 came back as 9007199254741000, which
+    # the policy then refused on every read of the registry (and the worker stopped).
+    assert client.put("/models/a", json={**LAYOUT, "group": "ctr"}).status_code == 201
+    policy = {"min_examples": 10**12, "planned_units": 10**12, "margin": 0.123456789012345}
+    assert client.put("/groups/ctr/promotion", json=policy).status_code == 200
+    stored = client.get("/groups/ctr").json()["promotion"]
+    assert stored == {**policy, "confidence": 0.95, "margin": stored["margin"]}
+    assert abs(stored["margin"] - policy["margin"]) < 1e-13
+
+
+def test_a_sweep_takes_no_group_in_its_base(client: TestClient) -> None:
+    answer = client.post("/groups/ctr/sweep", json={"grid": GRID, "base": {"group": "other"}})
+    assert answer.status_code == 422 and "base.group" in answer.text
 
 
 def test_a_policy_for_no_group_is_a_404(client: TestClient) -> None:

@@ -5,6 +5,7 @@ promoted (logged, counted, listed, undoable), identical models never are."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import warnings
 from collections.abc import Iterator
@@ -197,5 +198,24 @@ async def test_the_units_a_promoter_holds_are_bounded(
         assert len(held.pending["a"]) == 50
         assert metrics.promoter_pending_units.labels("ctr")._value.get() == 50
         assert await redis.xlen(ModelKeys("a", "ctr").units) <= 1
+    finally:
+        await redis.aclose()
+
+
+async def test_a_stored_policy_that_does_not_read_is_no_policy(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Written by another version, or by hand: the registry still reads, without the policy.
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        registry = Registry(redis, 10)
+        await registry.create("a", ModelConfig(group="g"))
+        raw = json.loads(await redis.hget(registry.keys.groups, "g"))
+        raw["promotion"] = {"margin": 0.1, "min_examples": 9007199254741000}
+        await redis.hset(registry.keys.groups, "g", json.dumps(raw))
+        with caplog.at_level(logging.WARNING):
+            assert (await registry.groups())["g"].promotion is None
+            assert (await registry.groups())["g"].models == ("a",)
+        assert caplog.text.count("promotion policy does not read") == 1
     finally:
         await redis.aclose()

@@ -445,6 +445,14 @@ CASES: dict[str, tuple[Drive, str]] = {
         promotion("policy", "g", POLICY.replace('"min_examples": 10', '"min_examples": "x"')),
         "min_examples",
     ),
+    "promotion policy min_examples past 1e12": (
+        promotion("policy", "g", POLICY.replace('"min_examples": 10', '"min_examples": 1e13')),
+        "min_examples",
+    ),
+    "promotion policy planned_units not whole": (
+        promotion("policy", "g", POLICY.replace('"planned_units": 100', '"planned_units": 1.5')),
+        "planned_units",
+    ),
     "promotion policy arguments": (promotion("policy", "g"), "2 arguments"),
     "promotion stored group": (promotion("policy", "g", POLICY, group="{oops"), "group g"),
     "promotion group lacks models": (
