@@ -208,16 +208,10 @@ def warm_up() -> None:
 
 
 def _head(batch: Batch, count: int) -> Batch:
-    end = int(batch.indptr[count])
-    return Batch(
-        batch.indptr[: count + 1], batch.ids[:end], batch.values[:end], batch.labels[:count]
-    )
+    return batch.examples(0, count)
 
 
 def _split(batch: Batch, count: int) -> tuple[Batch, list[Batch]]:
     """The first ``count`` examples, and the rest (as a list, empty if none)."""
-    end = int(batch.indptr[count])
-    rest = Batch(
-        batch.indptr[count:] - end, batch.ids[end:], batch.values[end:], batch.labels[count:]
-    )
+    rest = batch.examples(count, len(batch))
     return _head(batch, count), [rest] if len(rest) else []

@@ -64,15 +64,37 @@ def feature_id(name: str) -> int:
 
 @dataclass(frozen=True)
 class Batch:
-    """A mini-batch in CSR form: example ``j`` has ``ids[indptr[j]:indptr[j + 1]]``."""
+    """A mini-batch in CSR form: example ``j`` has ``ids[indptr[j]:indptr[j + 1]]``.
+
+    ``weights`` are the examples' importance weights (McMahan et al. 2013, section 4.4: an
+    example of weight ``w`` counts as ``w`` examples in the gradient and in the metrics);
+    ``None`` means every weight is 1, the common case, which costs nothing."""
 
     indptr: NDArray[np.int64]
     ids: NDArray[np.uint64]
     values: NDArray[np.float64]
     labels: NDArray[np.float64]
+    weights: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
+
+    def examples(self, start: int, stop: int) -> Batch:
+        """Examples ``start`` to ``stop`` (exclusive) as a batch of their own."""
+        first, last = int(self.indptr[start]), int(self.indptr[stop])
+        return Batch(
+            self.indptr[start : stop + 1] - first,
+            self.ids[first:last],
+            self.values[first:last],
+            self.labels[start:stop],
+            None if self.weights is None else self.weights[start:stop],
+        )
+
+    def example_weights(self) -> NDArray[np.float64]:
+        """The examples' weights, 1 where none was given."""
+        if self.weights is None:
+            return np.ones(len(self))
+        return self.weights
 
     def rows(self) -> NDArray[np.int64]:
         """The example index of every stored (id, value) pair."""
@@ -275,7 +297,7 @@ def _merge_repeats(batch: Batch) -> Batch:
     )
     counts = np.bincount(rows[first], minlength=len(batch))
     indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return Batch(indptr, ids[first], values, batch.labels)
+    return Batch(indptr, ids[first], values, batch.labels, batch.weights)
 
 
 def concat(batches: Sequence[Batch]) -> Batch:
@@ -291,7 +313,15 @@ def concat(batches: Sequence[Batch]) -> Batch:
         ids=np.concatenate([batch.ids for batch in batches]),
         values=np.concatenate([batch.values for batch in batches]),
         labels=np.concatenate([batch.labels for batch in batches]),
+        weights=_concat_weights(batches),
     )
+
+
+def _concat_weights(batches: Sequence[Batch]) -> NDArray[np.float64] | None:
+    """The batches' weights end to end; None if none of them has any."""
+    if all(batch.weights is None for batch in batches):
+        return None
+    return np.concatenate([batch.example_weights() for batch in batches])
 
 
 #: For readers that build batches themselves (:mod:`online_ctr.learning.columnar`).

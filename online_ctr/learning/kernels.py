@@ -19,7 +19,7 @@ source files of the functions it compiles in, which numba's cache key includes.
 >>> p = rule.kernel_params(rule.params(alpha=0.1, beta=1.0, l1=0.0, l2=0.0))
 >>> state, one = np.zeros((1, 2)), np.array([0, 1])
 >>> logits, probabilities = learner(rule)(
-...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1),
+...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1), np.ones(1),
 ...     np.zeros(1, np.uint64), False)
 >>> probabilities, state  # g = 0.5 - 1: z = -0.5, n = 0.25
 (array([0.5]), array([[-0.5 ,  0.25]]))
@@ -185,6 +185,7 @@ def _learn(
     inverse: NDArray[np.intp],
     values: Array,
     labels: Array,
+    weights: Array,
     ids: NDArray[np.uint64],
 ) -> tuple[Array, Array]:
     """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
@@ -200,7 +201,9 @@ def _learn(
         clipped = min(max(s, -logit_clip), logit_clip)
         probability = 1.0 / (1.0 + math.exp(-clipped))
         logits[j], probabilities[j] = s, probability
-        residual = probability - labels[j]
+        # An importance weight scales the gradient (McMahan et al. 2013, section 4.4); a
+        # weight of 1 changes no bit.
+        residual = (probability - labels[j]) * weights[j]
         for k in range(indptr[j], indptr[j + 1]):
             g = residual * values[k]
             _update_row(state, inverse[k], g, g * g, step + 1.0, p)  # noqa: F821
@@ -223,13 +226,16 @@ def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
         inverse: NDArray[np.intp],
         values: Array,
         labels: Array,
+        weights: Array,
         ids: NDArray[np.uint64],
         compact: bool,
     ) -> tuple[Array, Array]:
         fingerprint  # noqa: B018  (read, so that it is a closure cell)
         if _COMPACT and compact:  # noqa: F821
-            return _learn(True, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
-        return _learn(False, p, state, t, logit_clip, indptr, inverse, values, labels, ids)
+            return _learn(
+                True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids
+            )
+        return _learn(False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids)
 
     return learn_examples
 
@@ -247,7 +253,8 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     ``compact`` (for a rule of ``compact.RULES``), each updated row is then rounded as
     ``compact.CompactCodec.quantize`` (``ids`` are the rows' feature ids, which seed its
     randomness). Arguments: ``p`` (``rule.kernel_params``), ``state``, ``t``, ``logit_clip``,
-    ``indptr``, ``inverse``, ``values``, ``labels``, ``ids``, ``compact``.
+    ``indptr``, ``inverse``, ``values``, ``labels``, ``weights`` (each example's importance
+    weight, which scales its gradient), ``ids``, ``compact``.
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
     with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of

@@ -2,7 +2,9 @@
 
 This is the learning the docs define (``docs/algorithms.md``): example ``j`` of a batch that
 starts after ``t`` examples is predicted with the weights as at step ``t + j``, then each of its
-features gets ``g = (p - y) x`` and ``g2 = g^2`` as step ``t + j + 1``. A batch is only a unit
+features gets ``g = (p - y) x`` and ``g2 = g^2`` as step ``t + j + 1``; an example of importance
+weight ``w`` (``Batch.weights``) gives ``g = w (p - y) x``, its log-loss gradient counted ``w``
+times (McMahan et al. 2013, section 4.4). A batch is only a unit
 of reading and committing state, so the result is the same at every batch size. The summed-
 gradient mini-batch of :func:`online_ctr.learning.learner.learn` is the different, opt-in algorithm.
 
@@ -94,6 +96,7 @@ def learn_sequential(
         np.ascontiguousarray(features.inverse, dtype=np.intp),
         np.ascontiguousarray(batch.values, dtype=np.float64),
         labels,
+        np.ascontiguousarray(batch.example_weights(), dtype=np.float64),
         np.ascontiguousarray(features.ids, dtype=np.uint64),
         encoding == "compact",
     )
@@ -113,6 +116,8 @@ def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) ->
         raise ValueError("batch.indptr must start at 0 and never decrease")
     if len(batch.labels) != len(batch):
         raise ValueError(f"{len(batch)} examples but {len(batch.labels)} labels")
+    if batch.weights is not None and len(batch.weights) != len(batch):
+        raise ValueError(f"{len(batch)} examples but {len(batch.weights)} weights")
     if pairs and not 0 <= features.inverse.min() <= features.inverse.max() < k:
         raise ValueError("features.inverse points outside the features")
 
