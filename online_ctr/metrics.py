@@ -35,9 +35,24 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.learned_weight = Counter(
+            "online_ctr_learned_weight",
+            "Importance weight of the examples applied to the model: the examples themselves "
+            "when none has a weight; with negative sampling, an estimate of the examples sent.",
+            model,
+            registry=registry,
+        )
         self.progressive_logloss = Counter(
             "online_ctr_progressive_logloss",
-            "Sum of per-example log loss, each predicted before learning from it.",
+            "Sum of per-example log loss, each predicted before learning from it and times "
+            "its importance weight (divide by online_ctr_learned_weight_total for the mean).",
+            model,
+            registry=registry,
+        )
+        self.sampled_out = Counter(
+            "online_ctr_sampled_out_examples",
+            "Non-clicks /learn accepted and dropped before the stream at the model's (or "
+            "group's) negative_rate; the ones kept carry the weight of those dropped.",
             model,
             registry=registry,
         )

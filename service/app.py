@@ -79,7 +79,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         spec = own.spec(settings.model)
         metrics = app.state.metrics
         tables = TableBudgets.of(settings, metrics)
-        served = ServedModel(spec, settings, redis, metrics, True, register, own.policy(), tables)
+        served = ServedModel(
+            spec, settings, redis, metrics, True, register, own.policy(), tables, own.negative_rate
+        )
         if own.feature_names:
             record_names(served, redis, settings, metrics)
         try:

@@ -100,6 +100,7 @@ class Worker:
         self.memory = MemoryWait(store.spec.name, refusals, config.error_backoff_s)
         for series in (
             metrics.learned_examples,
+            metrics.learned_weight,
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
@@ -386,6 +387,8 @@ class Worker:
     def _observe(self, group: Group, result: Commit, learning: Learning, started: float) -> None:
         label = self._label
         self.metrics.learned_examples.labels(**label).inc(group.examples)
+        change = learning.change
+        self.metrics.learned_weight.labels(**label).inc(change.examples + change.weight_excess)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)

@@ -98,7 +98,7 @@ async def learn_group(
     if known is not None:
         marked[new] = ~known.maybe(features.ids[new])
     learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
-    logloss_sum = _loss_sum(learned.losses, batch.labels, served)
+    logloss_sum = _loss_sum(learned.losses, batch, served)
     check_finite(features.ids, before, learned, logloss_sum)
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
@@ -114,6 +114,7 @@ async def learn_group(
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
         tracked_delta=int(new.sum()),
+        weight_excess=weight_excess(batch),
     )
     if histogram is None:
         return Learning(change, features.ids, rows, learned, features.ids[marked])
@@ -126,13 +127,24 @@ async def learn_group(
 
 
 def _loss_sum(
-    losses: NDArray[np.float64], labels: NDArray[np.float64], served: NDArray[np.float64] | None
+    losses: NDArray[np.float64], batch: Batch, served: NDArray[np.float64] | None
 ) -> float:
-    """The group's log loss: of the served probability where there is one."""
-    if served is None:
+    """The group's log loss, each example's times its importance weight (so that, over the
+    examples' total weight, it estimates the loss of the stream before negative sampling):
+    of the served probability where there is one."""
+    if served is not None:
+        known = ~np.isnan(served)
+        losses = np.where(known, log_loss(np.where(known, served, 0.5), batch.labels), losses)
+    if batch.weights is None:
         return float(losses.sum())
-    known = ~np.isnan(served)
-    return float(np.where(known, log_loss(np.where(known, served, 0.5), labels), losses).sum())
+    return float((losses * batch.weights).sum())
+
+
+def weight_excess(batch: Batch) -> float:
+    """The batch's importance weights less 1, summed: 0.0 when it has none."""
+    if batch.weights is None:
+        return 0.0
+    return float((batch.weights - 1.0).sum())
 
 
 def check_finite(

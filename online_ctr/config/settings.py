@@ -34,6 +34,7 @@ from online_ctr.config.checks import (
     rule_params,
 )
 from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.sampling import MIN_RATE
 
 #: URL schemes redis-py connects with.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -144,6 +145,13 @@ class Settings(BaseSettings):
         "negative",
         description="A prediction unlabeled when its window closes: learned as a negative, "
         "or dropped.",
+    )
+    negative_rate: float = Field(
+        1.0,
+        ge=MIN_RATE,
+        le=1.0,
+        description="Fraction of non-clicks /learn keeps (every click is kept), each kept one "
+        "weighted 1/rate: less work for the same expected gradient; 1 keeps all.",
     )
     max_models: int = Field(
         100, ge=1, le=10_000, description="Most models (and metric label values) a service holds."

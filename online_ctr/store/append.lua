@@ -2,7 +2,8 @@
 -- of a group), unless its idempotency key was seen within the window.
 -- KEYS[1] the key's record, KEYS[2..n+1] the models' meta hashes, KEYS[n+2..2n+1] their
 -- streams, KEYS[2n+2] the index of the tag's records (all of one hash tag)
--- ARGV[1] the encoded entry, ARGV[2] the record to keep ("<digest> <accepted>"),
+-- ARGV[1] the encoded entry ('': nothing to append, every example was sampled out; the key
+-- is still checked and recorded), ARGV[2] the record to keep ("<digest> <accepted>"),
 -- ARGV[3] the window in seconds, ARGV[4] n, ARGV[5] '1' if the request has a key,
 -- ARGV[6] most records the tag keeps, ARGV[7] the records' key prefix (idempotency.lua)
 -- Returns {1, '', dropped} when appended (dropped: records of other keys dropped, oldest
@@ -40,8 +41,10 @@ for i = 2, n + 1 do
         return {-1, KEYS[i]}
     end
 end
-for i = n + 2, 2 * n + 1 do
-    redis.call('XADD', KEYS[i], '*', 'b', ARGV[1])
+if ARGV[1] ~= '' then
+    for i = n + 2, 2 * n + 1 do
+        redis.call('XADD', KEYS[i], '*', 'b', ARGV[1])
+    end
 end
 local dropped = 0
 if keyed then

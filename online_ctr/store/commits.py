@@ -39,6 +39,9 @@ class StateChange:
     entering_steps: Array
     stable_delta: int
     tracked_delta: int
+    #: The sum over the examples of (importance weight - 1): 0 when none has a weight, so the
+    #: examples' total weight is ``examples + weight_excess``.
+    weight_excess: float = 0.0
     #: The calibration refitted over the group (:mod:`online_ctr.store.calibration_codec`), if any:
     #: the fit's text and the histogram's bytes.
     calibration: tuple[str, bytes] | None = None
@@ -95,6 +98,7 @@ class CommitLog:
                 applied_through,
                 fit,
                 histogram,
+                repr(change.weight_excess) if change.weight_excess else "0",
                 *redo,
             ],
         )

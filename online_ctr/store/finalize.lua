@@ -11,8 +11,10 @@
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
 --       tracked, 12 the last commit every shard has applied ('0': none to trim; never one a
 --       snapshot export pinned, see pins.lua), 13 the calibration fit refitted over the group
---       ('': the model has none), 14 the histogram it was fitted on, then pairs (redo field
---       's<shard>', that shard's records) for the redo entry.
+--       ('': the model has none), 14 the histogram it was fitted on, 15 the sum over the
+--       examples of (importance weight - 1) ('0' when every weight is 1: the meta's field
+--       weight_excess is then not written), then pairs (redo field 's<shard>', that shard's
+--       records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -34,11 +36,12 @@ end
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 14 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 15 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
     logloss = finite('ARGV[5] log-loss sum', ARGV[5]),
+    excess = finite('ARGV[15] weight excess', ARGV[15]),
     stable = whole('ARGV[10] change of nnz_stable', ARGV[10]),
     tracked = whole('ARGV[11] change of tracked', ARGV[11]),
     through = whole('ARGV[12] last applied commit', ARGV[12], 0),
@@ -59,8 +62,8 @@ local function check_arguments()
     a.scored[2 * j - 1] = step
     a.scored[2 * j] = string.sub(a.entering, 8 * j - 7, 8 * j)
   end
-  if (#ARGV - 14) % 2 ~= 0 then refuse('ARGV[15..] are not pairs, their count is', #ARGV - 14) end
-  for i = 15, #ARGV, 2 do
+  if (#ARGV - 15) % 2 ~= 0 then refuse('ARGV[16..] are not pairs, their count is', #ARGV - 15) end
+  for i = 16, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -76,15 +79,18 @@ local function check_stored(a)
   kind(failures, 'hash')
   kind(redo, 'stream')
   kind(KEYS[7], 'hash')
-  local m = redis.call('HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked')
+  local m = redis.call(
+    'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess')
   local s = {
     t = whole('meta field t', m[1] or '0', 0),
     seq = whole('meta field seq', m[2] or '0', 0),
     logloss = finite('meta field logloss_sum', m[3] or '0'),
     stable = whole('meta field nnz_stable', m[4] or '0'),
     tracked = whole('meta field tracked', m[5] or '0'),
+    excess = finite('meta field weight_excess', m[6] or '0'),
   }
   finite('log-loss sum after the commit', string.format('%.17g', s.logloss + a.logloss))
+  finite('weight excess after the commit', string.format('%.17g', s.excess + a.excess))
   whole('t after the commit', string.format('%d', s.t + a.examples), 0)
   local last = redis.call('XREVRANGE', redo, '+', '-', 'COUNT', 1)[1]
   if last and tonumber(string.match(last[1], '^%d+')) > s.seq then
@@ -136,6 +142,7 @@ if ARGV[13] ~= '' then
   redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])
 end
 local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
+if a.excess ~= 0 then redis.call('HINCRBYFLOAT', meta, 'weight_excess', ARGV[15]) end
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])
 each_chunk(a.entries, 1000, 'XDEL', stream)

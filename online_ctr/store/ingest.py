@@ -68,12 +68,20 @@ class FeedbackLog:
         self.acks = acks or ReplicaAcks(redis)
         self._append = register(redis, "append")
 
-    async def append(self, batch: Batch, key: str | None = None) -> Appended:
-        """Append a labelled batch as one entry; with ``key``, at most once per window."""
-        entry = codec.encode_entry(batch)
-        # The digest of the encoded entry: the same examples in the same order match, however
-        # the JSON was spaced or its numbers written.
-        record = f"{hashlib.sha256(entry).hexdigest()} {len(batch)}" if key else ""
+    async def append(
+        self, batch: Batch, key: str | None = None, kept: Batch | None = None
+    ) -> Appended:
+        """Append a labelled batch as one entry; with ``key``, at most once per window.
+
+        ``kept``: what of ``batch`` goes on the stream, if not all of it (negative sampling);
+        ``batch`` is still what the key's record is of, and what is counted as accepted. When
+        nothing is kept, nothing is appended, but the key is checked and recorded all the same.
+        """
+        request = codec.encode_entry(batch)
+        entry = request if kept is None else codec.encode_entry(kept) if len(kept) else b""
+        # The digest of the encoded request: the same examples in the same order match,
+        # however the JSON was spaced or its numbers written.
+        record = f"{hashlib.sha256(request).hexdigest()} {len(batch)}" if key else ""
         metas = [keys.meta for keys in self.models]
         streams = [keys.stream for keys in self.models]
         index = self.feedback.idempotency_index

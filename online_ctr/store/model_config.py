@@ -40,6 +40,7 @@ from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
+from online_ctr.learning.sampling import MIN_RATE
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.state import ModelSpec, spec_from
 
@@ -88,6 +89,15 @@ class ModelConfig(JoinConfig):
         None,
         description="The group whose feedback this model learns (created with its first "
         "model); a model's group is fixed when it is created.",
+    )
+    negative_rate: Annotated[float, Strict()] = Field(
+        1.0,
+        ge=MIN_RATE,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Fraction of non-clicks /learn keeps, by a hash of the example (every "
+        "click is kept); each kept one is weighted 1/rate, so the model and its progressive "
+        "log loss still estimate the whole stream's. Shared by every model of a group.",
     )
     feature_names: bool = Field(
         False,
@@ -179,6 +189,7 @@ def own_config(settings: Settings) -> ModelConfig:
         state_encoding=settings.state_encoding,
         join_window_s=settings.join_window_s,
         unlabeled=settings.unlabeled,
+        negative_rate=settings.negative_rate,
         feature_names=settings.feature_names,
     )
 

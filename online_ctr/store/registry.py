@@ -90,6 +90,8 @@ class Shared(JoinConfig):
 
     hash_bits: int | None = None
     numeric: str = "log_bucket"
+    #: The group's feedback is sampled once, before its one entry goes to every model.
+    negative_rate: float = 1.0
 
     @classmethod
     def of(cls, config: ModelConfig) -> Shared:
@@ -98,17 +100,23 @@ class Shared(JoinConfig):
             unlabeled=config.unlabeled,
             hash_bits=config.hash_bits,
             numeric=config.numeric,
+            negative_rate=config.negative_rate,
         )
 
     def canonical(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """The canonical JSON; without ``negative_rate`` at 1, so that groups recorded before
+        it existed compare equal to the same settings given now."""
+        dropped = {"negative_rate"} if self.negative_rate == 1.0 else set()
+        return json.dumps(self.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 
 def encode_config(config: ModelConfig) -> str:
     """The canonical JSON of a configuration (equal configurations, equal strings); without
-    ``feature_names`` when it is off, so that models registered before it existed compare
-    equal to the same configuration given now."""
+    ``feature_names`` when it is off, nor ``negative_rate`` at 1, so that models registered
+    before they existed compare equal to the same configuration given now."""
     dropped = set() if config.feature_names else {"feature_names"}
+    if config.negative_rate == 1.0:  # likewise for models recorded before it existed
+        dropped.add("negative_rate")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

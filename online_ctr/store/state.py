@@ -131,18 +131,26 @@ class ModelInfo:
     dead_letters: int
     numeric: str = "raw"
     calibration: str = "off"
+    #: The learned examples' importance weights less 1, summed (0 when none had a weight).
+    weight_excess: float = 0.0
+
+    @property
+    def learned_weight(self) -> float:
+        """The learned examples' total importance weight (``t`` when none had a weight)."""
+        return self.t + self.weight_excess
 
     @property
     def progressive_logloss(self) -> float | None:
-        """Mean progressive log loss so far; None before any example."""
-        return self.logloss_sum / self.t if self.t else None
+        """Mean progressive log loss so far, each example's weighted by its importance
+        weight (``logloss_sum`` is the weighted sum); None before any example."""
+        return self.logloss_sum / self.learned_weight if self.t else None
 
 
 #: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
 _BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64", "group": ""}
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
-_INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, *_BEFORE_STORED)
+_INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, "weight_excess", *_BEFORE_STORED)
 
 
 class ModelStore:
@@ -249,6 +257,7 @@ class ModelStore:
             dead_letters=int(dead),
             numeric=meta["numeric"],
             calibration=meta["calibration"],
+            weight_excess=float(meta.get("weight_excess", 0.0)),
         )
 
     async def version(self) -> tuple[int, str]:

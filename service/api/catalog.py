@@ -96,7 +96,15 @@ class Catalog:
             self._metrics,
         )
         policy = config.policy()
-        served = ServedModel(spec, settings, redis, metrics, policy=policy, tables=self.tables)
+        served = ServedModel(
+            spec,
+            settings,
+            redis,
+            metrics,
+            policy=policy,
+            tables=self.tables,
+            negative_rate=config.negative_rate,
+        )
         if config.feature_names:
             record_names(served, redis, settings, metrics)
         self._models[name] = (config, served)

@@ -19,6 +19,7 @@ from online_ctr.store.impressions import Joined
 from online_ctr.store.ingest import Appended, FeedbackLog
 from online_ctr.store.registry import GroupInfo
 from service.api.join_side import ServedJoins
+from service.api.sampled import weighted
 from service.api.served import ServedModel
 
 #: 2**64, to map a 64-bit hash to [0, 1).
@@ -70,14 +71,25 @@ class ServedGroup:
         return self.members[pick_by_weight(self.info.split, unit_hash(self.name, split_key))]
 
     async def learn(
-        self, rows: Sequence[Example], labels: Sequence[int], key: str | None
+        self,
+        rows: Sequence[Example],
+        labels: Sequence[int],
+        key: str | None,
+        weights: Sequence[float] | None = None,
     ) -> Appended:
         """Append the labelled examples, as one entry, to the stream of every model of the
-        group, in one atomic step (with ``key``, at most once per idempotency window)."""
+        group, in one atomic step (with ``key``, at most once per idempotency window); its
+        non-clicks sampled once, at the group's negative rate (every model of it has the same),
+        so that every model learns the same entry."""
         for member in self.members.values():
             await member.ensure()
-        appended = await self.feedback.append(self.hasher.batch(rows, labels), key)
-        if appended.evicted:  # counted as the group's joins are: by its serving model
+        batch = weighted(self.hasher.batch(rows, labels), weights)
+        # Counted as the group's joins are: by its serving model.
+        sampling = self.serving.sampling
+        kept = sampling.kept(batch)
+        appended = await self.feedback.append(batch, key, kept)
+        sampling.count(batch, kept, appended)
+        if appended.evicted:
             self.serving.keys_evicted.inc(appended.evicted)
         return appended
 

@@ -152,6 +152,24 @@ ExplainTop = Annotated[
 ]
 
 
+#: The largest importance weight an example may carry: with the lowest negative rate's 1e4,
+#: one example's gradient is at most 1e10 times its (p - y) x.
+MAX_WEIGHT = 1e6
+#: An example's importance weight (McMahan et al. 2013, section 4.4).
+Weight = Annotated[
+    float | None,
+    Strict(),
+    Field(
+        gt=0.0,
+        le=MAX_WEIGHT,
+        allow_inf_nan=False,
+        description="The example's importance weight (default 1): it counts as this many "
+        "examples in the gradient and in the progressive metrics; above 0, at most "
+        f"{MAX_WEIGHT:g}.",
+    ),
+]
+
+
 SplitKey = Annotated[
     str | None,
     Strict(),
@@ -244,6 +262,7 @@ class LearnExample(BaseModel):
     single: ClassVar[bool] = True
     features: FeatureMap
     label: Label
+    weight: Weight = None
 
     def rows(self) -> list[Example]:
         """The example's features, as a one-row list."""
@@ -252,6 +271,10 @@ class LearnExample(BaseModel):
     def labels(self) -> list[int]:
         """The example's label, as a one-item list."""
         return [self.label]
+
+    def weights(self) -> list[float] | None:
+        """The example's importance weight, as a one-item list; None if it has none."""
+        return None if self.weight is None else [self.weight]
 
 
 class LearnBatch(BaseModel):
@@ -280,6 +303,12 @@ class LearnBatch(BaseModel):
     def labels(self) -> list[int]:
         """The examples' labels, in order."""
         return [example.label for example in self.examples]
+
+    def weights(self) -> list[float] | None:
+        """The examples' importance weights (1 where one has none); None if none has one."""
+        if all(example.weight is None for example in self.examples):
+            return None
+        return [1.0 if e.weight is None else e.weight for e in self.examples]
 
 
 class JoinLabel(BaseModel):
@@ -511,7 +540,8 @@ class ModelInfoResponse(BaseModel):
     nonzero_weights: int = Field(examples=[5400])
     features_tracked: int = Field(description="Features with state.", examples=[18000])
     progressive_logloss: float | None = Field(
-        description="Mean log loss of each example predicted just before learning it.",
+        description="Mean log loss of each example predicted just before learning it, "
+        "weighted by the examples' importance weights (learned_weight).",
         examples=[0.47],
     )
     stream_lag: int = Field(description="Accepted /learn entries not applied yet.", examples=[3])
@@ -523,6 +553,17 @@ class ModelInfoResponse(BaseModel):
         description="Served probabilities' calibration (OCTR_CALIBRATION).", examples=["off"]
     )
     group: str | None = Field(None, description="The group it learns with, if any.")
+    negative_rate: float = Field(
+        1.0,
+        description="Fraction of non-clicks its /learn keeps, each weighted 1/rate (1: all).",
+        examples=[1.0],
+    )
+    learned_weight: float = Field(
+        0.0,
+        description="The learned examples' total importance weight: global_step when none "
+        "had a weight; with negative sampling, an estimate of the examples sent.",
+        examples=[120000.0],
+    )
 
 
 class ModelSummary(BaseModel):

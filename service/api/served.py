@@ -33,6 +33,7 @@ from service.api.coalesce import Coalescer
 from service.api.explained import explanations
 from service.api.join_side import ServedJoins
 from service.api.limits import Limits
+from service.api.sampled import Sampling, weighted
 from service.api.scan import NameIds
 from service.api.tables import TableBudgets
 
@@ -85,6 +86,8 @@ class ServedModel:
     then recorded in the registry by ``register``; any other model must be in Redis, or it
     is gone (404). ``policy``: how its predictions wait for their labels. ``tables``: the
     budgets its in-memory tables share with every other model's (:mod:`service.api.tables`).
+    ``negative_rate``: the fraction of non-clicks its feedback keeps
+    (:mod:`online_ctr.learning.sampling`).
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class ServedModel:
         register: Callable[[], Awaitable[object]] | None = None,
         policy: JoinPolicy = JOINS_OFF,
         tables: TableBudgets | None = None,
+        negative_rate: float = 1.0,
     ) -> None:
         names, copies = (tables.names, tables.copies) if tables else (None, None)
         self.name = spec.name
@@ -134,6 +138,7 @@ class ServedModel:
         # Records dropped at OCTR_MAX_IDEMPOTENCY_KEYS by this model's /learn (by its group's,
         # when it serves the group: see ServedGroup.learn), and those its tag holds.
         self.keys_evicted = metrics.idempotency_keys_evicted.labels(self.name)
+        self.sampling = Sampling(negative_rate, metrics.sampled_out.labels(self.name))
         self._keys_held = metrics.idempotency_keys.labels(self.name)
         self._gauges = (
             metrics.nonzero_weights.labels(self.name),
@@ -242,23 +247,30 @@ class ServedModel:
         return concat(parts)
 
     async def learn(
-        self, rows: Sequence[Example], labels: Sequence[int], key: str | None
+        self,
+        rows: Sequence[Example],
+        labels: Sequence[int],
+        key: str | None,
+        weights: Sequence[float] | None = None,
     ) -> Appended:
-        """Append the labelled examples to the feedback stream as one entry; with an
+        """Append the labelled examples (of importance ``weights``, if given) to the feedback
+        stream as one entry, its non-clicks sampled at the model's negative rate; with an
         idempotency ``key``, only if that key was not used within the window."""
-        return await self.append(self.hasher.batch(rows, labels), key)
+        return await self.append(weighted(self.hasher.batch(rows, labels), weights), key)
 
     async def append(self, batch: Batch, key: str | None) -> Appended:
         """Append a labelled batch, hashed already, as :meth:`learn` does."""
         await self.ensure()
+        kept = self.sampling.kept(batch)
         try:
-            appended = await self.feedback.append(batch, key)
+            appended = await self.feedback.append(batch, key, kept)
         except ModelDeletedError:
             # Deleted by another process since this one checked: the own model is created
             # again (as DELETE does), any other is gone.
             self._ensured = False
             await self.ensure()
-            appended = await self.feedback.append(batch, key)
+            appended = await self.feedback.append(batch, key, kept)
+        self.sampling.count(batch, kept, appended)
         if appended.evicted:
             self.keys_evicted.inc(appended.evicted)
         return appended

@@ -74,6 +74,8 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "numeric": "log_bucket",
         "calibration": "off",
         "group": None,
+        "negative_rate": 1.0,
+        "learned_weight": 0.0,
     }
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     client.post("/learn", json=body)
@@ -84,7 +86,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     reference = InMemoryModel(get_rule("rda"), settings.rule_params())
     step = reference.learn(FeatureHasher().batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     info = client.get("/models/default").json()
-    assert info["global_step"] == len(ROWS)
+    assert info["global_step"] == len(ROWS) == info["learned_weight"]
     assert info["features_tracked"] == reference.features_tracked()
     assert info["nonzero_weights"] == reference.nonzero_weights() > 0
     np.testing.assert_allclose(info["progressive_logloss"], step.losses.mean(), rtol=1e-12)

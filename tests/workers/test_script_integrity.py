@@ -40,7 +40,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
     args: dict[str, Any] = {
         "fence": fence, "t": t, "epoch": "", "examples": 1, "loss": "0.5", "ids": "",
         "leaving": b"", "entering": b"", "steps": b"", "stable": 0, "tracked": 0,
-        "through": 1, "fit": "", "histogram": b"",
+        "through": 1, "fit": "", "histogram": b"", "excess": "0",
     }  # fmt: skip
     args.update(changed)
     return [

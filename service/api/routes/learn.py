@@ -118,7 +118,7 @@ async def learn(request: ReadRequest) -> Response:
         return _json(content, status_code, joined.replayed)
     rows = body.rows()
     model.limits.check(rows, body.single)
-    appended = await model.learn(rows, body.labels(), key)
+    appended = await model.learn(rows, body.labels(), key, body.weights())
     return _json({"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed)
 
 

@@ -174,4 +174,6 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         numeric=info.numeric,
         calibration=info.calibration,
         group=served.store.spec.group,
+        negative_rate=served.sampling.rate,
+        learned_weight=info.learned_weight,
     )
