@@ -31,7 +31,7 @@ from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
-from workers.learn_group import Learning, NonFiniteError, learn_group
+from workers.learn_group import Learning, NonFiniteError, learn_group, weighted_losses
 from workers.memory_wait import MemoryWait, publish_memory
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
@@ -329,7 +329,7 @@ class Worker:
         self._observe(group, commit, learning, started)
         if group.units is not None:  # the group's promoter pairs them (workers.promoter)
             keys, examples = group.units
-            units = learned_units(keys, examples, learning.learned.losses)
+            units = learned_units(keys, examples, weighted_losses(learning.learned, group.batch))
             await write_units(self.store.redis, self.store.keys, units)
 
     async def _wait_for_room(self, error: OutOfMemoryError) -> None:

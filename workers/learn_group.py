@@ -120,7 +120,7 @@ async def learn_group(
         return Learning(change, features.ids, rows, learned, features.ids[marked])
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
-    histogram = histogram.add(learned.probabilities, batch.labels)
+    histogram = histogram.add(learned.probabilities, batch.labels, batch.weights)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     calibrated = replace(change, calibration=calibration)
     return Learning(calibrated, features.ids, rows, learned, features.ids[marked], histogram)
@@ -138,6 +138,13 @@ def _loss_sum(
     if batch.weights is None:
         return float(losses.sum())
     return float((losses * batch.weights).sum())
+
+
+def weighted_losses(learned: Learned, batch: Batch | None) -> NDArray[np.float64]:
+    """Each example's progressive log loss times its importance weight."""
+    if batch is None or batch.weights is None:
+        return learned.losses
+    return learned.losses * batch.weights
 
 
 def weight_excess(batch: Batch) -> float:

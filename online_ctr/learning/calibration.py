@@ -84,16 +84,24 @@ class Histogram:
     def empty(cls) -> Histogram:
         return cls(np.zeros((3, BINS)))
 
-    def add(self, p: Array, y: Array) -> Histogram:
-        """The histogram with the examples ``(p, y)`` added one by one, in order."""
+    def add(self, p: Array, y: Array, w: Array | None = None) -> Histogram:
+        """The histogram with the examples ``(p, y)`` added one by one, in order; each
+        counted ``w`` times if given (importance weights: a negatively sampled stream's
+        histogram then estimates the whole stream's, and so does its fit)."""
         log_p = np.log(np.asarray(p, dtype=np.float64))
         bins = np.minimum((-log_p / WIDTH).astype(np.intp), BINS - 1)
+        labels = np.asarray(y, dtype=np.float64)
         sums = self.sums.copy()
         # ufunc.at adds unbuffered, element by element in order: the same floats as adding
         # the examples one at a time, however the stream was cut into groups.
-        np.add.at(sums[0], bins, 1.0)
-        np.add.at(sums[1], bins, np.asarray(y, dtype=np.float64))
-        np.add.at(sums[2], bins, log_p)
+        if w is None:
+            np.add.at(sums[0], bins, 1.0)
+            np.add.at(sums[1], bins, labels)
+            np.add.at(sums[2], bins, log_p)
+        else:
+            np.add.at(sums[0], bins, w)
+            np.add.at(sums[1], bins, w * labels)
+            np.add.at(sums[2], bins, w * log_p)
         return Histogram(sums)
 
     def fit(self, iterations: int = 50) -> PowerFit:
