@@ -105,6 +105,9 @@ class Footer:
     #: ``logloss_sum`` as Redis kept it (17 digits it adds to in long double): an import
     #: restores these digits, so that later sums are the original's, bit for bit.
     logloss_text: str = ""
+    #: The learned importance weights less 1, summed, as Redis kept it ('': none learned a
+    #: weight other than 1); the progressive log loss is ``logloss_sum / (t + weight_excess)``.
+    weight_excess: str = ""
 
 
 Item = Header | RowChunk | Footer
@@ -153,6 +156,8 @@ class Writer:
 
     def finish(self, footer: Footer) -> bytes:
         body = asdict(footer) | {"rows": self.count}
+        if not footer.weight_excess:  # as files written before weights existed
+            del body["weight_excess"]
         payload = _json(body)
         end = self._out(_section(b"F", len(payload), payload) + b"E")
         return end + self.digest.digest()
@@ -203,6 +208,7 @@ def parse_footer(payload: bytes) -> Footer:
             rows=_whole(body, "rows", "a count"),
             source=dict(body.get("source") or {}),
             logloss_text=_logloss_text(body.get("logloss_text")),
+            weight_excess=_weight_excess(body.get("weight_excess")),
         )
     except SnapshotError:
         raise
@@ -281,6 +287,19 @@ def _logloss_text(value: object) -> str:
     if not isinstance(value, str) or len(value) > 40:
         raise SnapshotError(f"the footer's logloss_text {_shown(value)} is not a number")
     return value
+
+
+def _weight_excess(value: object) -> str:
+    """The learned weights' excess over 1, as Redis kept it, if given: a finite number."""
+    if value is None or value == "":
+        return ""
+    try:
+        finite = isinstance(value, str) and len(value) <= 40 and math.isfinite(float(value))
+    except ValueError:
+        finite = False
+    if not finite:
+        raise SnapshotError(f"the footer's weight_excess {_shown(value)} is not a finite number")
+    return str(value)
 
 
 def _check_counts(footer: Footer) -> None:

@@ -66,6 +66,8 @@ class Closed:
     logloss_sum: str
     nonzero_weights: int
     features_tracked: int
+    #: The meta's weight_excess as Redis keeps it ('': the model never learned a weight).
+    weight_excess: str = ""
 
 
 class Export:
@@ -132,13 +134,13 @@ class Export:
                 await self.redis.hdel(self.keys.pins, self.token)
 
     async def _close(self) -> Closed:
-        _, epoch, seq, t, logloss, stable, tracked, expiring = await self._pin("close")
+        _, epoch, seq, t, logloss, stable, tracked, expiring, excess = await self._pin("close")
         if epoch != self.epoch:
             raise ExportFailedError(
                 f"model {self.spec.name!r} was deleted or replaced during the export"
             )
         nonzero = int(stable) + int(expiring)
-        return Closed(epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked))
+        return Closed(epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess)
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
         """The records of the redo entries ``keep..through``, in commit order."""
@@ -173,6 +175,7 @@ class Export:
             closed.features_tracked,
             source=source,
             logloss_text=closed.logloss_sum,
+            weight_excess=closed.weight_excess,
         )
 
 

@@ -307,6 +307,7 @@ class SnapshotImport:
             "nnz_stable": str(counts.stable),
             "tracked": str(counts.tracked),
             **({"gen": str(self.gen)} if self.gen else {}),
+            **({"weight_excess": footer.weight_excess} if footer.weight_excess else {}),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):
