@@ -4,7 +4,8 @@ Three scripts, each atomic, all on the keys of one feedback hash tag (:class:`Fe
 so that one call appends to the streams of every model that learns that feedback:
 
 - ``impressions_log.lua`` logs a scoring pass: per example a hash ``{b, p, m, s}`` (the
-  example as a one-example entry labelled 0, the served probability, the model, the state)
+  example as a one-example entry labelled 0, the served probability, the model, the state),
+  and ``w``, its weight as a non-click, for a model that samples them (``negatives.lua``),
   that expires after twice the window, and its deadline in the pending set; whole requests,
   while the pending set holds fewer than ``OCTR_MAX_PENDING_IMPRESSIONS``;
 - ``join.lua`` sets a pending impression's label, appends it and leaves a tombstone
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JoinPolicy
@@ -108,13 +110,18 @@ class Impressions:
         model: str,
         sizes: Sequence[int],
         most: int,
+        negative_weights: NDArray[np.float64] | None = None,
     ) -> PassLog:
         """Log a pass's impressions (its requests of ``sizes`` examples, in order), whole
-        requests while the pending set holds at most ``most``; says which were not logged."""
+        requests while the pending set holds at most ``most``; says which were not logged.
+        ``negative_weights``: each impression's weight should it end a non-click (0: it is
+        then sampled out), under its model's negative rate; None: each is learned as it is."""
         served = np.asarray(probabilities, "<f8").tobytes()
         args: list[bytes | str | int] = [self.policy.window_ms, model, most, len(sizes), *sizes]
+        weights = b"" if negative_weights is None else np.asarray(negative_weights, "<f8").tobytes()
         for j, (prediction_id, entry) in enumerate(zip(ids, entries, strict=True)):
-            args += [prediction_id, entry, served[8 * j : 8 * j + 8]]
+            weight = weights[8 * j : 8 * j + 8]
+            args += [prediction_id, entry, served[8 * j : 8 * j + 8], weight]
         keys = [self.keys.pending, *map(self.keys.impression, ids)]
         try:
             clashes, unlogged = await self._log(keys=keys, args=args)

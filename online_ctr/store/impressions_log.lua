@@ -2,7 +2,8 @@
 -- KEYS[1] the pending set; KEYS[1 + j] the impression hash of example j (one hash tag)
 -- ARGV[1] the window in ms, ARGV[2] the model that served, ARGV[3] the most impressions the
 -- pending set may hold, ARGV[4] R: the requests of the pass, ARGV[4 + 1 .. 4 + R] their
--- example counts, then per example: id, entry, probability
+-- example counts, then per example: id, entry, probability, its weight as a non-click (8
+-- bytes of f64, 0: sampled out; '': learned as it is, see negatives.lua)
 -- Returns {clashes, unlogged}: the (0-based) examples whose id was already used (pending,
 -- labelled or swept, or twice in this pass), whose request logs nothing; and the (0-based)
 -- requests left unlogged because they did not fit under the most pending (their impressions
@@ -43,8 +44,8 @@ local checks = function()
     examples = examples + a.sizes[r]
   end
   a.first = 5 + a.requests  -- ARGV index of example 0's id
-  if #ARGV ~= a.first - 1 + 3 * examples then
-    refuse('not (id, entry, probability) for the ' .. examples .. ' examples counted, arguments', #ARGV)
+  if #ARGV ~= a.first - 1 + 4 * examples then
+    refuse('not (id, entry, probability, weight) for the ' .. examples .. ' examples counted, arguments', #ARGV)
   end
   if #KEYS ~= 1 + examples then refuse('not one key per example and the pending set, but', #KEYS) end
   kind(KEYS[1], 'zset')
@@ -52,8 +53,11 @@ local checks = function()
   local j = 0
   for r = 1, a.requests do
     for _ = 1, a.sizes[r] do
-      local at = a.first + 3 * j
+      local at = a.first + 4 * j
       local id, entry, p = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+      if ARGV[at + 3] ~= '' and not negative_weight_ok(ARGV[at + 3]) then
+        refuse('weight as a negative of ' .. id .. ' is not 8 bytes of a finite f64 >= 0', '')
+      end
       if id == '' then refuse('id of example ' .. j .. ' is empty', '') end
       if entry == '' then refuse('entry of ' .. id .. ' is empty', '') end
       if #p ~= 8 then refuse('probability of ' .. id .. ' is not 8 bytes, but', #p) end
@@ -82,9 +86,10 @@ local j = 0
 for r = 1, a.requests do
     for _ = 1, a.sizes[r] do
         if not refused[r] then
-            local at = first + 3 * j
+            local at = first + 4 * j
             redis.call('HSET', KEYS[2 + j], 'b', ARGV[at + 1], 'p', ARGV[at + 2],
                 'm', ARGV[2], 's', 'pending')
+            if ARGV[at + 3] ~= '' then redis.call('HSET', KEYS[2 + j], 'w', ARGV[at + 3]) end
             redis.call('PEXPIRE', KEYS[2 + j], 2 * window)
             scored[#scored + 1] = deadline
             scored[#scored + 1] = ARGV[at]

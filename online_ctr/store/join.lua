@@ -42,13 +42,16 @@ local checks = function()
   for j = 1, a.n do
     local id, label = ARGV[6 + 2 * j], ARGV[7 + 2 * j]
     if label ~= '0' and label ~= '1' then refuse('label of ' .. id .. ' is neither 0 nor 1', label) end
-    local fields = redis.call('HMGET', KEYS[2 + a.streams + j], 's', 'b', 'p', 'm')
+    local fields = redis.call('HMGET', KEYS[2 + a.streams + j], 's', 'b', 'p', 'm', 'w')
     if fields[1] == 'pending' then
       local deadline = redis.call('ZSCORE', KEYS[1], id)
       if not (deadline and tonumber(deadline) <= now_ms) then
         -- The label byte sits right after the 10-byte header (see codec.py).
         if not (fields[2] and #fields[2] > 10 and fields[3] and fields[4]) then
           refuse('pending impression lacks its entry, probability or model', id)
+        end
+        if not negative_weight_ok(fields[5]) then
+          refuse('pending impression has a bad weight as a negative', id)
         end
       end
       a.deadlines[j] = deadline
@@ -89,9 +92,15 @@ for j = 1, a.n do
         if deadline and tonumber(deadline) <= now_ms then
             outcome = ARGV[5]  -- closed, not swept yet: the sweep will do the rest
         else
-            local b = string.sub(fields[2], 1, 10) .. (label == '1' and '\1' or '\0')
-                .. string.sub(fields[2], 12)
-            for s = 1, streams do
+            -- A click is learned as logged (weight 1); a non-click as its model's negative
+            -- sampling says: weighted, or sampled out (then accepted, and not appended).
+            local b = fields[2]
+            if label == '1' then
+                b = string.sub(b, 1, 10) .. '\1' .. string.sub(b, 12)
+            else
+                b = negative_entry(b, fields[5])
+            end
+            for s = 1, b and streams or 0 do
                 redis.call('XADD', KEYS[2 + s], '*', 'b', b, 'p', fields[3], 'm', fields[4],
                     'i', id)
             end

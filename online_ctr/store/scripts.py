@@ -18,10 +18,13 @@ def _source(name: str) -> str:
 #: its first write); those that trim the redo log, the pin-aware ``trim_redo`` of ``pins.lua``;
 #: those that read or write buckets, ``bucket_key`` of ``buckets.lua``, and those that read
 #: them, ``read_records`` of ``reads.lua``; those that write Idempotency-Key records, the
-#: bounded records and index of ``idempotency.lua``.
+#: bounded records and index of ``idempotency.lua``; those that turn impressions into
+#: non-clicks, the negative sampling of ``negatives.lua``.
 _PRELUDE = {
     "append": ("idempotency.lua",),
-    "join": ("idempotency.lua",),
+    "join": ("idempotency.lua", "negatives.lua"),
+    "sweep": ("negatives.lua",),
+    "impressions_log": ("negatives.lua",),
     "finalize": ("pins.lua",),
     "trim": ("pins.lua",),
     "read": ("buckets.lua", "reads.lua"),

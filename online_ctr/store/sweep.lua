@@ -31,9 +31,12 @@ local read = {}
 for j, id in ipairs(ids) do
     local found = redis.call('TYPE', ARGV[1] .. id).ok
     if found ~= 'none' and found ~= 'hash' then return bad('impression ' .. id .. ' is a', found) end
-    local fields = redis.call('HMGET', ARGV[1] .. id, 's', 'b', 'p', 'm')
+    local fields = redis.call('HMGET', ARGV[1] .. id, 's', 'b', 'p', 'm', 'w')
     if fields[1] == 'pending' and negative and not (fields[2] and fields[3] and fields[4]) then
         return bad('pending impression lacks its entry, probability or model', id)
+    end
+    if fields[1] == 'pending' and negative and not negative_weight_ok(fields[5], fields[2]) then
+        return bad('pending impression has a bad weight as a negative', id)
     end
     read[j] = fields
 end
@@ -42,9 +45,11 @@ for j, id in ipairs(ids) do
     local key = ARGV[1] .. id
     local fields = read[j]
     if fields[1] == 'pending' then
-        if negative then
+        -- As its model's negative sampling says: weighted, or sampled out (not appended).
+        local b = negative and negative_entry(fields[2], fields[5])
+        if b then
             for s = 2, #KEYS do
-                redis.call('XADD', KEYS[s], '*', 'b', fields[2], 'p', fields[3], 'm', fields[4],
+                redis.call('XADD', KEYS[s], '*', 'b', b, 'p', fields[3], 'm', fields[4],
                     'i', id)
             end
         end

@@ -127,7 +127,15 @@ class Catalog:
         policy = info.shared.policy()
         most = self._settings.max_pending_impressions
         joins = ServedJoins(
-            self._redis, serving, streams, policy, self._metrics, key_limits, most, acks
+            self._redis,
+            serving,
+            streams,
+            policy,
+            self._metrics,
+            key_limits,
+            most,
+            acks,
+            info.shared.negative_rate,
         )
         return ServedGroup(info, members, feedback, joins)
 

@@ -17,8 +17,11 @@ import base64
 import os
 from collections.abc import Sequence
 
+import numpy as np
+
 from online_ctr.config.join_policy import TURN_ON, JoinPolicy, detail, outcome
 from online_ctr.learning.features import Batch
+from online_ctr.learning.sampling import kept_negatives
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.idempotency import KeyLimits
@@ -76,8 +79,11 @@ class ServedJoins:
         key_limits: KeyLimits,
         max_pending: int,
         acks: ReplicaAcks | None = None,
+        negative_rate: float = 1.0,
     ) -> None:
         model = keys.model
+        #: The model's (group's) negative rate: a non-click is sampled as at /learn.
+        self.negative_rate = negative_rate
         self.model = model
         self.policy = policy
         self.key_limits = key_limits
@@ -116,7 +122,14 @@ class ServedJoins:
             ids.extend(i or next(made) for i in (given or [None] * size))
         sizes = [size for size, _ in requests]
         entries = codec.encode_rows(batch)
-        done = await self.impressions.log(ids, entries, p, self.model, sizes, self.max_pending)
+        weights = None
+        if self.negative_rate < 1.0:
+            weights = np.where(
+                kept_negatives(batch, self.negative_rate), 1 / self.negative_rate, 0.0
+            )
+        done = await self.impressions.log(
+            ids, entries, p, self.model, sizes, self.max_pending, weights
+        )
         self._count(done, sizes)
         clashes, unlogged = set(done.clashes), set(done.unlogged)
         logged: list[Logged] = []

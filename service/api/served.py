@@ -121,6 +121,7 @@ class ServedModel:
             key_limits,
             settings.max_pending_impressions,
             acks,
+            negative_rate,
         )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
         self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric, budget=names)

@@ -4,6 +4,7 @@ accepted is counted whole; bad weights and rates are refused with a message."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import warnings
 from collections.abc import Iterator
@@ -11,17 +12,25 @@ from typing import Any
 
 import numpy as np
 import pytest
+import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.sampling import keep_negatives, kept_negatives
+from online_ctr.learning.snapshot import Reader
+from online_ctr.metrics import Metrics
 from online_ctr.store.codec import decode_entry
+from online_ctr.store.impressions import Impressions
 from online_ctr.store.keys import ModelKeys, RegistryKeys
-from tests.conftest import CRITEO
+from online_ctr.store.model_config import own_config
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
 from service.app import create_app
+from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
+from workers.consumer import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
@@ -33,7 +42,9 @@ RATE = 0.25
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, state_buckets=64, negative_rate=RATE, **AUTH)
+    return Settings(
+        redis_url=redis_url, state_buckets=64, state_shards=8, negative_rate=RATE, **AUTH
+    )
 
 
 @pytest.fixture
@@ -172,3 +183,74 @@ def test_a_model_without_a_rate_stores_what_it_did_before(redis_url: str, plain:
     assert decode_entry(fields[b"b"]).weights is None
     record = plain.hget(RegistryKeys().models, "default")
     assert b"negative_rate" not in record
+
+
+async def _learn_all(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(str(settings.redis_url))
+    store = ModelStore(client, model_spec(settings))
+    await Worker(store, WorkerConfig(name="w1"), Metrics(CollectorRegistry())).run_until_idle()
+    await client.aclose()
+
+
+def test_a_snapshot_keeps_the_learned_weight(client: TestClient, settings: Settings) -> None:
+    assert client.post("/learn", json=body(ROWS)).status_code == 202
+    asyncio.run(_learn_all(settings))
+    learned = client.get("/models/default").json()
+    assert learned["learned_weight"] > learned["global_step"] > 0
+    with client.stream("GET", "/models/default/snapshot") as response:
+        blob = b"".join(response.iter_raw())
+    reader = Reader()
+    list(reader.feed(blob))
+    excess = float(reader.close().weight_excess)
+    assert excess == learned["learned_weight"] - learned["global_step"]
+    copied = client.put("/models/copy/snapshot", content=blob)
+    assert copied.status_code == 201, copied.text
+    copy = client.get("/models/copy").json()
+    for field in ("global_step", "learned_weight", "progressive_logloss"):
+        assert copy[field] == learned[field], field
+
+
+async def _sweep(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(str(settings.redis_url))
+    keys = ModelKeys("default")
+    impressions = Impressions(client, keys.feedback, [keys.stream], own_config(settings).policy())
+    while await client.zcard(keys.feedback.pending):
+        await impressions.sweep()
+        await asyncio.sleep(0.05)
+    await client.aclose()
+
+
+def test_joined_non_clicks_are_sampled_as_at_learn(redis_url: str, plain: Any) -> None:
+    """Impressions served with joins on end as clicks (weight 1), as non-clicks labelled 0 or
+    left to close unlabelled: those the rate keeps weighted 1/rate, the others never
+    appended. The same examples sent to /learn would be sampled alike."""
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, negative_rate=RATE, join_window_s=1, **AUTH
+    )
+    with TestClient(create_app(settings, CollectorRegistry()), headers=HEADERS) as client:
+        served = client.post("/predict", json={"examples": [{"features": x} for x, _ in ROWS]})
+        ids = [p["prediction_id"] for p in served.json()["predictions"]]
+        labelled = [
+            (i, y) for j, (i, (_, y)) in enumerate(zip(ids, ROWS, strict=True)) if y or j % 2
+        ]
+        sent = [{"prediction_id": i, "label": y} for i, y in labelled]
+        reply = client.post("/learn", json={"examples": sent})
+        assert reply.json() == {"accepted": len(sent), "rejected": []}
+    asyncio.run(_sweep(settings))
+
+    entries = plain.xrange(ModelKeys("default").stream)
+    got = {f[b"i"].decode(): decode_entry(f[b"b"]) for _, f in entries}
+    batch = FeatureHasher(numeric="log_bucket").batch([x for x, _ in ROWS], [y for _, y in ROWS])
+    kept = kept_negatives(batch, RATE)
+    for j, (prediction_id, (_, y)) in enumerate(zip(ids, ROWS, strict=True)):
+        if y == 1:
+            assert got[prediction_id].labels.tolist() == [1.0]
+            assert got[prediction_id].weights is None
+        elif kept[j]:
+            assert got[prediction_id].labels.tolist() == [0.0]
+            assert got[prediction_id].example_weights().tolist() == [1 / RATE]
+        else:
+            assert prediction_id not in got
+    clicks = sum(y for _, y in ROWS)
+    assert len(got) == clicks + int(kept[batch.labels == 0].sum())
+    assert len(keep_negatives(batch, RATE)) == len(got)  # what /learn would keep of them

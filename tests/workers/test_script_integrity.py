@@ -4,6 +4,7 @@ byte for byte as it was (``DUMP`` of each key, and the set of keys, before and a
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -234,6 +235,7 @@ def append(
     return drive
 
 
+SWEPT = {"s": "pending", "p": "0.5", "m": "default"}
 GOOD_IMPRESSION = {"s": "pending", "b": b"\0" * 12, "p": b"\0" * 8, "m": "default"}
 
 
@@ -277,9 +279,10 @@ def impressions_log(
     probability: bytes = b"\0" * 8,
     pending_string: bool = False,
     most: Any = 10,
+    weight: bytes = b"",
 ) -> Drive:
-    """impressions_log.lua logging two impressions, the second with ``probability``: the
-    first would be written before the second."""
+    """impressions_log.lua logging two impressions, the second with ``probability`` and
+    ``weight`` as a negative: the first would be written before the second."""
 
     async def drive(store: ModelStore) -> Any:
         keys = FeedbackKeys.of(store.spec.name, None)
@@ -287,7 +290,7 @@ def impressions_log(
             await store.redis.set(keys.pending, "not a zset")
         script = register(store.redis, "impressions_log")
         args = [window, "default", most, len(sizes), *sizes]
-        args += ["i1", b"\0" * 12, b"\0" * 8, "i2", b"\0" * 12, probability]
+        args += ["i1", b"\0" * 12, b"\0" * 8, b"", "i2", b"\0" * 12, probability, weight]
         ids = [keys.impression("i1"), keys.impression("i2")]
         return await script(keys=[keys.pending, *ids], args=args)
 
@@ -389,6 +392,14 @@ CASES: dict[str, tuple[Drive, str]] = {
     "sweep impression without entry": (sweep({"s": "pending", "p": "0.5"}), "lacks"),
     "sweep policy": (sweep({"s": "pending"}, policy="keep"), "ARGV[3]"),
     "sweep count": (sweep({"s": "pending"}, count="all"), "ARGV[2]"),
+    "sweep negative weight": (
+        sweep({**SWEPT, "b": "e" * 12, "w": struct.pack("<d", -1.0)}),
+        "weight as a negative",
+    ),
+    "sweep weight of a short entry": (
+        sweep({**SWEPT, "b": "e", "w": struct.pack("<d", 2.0)}),
+        "weight as a negative",
+    ),
     # append: the XADDs came before the record's SET, each stream's before the next one's.
     "append window zero": (append(window=0), "ARGV[3]"),
     "append window not whole": (append(window="1.5"), "ARGV[3]"),
@@ -406,6 +417,10 @@ CASES: dict[str, tuple[Drive, str]] = {
     "join label": (join(label="yes"), "label of i2"),
     "join impression without entry": (join(impression={"s": "pending", "p": "x"}), "lacks"),
     "join short entry": (join(impression={**GOOD_IMPRESSION, "b": b"\0" * 4}), "lacks"),
+    "join negative weight": (
+        join(label="0", impression={**GOOD_IMPRESSION, "w": b"\0" * 7}),
+        "weight as a negative",
+    ),
     "join window": (join(window="soon"), "ARGV[2]"),
     "join idempotency window zero": (join(key_window=0), "ARGV[3]"),
     "join second stream a string": (join(string_stream=True), "is a string"),
@@ -420,6 +435,15 @@ CASES: dict[str, tuple[Drive, str]] = {
         "[0, 1]",
     ),
     "impressions_log most zero": (impressions_log(most=0), "ARGV[3]"),
+    "impressions_log weight bytes": (impressions_log(weight=b"\0" * 4), "weight as a negative"),
+    "impressions_log weight nan": (
+        impressions_log(weight=b"\0" * 6 + b"\xf8\x7f"),
+        "weight as a negative",
+    ),
+    "impressions_log weight negative": (
+        impressions_log(weight=struct.pack("<d", -2.0)),
+        "weight as a negative",
+    ),
     "impressions_log most not whole": (impressions_log(most="lots"), "ARGV[3]"),
     # registry: what it stores must decode (delete reads a model's group from its config).
     "registry create config not json": (registry(*create(config="{oops")), "ARGV[3]"),
@@ -533,7 +557,7 @@ async def test_impressions_at_the_bound_write_nothing_beyond_it(make_store: Make
     ids = ["old-1", "a", "b", "c"]  # requests [old-1], [a, b], [c]
     args: list[Any] = ["1000", "default", 3, 3, 1, 2, 1]
     for prediction_id in ids:
-        args += [prediction_id, entry, p]
+        args += [prediction_id, entry, p, b""]
     keys_of = [keys.pending, *map(keys.impression, ids)]
     assert await script(keys=keys_of, args=args) == [[0], [1]]
     assert await store.redis.zcard(keys.pending) == 3
