@@ -14,13 +14,14 @@ function it calls from another file does; so each rule's compiled loop carries a
 source files of the functions it compiles in, which numba's cache key includes.
 ``error_model="numpy"`` gives IEEE results (inf, nan) where Python would raise, as numpy does.
 
+>>> from online_ctr.learning.admission import admit_all
 >>> from online_ctr.learning.rules import get_rule
 >>> rule = get_rule("ftrl")
 >>> p = rule.kernel_params(rule.params(alpha=0.1, beta=1.0, l1=0.0, l2=0.0))
 >>> state, one = np.zeros((1, 2)), np.array([0, 1])
 >>> logits, probabilities = learner(rule)(
 ...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1), np.ones(1),
-...     np.zeros(1, np.uint64), False)
+...     np.zeros(1, np.uint64), False, admit_all())
 >>> probabilities, state  # g = 0.5 - 1: z = -0.5, n = 0.25
 (array([0.5]), array([[-0.5 ,  0.25]]))
 """
@@ -39,6 +40,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from online_ctr.learning.admission import POISSON_SALT, Admitting
 from online_ctr.learning.compact import RULES, SCALED
 from online_ctr.learning.rules.base import SCALAR, RowUpdateFn, RowWeightFn, Rule
 
@@ -54,6 +56,7 @@ _GOLDEN, _MIX1, _MIX2 = (
     np.uint64(0x94D049BB133111EB),
 )
 _S11, _S22, _S27, _S30, _S31 = (np.uint64(s) for s in (11, 22, 27, 30, 31))
+_POISSON_SALT = POISSON_SALT
 
 
 def _skip_blas_probe() -> None:
@@ -175,6 +178,36 @@ _SCALED: bool
 _COMPACT: bool
 
 
+@_helper
+def _admit(
+    mode: int,
+    feature: np.uint64,
+    step: int,
+    p_admit: float,
+    n_admit: int,
+    counters: NDArray[np.uint8],
+    positions: NDArray[np.int64],
+    row: int,
+) -> bool:
+    """Whether an occurrence at ``step`` admits a feature not admitted yet
+    (:mod:`online_ctr.learning.admission`): Poisson, a hash of its id and the step below
+    ``p_admit``; Bloom, its counters each counted (saturating at 255) and the least of them
+    reaching ``n_admit``."""
+    if mode == 1:
+        salted = np.uint64(step) ^ np.uint64(_POISSON_SALT)
+        h = _mix(feature ^ _mix(salted))
+        return float(h >> _S11) * 2.0**-53 < p_admit
+    least = 255
+    for c in range(positions.shape[1]):
+        q = positions[row, c]
+        count = int(counters[q])
+        if count < 255:
+            count += 1
+            counters[q] = count
+        least = min(least, count)
+    return least >= n_admit
+
+
 def _learn(
     compact: bool,
     p: Array,
@@ -187,16 +220,22 @@ def _learn(
     labels: Array,
     weights: Array,
     ids: NDArray[np.uint64],
+    admission: Admitting,
 ) -> tuple[Array, Array]:
     """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
     inlined there, so that the float64 loop never tests it. Compiled once per rule, with
-    ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`)."""
+    ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`).
+    ``admission`` is :func:`learner`'s; with mode 0 every feature is admitted and nothing
+    else of it is read."""
+    mode, p_admit, n_admit, admitted, counters, positions, dropped = admission
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
         step = float(t + j)
         s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
         for k in range(indptr[j], indptr[j + 1]):
+            if mode != 0 and admitted[inverse[k]] == 0:
+                continue  # a feature not admitted contributes 0
             s += _weight_of(state, inverse[k], step, p) * values[k]  # noqa: F821
         clipped = min(max(s, -logit_clip), logit_clip)
         probability = 1.0 / (1.0 + math.exp(-clipped))
@@ -205,6 +244,15 @@ def _learn(
         # weight of 1 changes no bit.
         residual = (probability - labels[j]) * weights[j]
         for k in range(indptr[j], indptr[j + 1]):
+            row = inverse[k]
+            if mode != 0 and admitted[row] == 0:
+                step_after = t + j + 1
+                if not _admit(
+                    mode, ids[row], step_after, p_admit, n_admit, counters, positions, row
+                ):
+                    dropped[0] += 1  # its gradient is dropped (McMahan et al. 2013, 4.1)
+                    continue
+                admitted[row] = 1
             g = residual * values[k]
             _update_row(state, inverse[k], g, g * g, step + 1.0, p)  # noqa: F821
             if compact:
@@ -229,13 +277,18 @@ def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
         weights: Array,
         ids: NDArray[np.uint64],
         compact: bool,
+        admission: Admitting,
     ) -> tuple[Array, Array]:
         fingerprint  # noqa: B018  (read, so that it is a closure cell)
         if _COMPACT and compact:  # noqa: F821
             return _learn(
-                True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids
-            )
-        return _learn(False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids)
+                True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
+                admission,
+            )  # fmt: skip
+        return _learn(
+            False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
+            admission,
+        )  # fmt: skip
 
     return learn_examples
 
@@ -254,7 +307,12 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     ``compact.CompactCodec.quantize`` (``ids`` are the rows' feature ids, which seed its
     randomness). Arguments: ``p`` (``rule.kernel_params``), ``state``, ``t``, ``logit_clip``,
     ``indptr``, ``inverse``, ``values``, ``labels``, ``weights`` (each example's importance
-    weight, which scales its gradient), ``ids``, ``compact``.
+    weight, which scales its gradient), ``ids``, ``compact``, and ``admission``: a tuple
+    (mode, p, n, admitted, counters, positions, dropped) of
+    :mod:`online_ctr.learning.admission`'s mode code (0: every feature is admitted), its
+    probability and count, per row whether it is admitted (uint8, updated in place), the
+    counting Bloom filter (uint8, updated in place) and each row's counters in it, and a
+    one-item count of the occurrences whose gradient was dropped (added to).
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
     with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from online_ctr.learning import grouping, kernels, table
+from online_ctr.learning.admission import Admitting, admit_all
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.features import Batch
 from online_ctr.learning.learner import LOGIT_CLIP, Features
@@ -77,11 +78,14 @@ def learn_sequential(
     batch: Batch,
     features: Features,
     encoding: str = "float64",
+    admission: Admitting | None = None,
 ) -> Learned:
     """Learn ``batch`` one example at a time, starting from ``state`` (the rule's fields for
     ``features.ids``) as at step ``t``; ``state`` itself is left as it was. With the
     ``compact`` ``encoding`` each update is rounded to what that encoding stores
-    (:mod:`online_ctr.learning.compact`)."""
+    (:mod:`online_ctr.learning.compact`). ``admission`` (:func:`kernels.learner`'s argument,
+    its arrays per ``features``) says which features are admitted and how more are; its
+    arrays are updated in place. None: every feature is admitted."""
     check_encoding(encoding, rule.name)
     p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
@@ -99,6 +103,7 @@ def learn_sequential(
         np.ascontiguousarray(batch.example_weights(), dtype=np.float64),
         np.ascontiguousarray(features.ids, dtype=np.uint64),
         encoding == "compact",
+        admit_all() if admission is None else admission,
     )
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Learned(logits, probabilities, log_loss(probabilities, labels), new_state, counts)

@@ -1,0 +1,183 @@
+"""Feature admission: a new feature gets state only once admitted (McMahan et al. 2013,
+section 4.1, "Probabilistic Feature Inclusion").
+
+Most features of a CTR stream are seen once or a few times, and a model that keeps state for
+each of them spends most of its memory on weights that stay zero. Until a feature is admitted
+it contributes 0 to every prediction and its gradient is dropped; once admitted it is learned
+as any other. The bias is always admitted. Two rules:
+
+- **Poisson inclusion** (``poisson:P``): at each occurrence a feature not yet admitted is
+  admitted with probability ``P``, so it waits about ``1 / P`` occurrences. The draw is a hash
+  of the feature's id and the example's step, never a random generator: the service, a
+  retried group and ``online-ctr replay`` all draw the same.
+- **Counting Bloom filter inclusion** (``bloom:N``): occurrences of features not yet
+  admitted are counted in a counting Bloom filter (``COUNTERS`` one-byte counters, ``HASHES``
+  counters per feature, each saturating at 255); a feature is admitted at the occurrence that
+  brings the least of its counters to ``N``, its ``N``-th, or earlier where other features
+  share its counters. The counters are updated in stream order and committed with the state,
+  so the service equals ``replay`` at any batch size, and a learner that takes over loses no
+  count.
+
+The compiled loop (:mod:`online_ctr.learning.kernels`) applies the rule example by example;
+this module holds its parameters and the hashes it uses.
+
+>>> Admission.parse("poisson:0.03"), Admission.parse("bloom:2").text
+(Admission(kind='poisson', p=0.03, n=1), 'bloom:2')
+>>> Admission.parse("bloom:0")
+Traceback (most recent call last):
+...
+ValueError: admission 'bloom:0': the count must be a whole number from 1 to 255
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: Counters of a model's counting Bloom filter: 4 MiB, one byte each. With ``HASHES`` = 3, 1M
+#: features waiting for admission at once leave a new feature's counters all taken with
+#: probability (1 - e^(-3M/4M))^3 ~ 0.12 (admitted early), 300k with ~ 0.008.
+COUNTERS = 1 << 22
+HASHES = 3
+#: A counter's most: counts saturate there, so ``N`` can be at most this.
+MOST_COUNT = 255
+
+Kind = Literal["all", "poisson", "bloom"]
+#: The kernel's code of each kind.
+MODES: dict[str, int] = {"all": 0, "poisson": 1, "bloom": 2}
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+#: Salts, so that neither hash is another one of the service's (compact rounding, sampling).
+POISSON_SALT = 0x61646D6974  # "admit"
+BLOOM_SALTS = (0x626C6F6F6D31, 0x626C6F6F6D32, 0x626C6F6F6D33)  # "bloom1".."bloom3"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Which features get state: ``all`` (every one, at once), ``poisson`` with probability
+    ``p`` per occurrence, ``bloom`` at the ``n``-th occurrence."""
+
+    kind: Kind = "all"
+    p: float = 1.0
+    n: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Admission:
+        """``all``, ``poisson:P`` (0 < P <= 1) or ``bloom:N`` (1 <= N <= 255)."""
+        kind, _, value = text.partition(":")
+        try:
+            if kind == "all" and not value:
+                return cls()
+            if kind == "poisson":
+                p = float(value)
+                if not 0.0 < p <= 1.0 or not math.isfinite(p):
+                    raise ValueError
+                return cls("poisson", p=p)
+            if kind == "bloom":
+                n = int(value)
+                if not 1 <= n <= MOST_COUNT:
+                    raise ValueError
+                return cls("bloom", n=n)
+        except ValueError:
+            what = "probability must be above 0 and at most 1" if kind == "poisson" else ""
+            what = what or f"count must be a whole number from 1 to {MOST_COUNT}"
+            raise ValueError(f"admission {text!r}: the {what}") from None
+        raise ValueError(f"admission {text!r}: use all, poisson:P (0 < P <= 1) or bloom:N")
+
+    @property
+    def text(self) -> str:
+        """The form :meth:`parse` reads."""
+        if self.kind == "poisson":
+            return f"poisson:{self.p!r}"
+        return f"bloom:{self.n}" if self.kind == "bloom" else "all"
+
+    @property
+    def counted(self) -> bool:
+        """Whether occurrences are counted (a counting Bloom filter)."""
+        return self.kind == "bloom"
+
+
+def mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """SplitMix64's output function, elementwise (uint64 arithmetic wraps)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def bloom_positions(ids: NDArray[np.uint64]) -> NDArray[np.int64]:
+    """Each id's ``HASHES`` counters, shape ``(len(ids), HASHES)``."""
+    ids = np.asarray(ids, np.uint64)
+    columns = [mix(ids ^ np.uint64(salt)) % np.uint64(COUNTERS) for salt in BLOOM_SALTS]
+    if not len(ids):
+        return np.zeros((0, HASHES), np.int64)
+    return np.stack(columns, axis=1).astype(np.int64)
+
+
+def poisson_uniform(ids: NDArray[np.uint64], steps: NDArray[np.int64]) -> NDArray[np.float64]:
+    """The uniform number in [0, 1) the Poisson rule compares with ``p`` for an occurrence of
+    each id at each step (the step the occurrence's update is learned as); what the kernel
+    computes, written in numpy for the tests."""
+    salted = np.asarray(steps, np.int64).astype(np.uint64) ^ np.uint64(POISSON_SALT)
+    h = mix(np.asarray(ids, np.uint64) ^ mix(salted))
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+#: The admission argument of the compiled learner (:func:`online_ctr.learning.kernels.learner`):
+#: mode, p, n, admitted (per row), counters, positions (per row), dropped (one count).
+Admitting = tuple[
+    int, float, int, NDArray[np.uint8], NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]
+]
+
+
+def admit_all() -> Admitting:
+    """The admission argument that admits every feature (nothing else of it is read)."""
+    none = np.zeros(0, np.uint8)
+    return (0, 1.0, 1, none, none, np.zeros((0, 1), np.int64), np.zeros(1, np.int64))
+
+
+def admitting(
+    admission: Admission,
+    ids: NDArray[np.uint64],
+    admitted: NDArray[np.bool_],
+    counters: NDArray[np.uint8] | None,
+) -> Admitting:
+    """The learner's admission argument for the features ``ids`` of a batch, of which
+    ``admitted`` are admitted already; ``counters``: the model's filter (``bloom`` only)."""
+    if admission.kind == "all":
+        return admit_all()
+    if admission.counted and counters is None:
+        raise ValueError("bloom admission needs the model's counters")
+    positions = bloom_positions(ids) if admission.counted else np.zeros((0, 1), np.int64)
+    return (
+        MODES[admission.kind],
+        float(admission.p),
+        int(admission.n),
+        admitted.astype(np.uint8),
+        counters if counters is not None else np.zeros(0, np.uint8),
+        positions,
+        np.zeros(1, np.int64),
+    )
+
+
+def admitted_after(argument: Admitting, features: int) -> NDArray[np.bool_]:
+    """Which of the ``features`` rows are admitted once the learner has run with
+    ``argument``: every one when nothing is counted or drawn (``all``)."""
+    if argument[0] == 0:
+        return np.ones(features, np.bool_)
+    return argument[3] == 1
+
+
+def dropped_of(argument: Admitting) -> int:
+    """How many occurrences' gradients the learner dropped, features not admitted."""
+    return int(argument[6][0])
+
+
+def empty_counters() -> NDArray[np.uint8]:
+    """A counting Bloom filter with nothing counted."""
+    return np.zeros(COUNTERS, np.uint8)

@@ -1,0 +1,174 @@
+"""Feature admission (McMahan et al. 2013, section 4.1) in the compiled learner, against a
+literal transcription: the numpy rule applied one example at a time, a feature not admitted
+contributing 0 and its gradient dropped, the Poisson draw and the Bloom counts written out
+in Python. Bit for bit, for every rule; the same at every batch size; the bias always in.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from itertools import islice
+
+import numpy as np
+import pytest
+
+from online_ctr.learning.admission import (
+    COUNTERS,
+    Admission,
+    admitted_after,
+    admitting,
+    bloom_positions,
+    dropped_of,
+    empty_counters,
+    poisson_uniform,
+)
+from online_ctr.learning.features import BIAS, Batch, FeatureHasher
+from online_ctr.learning.learner import LOGIT_CLIP, Features, unique_features
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import RULES
+from online_ctr.learning.rules.base import Array
+from online_ctr.learning.sequential import learn_sequential
+from tests.conftest import CRITEO
+from tests.core.test_sequential import PARAMS
+
+ROWS = 1500
+RULES_AND_ADMISSIONS = [
+    (name, text) for name in sorted(RULES) for text in ("poisson:0.3", "bloom:2", "bloom:3")
+]
+BIAS_ID = FeatureHasher().id(BIAS)
+
+
+@cache
+def criteo(rows: int = ROWS) -> tuple[Batch, Features]:
+    examples = list(islice(read_examples(CRITEO, "criteo"), rows))
+    batch = FeatureHasher().batch([x for x, _ in examples], [y for _, y in examples])
+    return batch, unique_features(batch)
+
+
+def literal(name: str, admission: Admission) -> tuple[Array, Array, set[int], int]:
+    """Probabilities, final state, the admitted ids and the dropped gradients, one example at
+    a time in plain Python over the numpy rule."""
+    rule, (batch, features) = RULES[name], criteo()
+    params = rule.params(**PARAMS[name])
+    state, probabilities = rule.zeros(len(features.ids)), np.empty(len(batch))
+    admitted, counters, dropped = {BIAS_ID}, np.zeros(COUNTERS, np.int64), 0
+    for t in range(len(batch)):
+        lo, hi = batch.indptr[t], batch.indptr[t + 1]
+        ids, values = batch.ids[lo:hi].tolist(), batch.values[lo:hi].tolist()
+        rows = np.searchsorted(features.ids, batch.ids[lo:hi])
+        w = rule.weights(state[rows], t, params).tolist()
+        s = 0.0
+        for feature, w_i, x_i in zip(ids, w, values, strict=True):
+            if feature in admitted:
+                s += w_i * x_i
+        p = 1.0 / (1.0 + math.exp(-min(max(s, -LOGIT_CLIP), LOGIT_CLIP)))
+        probabilities[t] = p
+        for feature, row, x_i in zip(ids, rows.tolist(), values, strict=True):
+            if feature not in admitted:
+                one = np.array([feature], np.uint64)
+                if admission.kind == "poisson":
+                    admit = poisson_uniform(one, np.array([t + 1]))[0] < admission.p
+                else:
+                    where = bloom_positions(one)[0]
+                    counters[where] = np.minimum(counters[where] + 1, 255)
+                    admit = counters[where].min() >= admission.n
+                if not admit:
+                    dropped += 1
+                    continue
+                admitted.add(feature)
+            g = np.array([(p - batch.labels[t]) * x_i])
+            state[[row]] = rule.update(state[[row]], g, g * g, t + 1, params)
+    return probabilities, state, admitted, dropped
+
+
+def compiled(
+    name: str, admission: Admission, sizes: int = ROWS
+) -> tuple[Array, Array, set[int], int]:
+    """The same through ``learn_sequential``, in batches of ``sizes`` examples."""
+    rule, (batch, features) = RULES[name], criteo()
+    params = rule.params(**PARAMS[name])
+    state = rule.zeros(len(features.ids))
+    admitted = features.ids == np.uint64(BIAS_ID)
+    counters = empty_counters() if admission.counted else None
+    probabilities, dropped = [], 0
+    for start in range(0, len(batch), sizes):
+        part = batch.examples(start, min(start + sizes, len(batch)))
+        own = unique_features(part)
+        at = np.searchsorted(features.ids, own.ids)
+        argument = admitting(admission, own.ids, admitted[at], counters)
+        learned = learn_sequential(rule, params, state[at], start, part, own, admission=argument)
+        state[at] = learned.state
+        admitted[at] = admitted_after(argument, len(own.ids))
+        dropped += dropped_of(argument)
+        probabilities.append(learned.probabilities)
+    ids = set(features.ids[admitted].tolist())
+    return np.concatenate(probabilities), state, ids, dropped
+
+
+@pytest.mark.parametrize(("name", "text"), RULES_AND_ADMISSIONS)
+def test_the_kernel_admits_as_the_literal_rule_bit_for_bit(name: str, text: str) -> None:
+    admission = Admission.parse(text)
+    want_p, want_state, want_ids, want_dropped = literal(name, admission)
+    got_p, got_state, got_ids, got_dropped = compiled(name, admission)
+    np.testing.assert_array_equal(got_p, want_p)
+    np.testing.assert_array_equal(got_state, want_state)
+    assert got_ids == want_ids and got_dropped == want_dropped
+    # The rule ran on both sides: some features admitted, some still waiting, some dropped.
+    _, features = criteo()
+    assert BIAS_ID in got_ids and 1 < len(got_ids) < len(features.ids) and got_dropped > 0
+
+
+@pytest.mark.parametrize("text", ["poisson:0.3", "bloom:2"])
+@pytest.mark.parametrize("sizes", [1, 7, 512])
+def test_the_batch_size_changes_nothing(text: str, sizes: int) -> None:
+    admission = Admission.parse(text)
+    whole = compiled("ftrl", admission)
+    parts = compiled("ftrl", admission, sizes)
+    np.testing.assert_array_equal(parts[0], whole[0])
+    np.testing.assert_array_equal(parts[1], whole[1])
+    assert parts[2:] == whole[2:]
+
+
+def test_a_feature_not_admitted_has_no_state_and_no_weight() -> None:
+    _, state, ids, _ = compiled("ftrl", Admission.parse("bloom:3"))
+    _, features = criteo()
+    waiting = ~np.isin(features.ids, np.array(sorted(ids), np.uint64))
+    assert waiting.any() and not state[waiting].any()
+
+
+def test_all_admits_every_feature_as_before() -> None:
+    """``all`` is the learner without admission, bit for bit."""
+    rule, (batch, features) = RULES["ftrl"], criteo()
+    params = rule.params(**PARAMS["ftrl"])
+    plain = learn_sequential(rule, params, rule.zeros(len(features.ids)), 0, batch, features)
+    got = compiled("ftrl", Admission())
+    np.testing.assert_array_equal(got[0], plain.probabilities)
+    np.testing.assert_array_equal(got[1], plain.state)
+
+
+def test_poisson_admits_about_p_of_first_occurrences() -> None:
+    """The draw is uniform: over 200,000 (id, step) pairs, the share below 0.03 is 0.03 within
+    five standard deviations (sqrt(0.03 * 0.97 / 200,000) = 3.8e-4)."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 2**63, 200_000, dtype=np.int64).astype(np.uint64)
+    u = poisson_uniform(ids, np.arange(200_000))
+    assert abs(float(np.mean(u < 0.03)) - 0.03) < 5 * math.sqrt(0.03 * 0.97 / 200_000)
+    assert u.min() >= 0.0 and u.max() < 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("poisson:0", "probability"),
+        ("poisson:1.5", "probability"),
+        ("poisson:nan", "probability"),
+        ("bloom:256", "count"),
+        ("bloom:1.5", "count"),
+        ("sometimes", "use all"),
+        ("all:1", "use all"),
+    ],
+)
+def test_a_bad_admission_is_refused_naming_it(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        Admission.parse(text)
