@@ -49,6 +49,19 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.features_admitted = Counter(
+            "online_ctr_features_admitted",
+            "Features given state for the first time (with an admission rule, once admitted).",
+            model,
+            registry=registry,
+        )
+        self.admission_dropped = Counter(
+            "online_ctr_admission_dropped_gradients",
+            "Occurrences of features not admitted yet (admission rule poisson or bloom): each "
+            "contributed 0 to its prediction and its gradient was dropped.",
+            model,
+            registry=registry,
+        )
         self.sampled_out = Counter(
             "online_ctr_sampled_out_examples",
             "Non-clicks /learn accepted and dropped before the stream at the model's (or "

@@ -159,4 +159,5 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.state_encoding,
         settings.numeric,
         settings.calibration,
+        admission=settings.admission,
     )

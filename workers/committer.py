@@ -113,7 +113,7 @@ class Committer:
         if commit.status == "ok":
             if known is not None:
                 known.add(learning.marked)
-            self.cache.update(learning.rows, learning.learned.state)
+            self.cache.update(learning.rows, learning.state)
             runs = learning.change.runs
             waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.marked)
             self._waiting.append(waiting)

@@ -16,6 +16,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
@@ -86,6 +88,9 @@ class Worker:
         self.committer = Committer(store, self.cache, self.lease)
         #: The model's existence filters, loaded on taking the lease (None: not loaded yet).
         self.known: ExistenceFilter | None = None
+        #: The model's admission counters as of ``version`` (bloom admission only), loaded
+        #: with the existence filters.
+        self.counters: NDArray[np.uint8] | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         #: Why the model's meta refuses every commit ('': it does not), logged once.
@@ -101,6 +106,8 @@ class Worker:
         for series in (
             metrics.learned_examples,
             metrics.learned_weight,
+            metrics.features_admitted,
+            metrics.admission_dropped,
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
@@ -226,6 +233,7 @@ class Worker:
         # After the redo log's applies, which set the bits of every feature they stored.
         store = self.store
         self.known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
+        self.counters = await store.admission_counters()
         self.version = await self.store.version()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
@@ -240,6 +248,7 @@ class Worker:
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
         self.known = None
+        self.counters = None
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()
@@ -294,6 +303,7 @@ class Worker:
                 self.histogram,
                 served=group.served,
                 known=self.known,
+                counters=self.counters,
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -319,12 +329,22 @@ class Worker:
         if commit.status != "ok":
             self._refused(commit)
             return
+        await self._committed(group, commit, learning, started)
+
+    async def _committed(
+        self, group: Group, commit: Commit, learning: Learning, started: float
+    ) -> None:
+        """What follows a group's commit: the learner's step, calibration and admission
+        counters move to the model's, the metrics count it, its units are recorded."""
         self.memory.wrote()
         if self.damaged:
             logger.info("model %r commits again", self.store.spec.name)
             self.damaged = ""
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
+        if self.counters is not None and learning.change.counters is not None:
+            counted = learning.change.counters  # committed with the group: now the model's
+            self.counters[counted.positions] = counted.values
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
         if group.units is not None:  # the group's promoter pairs them (workers.promoter)
@@ -389,6 +409,8 @@ class Worker:
         self.metrics.learned_examples.labels(**label).inc(group.examples)
         change = learning.change
         self.metrics.learned_weight.labels(**label).inc(change.examples + change.weight_excess)
+        self.metrics.features_admitted.labels(**label).inc(change.tracked_delta)
+        self.metrics.admission_dropped.labels(**label).inc(learning.dropped)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)

@@ -8,19 +8,25 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.admission import (
+    admitted_after,
+    changed_counters,
+    dropped_of,
+    local_admitting,
+)
 from online_ctr.learning.calibration import Histogram
-from online_ctr.learning.features import Batch
+from online_ctr.learning.features import Batch, bias_id
 from online_ctr.learning.learner import unique_features
 from online_ctr.learning.nonzero import nonzero_change
 from online_ctr.learning.sequential import Learned, learn_sequential
 from online_ctr.learning.stream_metrics import log_loss
 from online_ctr.store.calibration_codec import encode_fit, encode_histogram
-from online_ctr.store.commits import StateChange
+from online_ctr.store.commits import CounterChange, StateChange
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
@@ -44,6 +50,11 @@ class Learning:
     #: the others' bit an earlier commit set, so this is every bit the group adds.
     marked: NDArray[np.uint64]
     histogram: Histogram | None = None
+    #: The state of ``ids`` after the group: what the cache's ``rows`` hold once it commits
+    #: (``learned.state`` has every feature of the group, admitted or not).
+    state: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
+    #: Occurrences whose gradient admission dropped (their feature not admitted yet).
+    dropped: int = 0
 
 
 async def cached_rows(
@@ -77,6 +88,7 @@ async def learn_group(
     histogram: Histogram | None = None,
     served: NDArray[np.float64] | None = None,
     known: ExistenceFilter | None = None,
+    counters: NDArray[np.uint8] | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -84,7 +96,10 @@ async def learn_group(
     ``served`` is per example the probability this model served for it (a joined impression;
     NaN for the others): the log loss counted is that of what was served, the business
     metric, and the learner's own progressive loss for the rest. The state is unaffected.
-    ``known`` is the model's existence filter, if the learner trusts one."""
+    ``known`` is the model's existence filter, if the learner trusts one. ``counters``: the
+    model's admission counters (a counting Bloom filter), read only: the change says what the
+    group's commit writes to them. Features the model's admission rule leaves out get no
+    state, and nothing of them is committed."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -97,33 +112,44 @@ async def learn_group(
     marked = new.copy()
     if known is not None:
         marked[new] = ~known.maybe(features.ids[new])
-    learned = learn_sequential(spec.rule, spec.params, before, t, batch, features, spec.encoding)
+    bias = features.ids == np.uint64(bias_id(spec.hash_bits))
+    argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters)
+    learned = learn_sequential(
+        spec.rule, spec.params, before, t, batch, features, spec.encoding, argument
+    )
     logloss_sum = _loss_sum(learned.losses, batch, served)
     check_finite(features.ids, before, learned, logloss_sum)
+    # Only admitted features are stored, and cached as stored; the others stay as they were.
+    kept = admitted_after(argument, len(features.ids))
+    ids, state = features.ids, learned.state
+    if not kept.all():
+        ids, state = ids[kept], state[kept]
+        rows, before, new, marked = rows[kept], before[kept], new[kept], marked[kept]
     end = t + len(batch)
-    nonzero = nonzero_change(spec.rule, spec.params, features.ids, before, t, learned.state, end)
+    nonzero = nonzero_change(spec.rule, spec.params, ids, before, t, state, end)
     change = StateChange(
         t=t,
         epoch=epoch,
         examples=len(batch),
         logloss_sum=logloss_sum,
         entries=entries,
-        runs=spec.layout.records(features.ids, learned.state, marked),
+        runs=spec.layout.records(ids, state, marked),
         leaving=nonzero.leaving,
         entering=nonzero.entering,
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
         tracked_delta=int(new.sum()),
         weight_excess=weight_excess(batch),
+        counters=CounterChange(*changed_counters(argument, where, counters)),
     )
+    learning = Learning(change, ids, rows, learned, ids[marked], None, state, dropped_of(argument))
     if histogram is None:
-        return Learning(change, features.ids, rows, learned, features.ids[marked])
+        return learning
     # The histogram takes the group's progressive predictions in stream order, so it is the
     # same at any group size; the fit is a pure function of it.
     histogram = histogram.add(learned.probabilities, batch.labels, batch.weights)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
-    calibrated = replace(change, calibration=calibration)
-    return Learning(calibrated, features.ids, rows, learned, features.ids[marked], histogram)
+    return replace(learning, change=replace(change, calibration=calibration), histogram=histogram)
 
 
 def _loss_sum(

@@ -33,6 +33,7 @@ from online_ctr.config.checks import (
     check_power_of_two,
     rule_params,
 )
+from online_ctr.learning.admission import Admission
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 
@@ -145,6 +146,12 @@ class Settings(BaseSettings):
         "negative",
         description="A prediction unlabeled when its window closes: learned as a negative, "
         "or dropped.",
+    )
+    admission: str = Field(
+        "all",
+        description="Which new features get state: all, poisson:P (admitted with probability "
+        "P at each occurrence) or bloom:N (at the N-th occurrence); until then a feature "
+        "contributes 0 and its gradient is dropped.",
     )
     negative_rate: float = Field(
         1.0,
@@ -322,6 +329,11 @@ class Settings(BaseSettings):
     def _known_rule(cls, value: str) -> str:
         get_rule(value)
         return value
+
+    @field_validator("admission")
+    @classmethod
+    def _admission(cls, value: str) -> str:
+        return Admission.parse(value).text
 
     @field_validator("redis_url")
     @classmethod

@@ -47,6 +47,7 @@ HASHES = 3
 MOST_COUNT = 255
 
 Kind = Literal["all", "poisson", "bloom"]
+
 #: The kernel's code of each kind.
 MODES: dict[str, int] = {"all": 0, "poisson": 1, "bloom": 2}
 
@@ -100,6 +101,10 @@ class Admission:
     def counted(self) -> bool:
         """Whether occurrences are counted (a counting Bloom filter)."""
         return self.kind == "bloom"
+
+
+#: Every feature admitted at once: what a model without an admission rule does.
+ADMIT_ALL = Admission()
 
 
 def mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -165,12 +170,44 @@ def admitting(
     )
 
 
+def local_admitting(
+    admission: Admission,
+    ids: NDArray[np.uint64],
+    admitted: NDArray[np.bool_],
+    counters: NDArray[np.uint8] | None,
+) -> tuple[Admitting, NDArray[np.int64]]:
+    """:func:`admitting` over a copy of only the counters ``ids`` use (left as they are), and
+    where each of the copy's counters is in the filter: what a learner whose group may not
+    commit learns with (:func:`changed_counters` says what to write if it does)."""
+    if not admission.counted:
+        return admitting(admission, ids, admitted, counters), np.zeros(0, np.int64)
+    if counters is None:
+        raise ValueError("bloom admission needs the model's counters")
+    positions = bloom_positions(ids)
+    where, local = np.unique(positions, return_inverse=True)
+    argument = admitting(admission, ids, admitted, counters[where])
+    argument = (*argument[:5], local.reshape(positions.shape).astype(np.int64), argument[6])
+    return argument, where
+
+
+def changed_counters(
+    argument: Admitting, where: NDArray[np.int64], counters: NDArray[np.uint8] | None
+) -> tuple[NDArray[np.int64], NDArray[np.uint8]]:
+    """The counters of a :func:`local_admitting` run that it changed, and their values."""
+    if counters is None or not len(where):
+        return np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    local = argument[4]
+    changed = local != counters[where]
+    return where[changed], local[changed]
+
+
 def admitted_after(argument: Admitting, features: int) -> NDArray[np.bool_]:
     """Which of the ``features`` rows are admitted once the learner has run with
     ``argument``: every one when nothing is counted or drawn (``all``)."""
     if argument[0] == 0:
         return np.ones(features, np.bool_)
-    return argument[3] == 1
+    admitted: NDArray[np.bool_] = argument[3] == 1
+    return admitted
 
 
 def dropped_of(argument: Admitting) -> int:

@@ -62,6 +62,15 @@ def feature_id(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
 
 
+#: The bias feature's id at the full 64 bits (a hasher of fewer bits reduces it).
+BIAS_ID = feature_id(BIAS)
+
+
+def bias_id(hash_bits: int | None) -> int:
+    """The bias feature's id in a model of ``hash_bits`` (None: 64)."""
+    return BIAS_ID if hash_bits is None or hash_bits >= 64 else BIAS_ID & ((1 << hash_bits) - 1)
+
+
 @dataclass(frozen=True)
 class Batch:
     """A mini-batch in CSR form: example ``j`` has ``ids[indptr[j]:indptr[j + 1]]``.

@@ -6,7 +6,9 @@ It learns example by example (:func:`~online_ctr.learning.sequential.learn_seque
 the
 size of the batches it is given; ``minibatch=True`` opts into the summed-gradient mini-batch
 of :func:`~online_ctr.learning.learner.learn` instead, where a batch's size is part of the math.
-``encoding="compact"`` rounds the state as the service's compact encoding stores it.
+``encoding="compact"`` rounds the state as the service's compact encoding stores it. With an
+``admission`` rule (:mod:`online_ctr.learning.admission`) a feature gets a row only once
+admitted, as the service stores it only then.
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.rules import get_rule
@@ -25,9 +27,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.admission import (
+    ADMIT_ALL,
+    Admission,
+    admitted_after,
+    admitting,
+    dropped_of,
+    empty_counters,
+)
 from online_ctr.learning.calibration import Calibration, Calibrator
 from online_ctr.learning.compact import check_encoding
-from online_ctr.learning.features import Batch
+from online_ctr.learning.features import BIAS_ID, Batch
 from online_ctr.learning.learner import (
     Features,
     learn,
@@ -52,10 +62,20 @@ class InMemoryModel:
         minibatch: bool = False,
         encoding: str = "float64",
         calibration: Calibration = "off",
+        admission: Admission = ADMIT_ALL,
+        bias: int = BIAS_ID,
     ) -> None:
         check_encoding(encoding, rule.name)
         if minibatch and encoding != "float64":
             raise ValueError("the compact encoding rounds every update: use it without minibatch")
+        if minibatch and admission.kind != "all":
+            raise ValueError("admission drops gradients example by example: not with minibatch")
+        #: The admission rule, the bias feature's id (always admitted), the counters of a
+        #: counting Bloom filter, and the gradients dropped so far.
+        self.admission = admission
+        self.bias = np.uint64(bias)
+        self.counters = empty_counters() if admission.counted else None
+        self.dropped = 0
         self.rule = rule
         self.params = rule.params() if params is None else params
         self.minibatch = minibatch
@@ -85,14 +105,35 @@ class InMemoryModel:
         # The distinct ids in no particular order: rows are found by id, and the learner
         # takes the examples in order whatever order they are in (a sort of them was 6%).
         features = scoring_features(batch)
-        rows = self.table.rows(features.ids, create=True)
-        data = self.table.data
-        learned = self._learn(data[rows, :-1], batch, features)
-        data[rows, :-1] = learned.state
-        data[rows, -1] += learned.counts
+        if self.admission.kind != "all":
+            learned = self._learn_admitting(batch, features)
+        else:
+            rows = self.table.rows(features.ids, create=True)
+            data = self.table.data
+            learned = self._learn(data[rows, :-1], batch, features)
+            data[rows, :-1] = learned.state
+            data[rows, -1] += learned.counts
         self.t += len(batch)
         if self.calibration is not None:
             self.calibration.learn(learned.probabilities, batch.labels)
+        return learned
+
+    def _learn_admitting(self, batch: Batch, features: Features) -> Learned:
+        """:meth:`learn` where only admitted features have (and get) a row."""
+        rows = self.table.rows(features.ids, create=False)
+        known = rows >= 0
+        state = np.zeros((len(features.ids), len(self.rule.fields)))
+        state[known] = self.table.data[rows[known], :-1]
+        before = known | (features.ids == self.bias)
+        argument = admitting(self.admission, features.ids, before, self.counters)
+        learned = learn_sequential(
+            self.rule, self.params, state, self.t, batch, features, self.encoding, argument
+        )
+        admitted = admitted_after(argument, len(features.ids))
+        self.dropped += dropped_of(argument)
+        kept = self.table.rows(features.ids[admitted], create=True)
+        self.table.data[kept, :-1] = learned.state[admitted]
+        self.table.data[kept, -1] += learned.counts[admitted]
         return learned
 
     def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:

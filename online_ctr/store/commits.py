@@ -17,11 +17,28 @@ from typing import NamedTuple, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.admission import COUNTERS
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array
 from online_ctr.store.redis_types import RedisClient, StreamEntries
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import Runs
+
+
+@dataclass(frozen=True)
+class CounterChange:
+    """Counters of a model's counting Bloom filter (feature admission) a group changed:
+    where they are, and their values after it."""
+
+    positions: NDArray[np.int64]
+    values: NDArray[np.uint8]
+
+    def args(self) -> list[bytes | int]:
+        """``finalize.lua``'s ARGV[16..18]."""
+        return [self.positions.astype("<u4").tobytes(), self.values.tobytes(), COUNTERS]
+
+
+NO_COUNTERS = CounterChange(np.zeros(0, np.int64), np.zeros(0, np.uint8))
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,8 @@ class StateChange:
     #: The sum over the examples of (importance weight - 1): 0 when none has a weight, so the
     #: examples' total weight is ``examples + weight_excess``.
     weight_excess: float = 0.0
+    #: The admission counters the group changed and their values (:class:`CounterChange`).
+    counters: CounterChange | None = None
     #: The calibration refitted over the group (:mod:`online_ctr.store.calibration_codec`), if any:
     #: the fit's text and the histogram's bytes.
     calibration: tuple[str, bytes] | None = None
@@ -99,6 +118,7 @@ class CommitLog:
                 fit,
                 histogram,
                 repr(change.weight_excess) if change.weight_excess else "0",
+                *(change.counters or NO_COUNTERS).args(),
                 *redo,
             ],
         )

@@ -5,7 +5,8 @@
 -- lease gets 'fenced', one that raced gets 'conflict'.
 -- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins, 7 touched (per
 --       shard, the last commit that writes to it: set here for the commit's shards, the
---       values before kept in the redo entry's field 'prior' as 's<shard>:<commit> ...').
+--       values before kept in the redo entry's field 'prior' as 's<shard>:<commit> ...'),
+--       8 the counting Bloom filter of feature admission (a string, one byte per counter).
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
@@ -13,8 +14,9 @@
 --       snapshot export pinned, see pins.lua), 13 the calibration fit refitted over the group
 --       ('': the model has none), 14 the histogram it was fitted on, 15 the sum over the
 --       examples of (importance weight - 1) ('0' when every weight is 1: the meta's field
---       weight_excess is then not written), then pairs (redo field 's<shard>', that shard's
---       records) for the redo entry.
+--       weight_excess is then not written), 16 the admission counters the group changed (u32
+--       each, '': none), 17 their new values (a byte each), 18 the filter's counter count,
+--       then pairs (redo field 's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -31,12 +33,29 @@ local function each_chunk(items, size, command, ...)
   end
 end
 
+-- The admission counters' writes, as BITFIELD operations ('SET u8 #<counter> <value>', each
+-- four items), after checking that each counter is within the filter and each value a byte.
+local function admission_counters(positions, values, count)
+  local most = whole('ARGV[18] admission counter count', count, 1)
+  if #positions ~= 4 * #values then
+    refuse('ARGV[16] has not 4 bytes per value of ARGV[17], its length', #positions)
+  end
+  local ops = {}
+  for j = 1, #values do
+    local at = struct.unpack('<I4', positions, 4 * j - 3)
+    if at >= most then refuse('ARGV[16] admission counter past the filter', at) end
+    ops[#ops + 1], ops[#ops + 2] = 'SET', 'u8'
+    ops[#ops + 1], ops[#ops + 2] = '#' .. at, string.byte(values, j)
+  end
+  return ops
+end
+
 -- Every argument and every stored value the commit computes from, checked before its first
 -- write (checks.lua): a commit is applied whole or not at all. A stored value that is not what
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 15 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 18 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
@@ -62,8 +81,9 @@ local function check_arguments()
     a.scored[2 * j - 1] = step
     a.scored[2 * j] = string.sub(a.entering, 8 * j - 7, 8 * j)
   end
-  if (#ARGV - 15) % 2 ~= 0 then refuse('ARGV[16..] are not pairs, their count is', #ARGV - 15) end
-  for i = 16, #ARGV, 2 do
+  a.counters = admission_counters(ARGV[16], ARGV[17], ARGV[18])
+  if (#ARGV - 18) % 2 ~= 0 then refuse('ARGV[19..] are not pairs, their count is', #ARGV - 18) end
+  for i = 19, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -79,6 +99,7 @@ local function check_stored(a)
   kind(failures, 'hash')
   kind(redo, 'stream')
   kind(KEYS[7], 'hash')
+  kind(KEYS[8], 'string')
   local m = redis.call(
     'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess')
   local s = {
@@ -138,6 +159,7 @@ each_chunk(a.scored, 1000, 'ZADD', expiry)
 local new_t = t + tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))
 redis.call('HSET', meta, 't', string.format('%.17g', new_t))
+each_chunk(a.counters, 1500, 'BITFIELD', KEYS[8])
 if ARGV[13] ~= '' then
   redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])
 end

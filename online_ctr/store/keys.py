@@ -196,6 +196,12 @@ class ModelKeys:
         return self._key("units")
 
     @property
+    def admission(self) -> str:
+        """The counting Bloom filter of a model admitting features at their n-th occurrence
+        (:mod:`online_ctr.learning.admission`): one byte per counter, written by the commits."""
+        return self._key("admission")
+
+    @property
     def pins(self) -> str:
         """Snapshot exports in progress: the redo entries each still needs (a hash)."""
         return self._key("pins")
@@ -241,6 +247,7 @@ class ModelKeys:
             self.redo,
             self.pins,
             self.touched,
+            self.admission,
         ]
 
     def log_side(self) -> list[str]:
@@ -258,4 +265,5 @@ class ModelKeys:
             self.touched,
             self.feature_names,
             self.units,
+            self.admission,
         ]

@@ -38,6 +38,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
+from online_ctr.learning.admission import Admission
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
@@ -90,6 +91,13 @@ class ModelConfig(JoinConfig):
         description="The group whose feedback this model learns (created with its first "
         "model); a model's group is fixed when it is created.",
     )
+    admission: str = Field(
+        "all",
+        description="Which new features get state: all; poisson:P (admitted with probability "
+        "P at each occurrence); bloom:N (at the N-th occurrence, counted in a counting Bloom "
+        "filter). Until admitted a feature contributes 0 and its gradient is dropped.",
+        examples=["all", "bloom:2", "poisson:0.03"],
+    )
     negative_rate: Annotated[float, Strict()] = Field(
         1.0,
         ge=MIN_RATE,
@@ -110,6 +118,11 @@ class ModelConfig(JoinConfig):
     def _known_rule(cls, value: str) -> str:
         get_rule(value)
         return value
+
+    @field_validator("admission")
+    @classmethod
+    def _admission(cls, value: str) -> str:
+        return Admission.parse(value).text
 
     @field_validator("group")
     @classmethod
@@ -158,6 +171,7 @@ class ModelConfig(JoinConfig):
             self.numeric,
             self.calibration,
             self.group,
+            self.admission,
         )
 
 
@@ -173,6 +187,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         state_shards=spec.shards,
         state_encoding=spec.encoding,
         group=spec.group,
+        admission=spec.admission.text,
     )
 
 
@@ -190,6 +205,7 @@ def own_config(settings: Settings) -> ModelConfig:
         join_window_s=settings.join_window_s,
         unlabeled=settings.unlabeled,
         negative_rate=settings.negative_rate,
+        admission=settings.admission,
         feature_names=settings.feature_names,
     )
 

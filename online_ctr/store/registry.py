@@ -117,6 +117,8 @@ def encode_config(config: ModelConfig) -> str:
     dropped = set() if config.feature_names else {"feature_names"}
     if config.negative_rate == 1.0:  # likewise for models recorded before it existed
         dropped.add("negative_rate")
+    if config.admission == "all":
+        dropped.add("admission")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from redis.exceptions import TryAgainError
 
+from online_ctr.learning.admission import ADMIT_ALL, COUNTERS, Admission
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
@@ -74,6 +75,8 @@ class ModelSpec:
     calibration: Calibration = "off"
     #: The group whose feedback the model learns (its log side is in the group's hash tag).
     group: str | None = None
+    #: Which new features get state (:mod:`online_ctr.learning.admission`).
+    admission: Admission = ADMIT_ALL
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -91,6 +94,7 @@ class ModelSpec:
             "numeric": self.numeric,
             "calibration": self.calibration,
             "group": self.group or "",
+            "admission": self.admission.text,
         }
 
     @property
@@ -147,7 +151,13 @@ class ModelInfo:
 
 
 #: What a model created before a setting was stored has: numbers were raw, nothing calibrated.
-_BEFORE_STORED = {"numeric": "raw", "calibration": "off", "encoding": "float64", "group": ""}
+_BEFORE_STORED = {
+    "numeric": "raw",
+    "calibration": "off",
+    "encoding": "float64",
+    "group": "",
+    "admission": "all",
+}
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 _INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, "weight_excess", *_BEFORE_STORED)
@@ -260,6 +270,22 @@ class ModelStore:
             weight_excess=float(meta.get("weight_excess", 0.0)),
         )
 
+    async def admission_counters(self) -> NDArray[np.uint8] | None:
+        """The model's counting Bloom filter of feature admission as its commits left it
+        (None: its rule counts nothing); a learner loads it when it takes the lease."""
+        if not self.spec.admission.counted:
+            return None
+        stored = await self.redis.get(self.keys.admission)
+        stored = stored.encode() if isinstance(stored, str) else stored or b""
+        counters = np.zeros(COUNTERS, np.uint8)
+        if len(stored) > COUNTERS:
+            raise ModelDamagedError(
+                f"model {self.spec.name!r}: its admission counters are {len(stored)} bytes, "
+                f"more than {COUNTERS}"
+            )
+        counters[: len(stored)] = np.frombuffer(stored, np.uint8)
+        return counters
+
     async def version(self) -> tuple[int, str]:
         """The model's step and epoch (which changes if it is deleted and created again)."""
         t, epoch = await self.redis.hmget(self.keys.meta, "t", "epoch")
@@ -361,6 +387,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         stored["numeric"],  # type: ignore[arg-type]
         stored["calibration"],  # type: ignore[arg-type]
         stored["group"] or None,
+        Admission.parse(stored["admission"]),
     )
 
 
@@ -375,9 +402,20 @@ def spec_from(
     numeric: Numeric = "raw",
     calibration: Calibration = "off",
     group: str | None = None,
+    admission: str = "all",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
     return ModelSpec(
-        name, rule, params, hash_bits, buckets, shards, encoding, numeric, calibration, group
+        name,
+        rule,
+        params,
+        hash_bits,
+        buckets,
+        shards,
+        encoding,
+        numeric,
+        calibration,
+        group,
+        Admission.parse(admission),
     )

@@ -42,6 +42,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "fence": fence, "t": t, "epoch": "", "examples": 1, "loss": "0.5", "ids": "",
         "leaving": b"", "entering": b"", "steps": b"", "stable": 0, "tracked": 0,
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
+        "positions": b"", "counts": b"", "counters": 1 << 22,
     }  # fmt: skip
     args.update(changed)
     return [
@@ -351,6 +352,15 @@ CASES: dict[str, tuple[Drive, str]] = {
     "finalize meta tracked": (finalize_case({"tracked": ""}), "tracked"),
     "finalize meta trimmed": (finalize_case({"trimmed": "nan"}), "trimmed"),
     "finalize bad pin": (finalize_case({"pin": "x"}, through=5), "pin"),
+    "finalize counter past the filter": (
+        finalize_case(positions=struct.pack("<II", 1, 10), counts=b"\1\1", counters=10),
+        "past the filter",
+    ),
+    "finalize counters not 4 bytes each": (
+        finalize_case(positions=b"\0" * 5, counts=b"\1"),
+        "4 bytes per value",
+    ),
+    "finalize counter count zero": (finalize_case(counters=0), "ARGV[18]"),
     "finalize loss nan": (finalize_case(loss="nan"), "ARGV[5]"),
     "finalize loss inf": (finalize_case(loss="-inf"), "ARGV[5]"),
     "finalize examples": (finalize_case(examples="1.5"), "ARGV[4]"),

@@ -1,0 +1,110 @@
+"""Feature admission in the real worker: the model in Redis equals the in-process learner with
+the same rule, bit for bit, at batch sizes 1, 512 and 8,192, for Poisson and Bloom admission;
+a learner that takes over mid-stream loads the counters its predecessor committed and loses
+no count; the features not admitted have no state in Redis."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from online_ctr.config.settings import Settings
+from online_ctr.learning.admission import Admission
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.metrics import Metrics
+from online_ctr.store.state import ModelStore
+from online_ctr.wiring import model_spec
+from tests.conftest import CRITEO
+from tests.service.keys import AUTH
+from tests.workers.conftest import scan_state, send
+from workers.consumer import Worker, WorkerConfig
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
+
+
+def reference(settings: Settings) -> InMemoryModel:
+    spec = model_spec(settings)
+    model = InMemoryModel(spec.rule, spec.params, admission=spec.admission)
+    hasher = FeatureHasher(numeric=settings.numeric)
+    model.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
+    return model
+
+
+async def learn(store: ModelStore, batch_size: int, registry: CollectorRegistry) -> None:
+    config = WorkerConfig(name="w1", batch_size=batch_size)
+    await Worker(store, config, Metrics(registry)).run_until_idle()
+
+
+@pytest.mark.parametrize("admission", ["poisson:0.2", "bloom:2"])
+@pytest.mark.parametrize("batch_size", [1, 512, 8192])
+async def test_the_worker_admits_as_the_in_process_learner(
+    redis_url: str, admission: str, batch_size: int
+) -> None:
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, state_shards=8, admission=admission, **AUTH
+    )
+    redis = aioredis.Redis.from_url(redis_url)
+    registry = CollectorRegistry()
+    try:
+        store = ModelStore(redis, model_spec(settings))
+        await store.ensure()
+        await send(store, ROWS, per_entry=50)
+        await learn(store, batch_size, registry)
+        stored, info = await scan_state(store), await store.info()
+    finally:
+        await redis.aclose()
+    model = reference(settings)
+    expected = model.snapshot()
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+    seen = len(np.unique(FeatureHasher(numeric=settings.numeric).batch([x for x, _ in ROWS]).ids))
+    assert info.features_tracked == len(expected) < seen  # some are still waiting
+    assert info.t == len(ROWS)
+    sample = registry.get_sample_value
+    assert sample("online_ctr_features_admitted_total", {"model": "default"}) == len(expected)
+    assert (
+        sample("online_ctr_admission_dropped_gradients_total", {"model": "default"})
+        == (model.dropped)
+        > 0
+    )
+
+
+async def test_a_learner_that_takes_over_loses_no_count(redis_url: str) -> None:
+    """Half the stream learned by one worker, the rest by a new one (a takeover: nothing of
+    the first is shared but Redis): the model is the in-process learner's of the whole."""
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, state_shards=8, admission="bloom:3", **AUTH
+    )
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        store = ModelStore(redis, model_spec(settings))
+        await store.ensure()
+        half = len(ROWS) // 2
+        await send(store, ROWS[:half], per_entry=50)
+        await learn(store, 512, CollectorRegistry())
+        assert (await redis.strlen(store.keys.admission)) > 0
+        await redis.delete(store.keys.lease)  # the first learner is gone
+        await send(store, ROWS[half:], per_entry=50)
+        await learn(store, 512, CollectorRegistry())
+        stored = await scan_state(store)
+    finally:
+        await redis.aclose()
+    expected = reference(settings).snapshot()
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+
+
+def test_the_rule_is_part_of_the_spec() -> None:
+    spec = model_spec(Settings(admission="bloom:2"))
+    assert spec.admission == Admission("bloom", n=2)
+    assert spec.describe()["admission"] == "bloom:2"
