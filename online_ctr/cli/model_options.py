@@ -9,6 +9,7 @@ the option and exit status 2, the status of a command-line mistake.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import re
 import sys
@@ -30,7 +31,11 @@ CONFIG_FIELDS = (
     "group",
     "join_window_s",
     "unlabeled",
+    "admission",
+    "negative_rate",
 )
+#: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.
+NUMBERS = ("negative_rate",)
 #: The choices of the options that have a few, shown in ``--help``.
 CHOICES = {
     "numeric": ("log_bucket", "raw"),
@@ -69,7 +74,13 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ModelConfig:
     """The configuration the options describe; exit status 2 with one line if invalid."""
-    given = {f: getattr(args, f) for f in CONFIG_FIELDS if getattr(args, f) is not None}
+    given: dict[str, Any] = {
+        f: getattr(args, f) for f in CONFIG_FIELDS if getattr(args, f) is not None
+    }
+    for field in NUMBERS:
+        # Not given, or not a number: left for ModelConfig to say so.
+        with contextlib.suppress(KeyError, ValueError):
+            given[field] = float(given[field])
     if getattr(args, "feature_names", False):
         given["feature_names"] = True
     try:

@@ -137,6 +137,8 @@ class ModelInfo:
     calibration: str = "off"
     #: The learned examples' importance weights less 1, summed (0 when none had a weight).
     weight_excess: float = 0.0
+    #: Which new features get state (:mod:`online_ctr.learning.admission`).
+    admission: str = "all"
 
     @property
     def learned_weight(self) -> float:
@@ -268,6 +270,7 @@ class ModelStore:
             numeric=meta["numeric"],
             calibration=meta["calibration"],
             weight_excess=float(meta.get("weight_excess", 0.0)),
+            admission=meta["admission"],
         )
 
     async def admission_counters(self) -> NDArray[np.uint8] | None:

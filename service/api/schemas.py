@@ -553,6 +553,11 @@ class ModelInfoResponse(BaseModel):
         description="Served probabilities' calibration (OCTR_CALIBRATION).", examples=["off"]
     )
     group: str | None = Field(None, description="The group it learns with, if any.")
+    admission: str = Field(
+        "all",
+        description="Which new features get state: all, poisson:P or bloom:N (OCTR_ADMISSION).",
+        examples=["all"],
+    )
     negative_rate: float = Field(
         1.0,
         description="Fraction of non-clicks its /learn keeps, each weighted 1/rate (1: all).",

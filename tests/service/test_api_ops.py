@@ -74,6 +74,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "numeric": "log_bucket",
         "calibration": "off",
         "group": None,
+        "admission": "all",
         "negative_rate": 1.0,
         "learned_weight": 0.0,
     }

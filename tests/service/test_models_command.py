@@ -16,8 +16,8 @@ import redis
 
 from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
-from online_ctr.store.keys import ModelKeys
-from online_ctr.store.model_config import own_config
+from online_ctr.store.keys import ModelKeys, RegistryKeys
+from online_ctr.store.model_config import ModelConfig, own_config
 from online_ctr.store.registry import Registry
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
@@ -88,6 +88,14 @@ def test_a_created_model_is_listed_and_deletable(redis_url: str) -> None:
     refused(models(redis_url, "delete", "chal", "--yes"), 1, "no model 'chal'")
 
 
+def test_a_model_admitting_and_sampling_is_created_with_both(redis_url: str) -> None:
+    options = ("--rule", "ftrl", "--admission", "bloom:2", "--negative-rate", "0.25")
+    assert "created model 'lean'" in ok(models(redis_url, "create", "lean", *options))
+    stored = redis.Redis.from_url(redis_url).hget(RegistryKeys().models, "lean")
+    config = ModelConfig.model_validate_json(stored)
+    assert (config.admission, config.negative_rate) == ("bloom:2", 0.25)
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -99,6 +107,10 @@ def test_a_created_model_is_listed_and_deletable(redis_url: str) -> None:
         (("--rule", "ftrl", "--numeric", "cubic"), "--numeric: "),
         (("--rule", "ftrl", "--group", "a/b"), "--group: use 1-64"),
         (("--rule", "ftrl", "--join-window-s", "-1"), "--join-window-s: "),
+        (("--rule", "ftrl", "--admission", "bloom:0"), "--admission: admission 'bloom:0': the"),
+        (("--rule", "ftrl", "--admission", "often"), "--admission: admission 'often': use all"),
+        (("--rule", "ftrl", "--negative-rate", "0"), "--negative-rate: input should be greater"),
+        (("--rule", "ftrl", "--negative-rate", "half"), "--negative-rate: input should be a"),
     ],
 )
 def test_an_invalid_option_is_one_line_and_status_2(

@@ -174,6 +174,7 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         numeric=info.numeric,
         calibration=info.calibration,
         group=served.store.spec.group,
+        admission=info.admission,
         negative_rate=served.sampling.rate,
         learned_weight=info.learned_weight,
     )
