@@ -166,6 +166,34 @@ def test_the_limits_row_shows_each_bound(dashboard: dict[str, Any], metric: str)
     assert any(metric in METRIC_NAME.findall(expr) for expr in expressions)
 
 
+#: What the lean-models row shows: admission and negative sampling at work.
+LEAN_METRICS = (
+    "online_ctr_features_tracked",
+    "online_ctr_features_admitted_total",
+    "online_ctr_admission_dropped_gradients_total",
+    "online_ctr_sampled_out_examples_total",
+    "online_ctr_learned_weight_total",
+)
+
+
+@pytest.mark.parametrize("metric", LEAN_METRICS)
+def test_the_lean_models_row_shows_admission_and_sampling(
+    dashboard: dict[str, Any], metric: str
+) -> None:
+    title = "Lean models: admission and negative sampling"
+    expressions = [
+        target["expr"] for panel in row_panels(dashboard, title) for target in panel["targets"]
+    ]
+    assert any(metric in METRIC_NAME.findall(expr) for expr in expressions)
+
+
+def test_the_log_loss_is_a_mean_over_the_weight_learned(dashboard: dict[str, Any]) -> None:
+    """With importance weights the mean is over the weight, not the examples."""
+    expressions = [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+    losses = [e for e in expressions if "online_ctr_progressive_logloss_total" in e]
+    assert losses and all("online_ctr_learned_weight_total" in e for e in losses)
+
+
 def test_redis_memory_is_drawn_against_its_limit(dashboard: dict[str, Any]) -> None:
     (panel,) = [
         panel
