@@ -22,6 +22,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.parsing import Parsing, available
 from online_ctr.learning.readers import ReaderError
 from online_ctr.learning.rules import RULES, Rule, get_rule
+from online_ctr.learning.sampling import MIN_RATE, check_rate
 
 if TYPE_CHECKING:  # at run time, imported with the heavy half (see run)
     from online_ctr.learning.replay import ReplayResult
@@ -97,6 +98,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every --batch-size examples (the service refits at every commit), and report the "
         "calibrated predictions' metrics too; default: off",
     )
+    parser.add_argument(
+        "--negative-rate",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="learn every click and a fraction R of the non-clicks, the ones the service keeps "
+        "for a model of negative_rate R (a hash of each example), each weighted 1/R, and report "
+        f"the weighted log loss and calibration; from {MIN_RATE} to 1; default: 1, every example",
+    )
     sweep_options.add_arguments(
         parser, {name: kind for name, (kind, _) in HYPER_PARAMETERS.items()}
     )
@@ -108,6 +118,21 @@ def batch_size(args: argparse.Namespace) -> int:
     if args.batch_size is not None:
         return int(args.batch_size)
     return 1 if args.minibatch else SEQUENTIAL_BATCH
+
+
+def check_negative_rate(args: argparse.Namespace) -> None:
+    """Refuse a ``--negative-rate`` out of range, or below 1 with an option that would not
+    weight the examples it learns."""
+    try:
+        check_rate(args.negative_rate)
+    except ValueError as error:
+        raise UsageError(f"--negative-rate: {error}") from None
+    if args.negative_rate == 1.0:
+        return
+    # The offline sweep's promotion test pairs the kept examples' losses unweighted, where
+    # the service's promoter weights them.
+    if args.sweep is not None:
+        raise UsageError("--negative-rate below 1 cannot be combined with --sweep")
 
 
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
@@ -125,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
     """Replay the file and print the JSON result; returns the exit status."""
     given = {name: getattr(args, name) for name in HYPER_PARAMETERS}
     given = {name: value for name, value in given.items() if value is not None}
+    try:
+        check_negative_rate(args)
+    except ValueError as error:
+        return fail("replay", str(error), status=2)
     if args.sweep is not None or sweep_options.policy_given(args):
         return replay_sweep.run(args, given, rule_params, batch_size(args))
     try:

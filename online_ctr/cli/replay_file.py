@@ -70,17 +70,19 @@ def replay_file(
     parsing: Parsing | None,
     size: int,
 ) -> ReplayResult:
-    """Learn the file's passes, with a progress bar on a terminal."""
+    """Learn the file's passes (the non-clicks sampled at ``--negative-rate``), with a
+    progress bar of the examples read on a terminal."""
+    rate = args.negative_rate
     if not sys.stderr.isatty():
-        return replay_batches(batches(args, hasher, parsing, size), model, size)
+        return replay_batches(batches(args, hasher, parsing, size), model, size, None, rate)
     lines = count_lines(args.file)  # a header line makes this 1 too many: fine for a bar
     per_pass = lines if args.limit is None else min(lines, args.limit)
     bar = ProgressBar(sys.stderr, per_pass * args.passes)
 
     def show(progress: BatchProgress) -> None:
-        bar.update(progress.examples, f"log loss {progress.logloss:.4f}")
+        bar.update(progress.examples_read, f"log loss {progress.logloss:.4f}")
 
-    result = replay_batches(batches(args, hasher, parsing, size), model, size, on_batch=show)
+    result = replay_batches(batches(args, hasher, parsing, size), model, size, show, rate)
     logloss = math.nan if result.logloss is None else result.logloss
-    bar.close(result.examples, f"log loss {logloss:.4f}")
+    bar.close(result.examples_read, f"log loss {logloss:.4f}")
     return result

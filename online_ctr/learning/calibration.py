@@ -131,11 +131,12 @@ class Calibrator:
         self.fit = PowerFit()
         self.metrics = StreamMetrics()
 
-    def learn(self, p: Array, y: Array) -> None:
-        """Score a batch's raw progressive predictions ``p``, then refit with them."""
+    def learn(self, p: Array, y: Array, w: Array | None = None) -> None:
+        """Score a batch's raw progressive predictions ``p``, then refit with them; ``w``:
+        the examples' importance weights, if any (the worker weighs both alike)."""
         q = self.fit.apply(p)
-        self.metrics.add(q, y, log_loss(q, y))
-        self.histogram = self.histogram.add(p, y)
+        self.metrics.add(q, y, log_loss(q, y), w)
+        self.histogram = self.histogram.add(p, y, w)
         self.fit = self.histogram.fit()
 
 

@@ -115,7 +115,7 @@ class InMemoryModel:
             data[rows, -1] += learned.counts
         self.t += len(batch)
         if self.calibration is not None:
-            self.calibration.learn(learned.probabilities, batch.labels)
+            self.calibration.learn(learned.probabilities, batch.labels, batch.weights)
         return learned
 
     def _learn_admitting(self, batch: Batch, features: Features) -> Learned:

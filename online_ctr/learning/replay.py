@@ -7,6 +7,12 @@ an :class:`~online_ctr.learning.model.InMemoryModel` learns them one by one what
 ``minibatch=True`` does it predict a whole batch with the weights at its start). The same loop
 serves the ``replay`` command, the benchmarks and the tests.
 
+With a ``negative_rate`` below 1, each batch read is first passed through
+:func:`~online_ctr.learning.sampling.keep_negatives`, as the service samples a model's
+feedback (McMahan et al. 2013, section 4.4): every click and a fraction of the non-clicks are
+learned, the kept non-clicks weighted ``1 / rate``, and the metrics are the weighted ones
+(:mod:`online_ctr.learning.stream_metrics`).
+
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.model import InMemoryModel
 >>> from online_ctr.learning.rules import get_rule
@@ -30,6 +36,7 @@ from typing import Any, Protocol
 
 from online_ctr.learning.features import Batch, Example, FeatureHasher
 from online_ctr.learning.rules.base import Array, Rule
+from online_ctr.learning.sampling import check_rate, keep_negatives
 from online_ctr.learning.sequential import Learned
 from online_ctr.learning.stream_metrics import StreamMetrics
 
@@ -54,8 +61,9 @@ class Model(Protocol):
 class BatchProgress:
     """Where the replay stands after a batch, handed to the ``on_batch`` callback.
 
-    ``probabilities`` are the batch's predictions, made before learning it. ``model`` is
-    live: a callback may read it (``model.nonzero_weights()`` for a sparsity
+    ``examples`` counts the examples learned so far, ``examples_read`` those read (more when
+    negatives are sampled). ``probabilities`` are the batch's predictions, made before learning
+    it. ``model`` is live: a callback may read it (``model.nonzero_weights()`` for a sparsity
     curve, say) but not change it. Time spent in the callback is not counted in ``seconds``.
     """
 
@@ -65,11 +73,14 @@ class BatchProgress:
     logloss: float
     seconds: float
     model: Model
+    examples_read: int
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """The outcome of a replay: progressive metrics, sparsity and speed."""
+    """The outcome of a replay: progressive metrics, sparsity and speed. ``examples`` and
+    ``examples_learned`` are the examples learned, ``examples_read`` those read (the same at a
+    ``negative_rate`` of 1); ``examples_per_second`` is per example read."""
 
     rule: str
     params: dict[str, Any]
@@ -83,6 +94,9 @@ class ReplayResult:
     features_tracked: int
     seconds: float
     examples_per_second: float | None
+    negative_rate: float
+    examples_read: int
+    examples_learned: int
 
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON-ready values (``None`` where a metric is undefined)."""
@@ -98,8 +112,10 @@ def replay(
     hasher: FeatureHasher,
     batch_size: int,
     on_batch: OnBatch | None = None,
+    negative_rate: float = 1.0,
 ) -> ReplayResult:
-    """Learn ``examples``, read and hashed ``batch_size`` at a time, predicting each first.
+    """Learn ``examples``, read and hashed ``batch_size`` at a time, predicting each first
+    (of the non-clicks, only those kept at ``negative_rate``).
 
     ``seconds`` times drawing the examples from the iterable (so parsing, if it reads a file
     lazily), hashing, predicting, learning and the metric sums; not ``on_batch`` and not the
@@ -107,7 +123,8 @@ def replay(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return replay_batches(hashed(examples, hasher, batch_size), model, batch_size, on_batch)
+    batches = hashed(examples, hasher, batch_size)
+    return replay_batches(batches, model, batch_size, on_batch, negative_rate)
 
 
 def hashed(
@@ -120,30 +137,56 @@ def hashed(
 
 
 def replay_batches(
-    batches: Iterable[Batch], model: Model, batch_size: int, on_batch: OnBatch | None = None
+    batches: Iterable[Batch],
+    model: Model,
+    batch_size: int,
+    on_batch: OnBatch | None = None,
+    negative_rate: float = 1.0,
 ) -> ReplayResult:
     """:func:`replay` of examples already hashed into ``batches`` (of ``batch_size`` each,
     the last one maybe smaller); drawing them from the iterable is timed."""
+    check_rate(negative_rate)
     metrics = StreamMetrics()
     stream = iter(batches)
-    seconds = 0.0
+    read, seconds = 0, 0.0
     started = time.perf_counter()
     while (batch := next(stream, None)) is not None:
-        step = model.learn(batch)
-        metrics.add(step.probabilities, batch.labels, step.losses)
+        read += len(batch)
+        # At rate 1 the batch itself, whose weights (None) leave every sum as it was.
+        kept = keep_negatives(batch, negative_rate)
+        if len(batch) and not len(kept):  # sampled out whole: the service appends nothing
+            continue
+        step = model.learn(kept)
+        metrics.add(step.probabilities, kept.labels, step.losses, kept.weights)
         if on_batch is not None:
             seconds += time.perf_counter() - started
-            batch_logloss = float(step.losses.mean())
-            progress = BatchProgress(
-                metrics.count, step.probabilities, batch_logloss, metrics.logloss, seconds, model
-            )
-            on_batch(progress)
+            on_batch(_progress(metrics, step, kept, seconds, model, read))
             started = time.perf_counter()
     seconds += time.perf_counter() - started
-    return _result(model, metrics, batch_size, seconds)
+    return _result(model, metrics, batch_size, seconds, negative_rate, read)
 
 
-def _result(model: Model, metrics: StreamMetrics, batch_size: int, seconds: float) -> ReplayResult:
+def _progress(
+    metrics: StreamMetrics, step: Learned, kept: Batch, seconds: float, model: Model, read: int
+) -> BatchProgress:
+    """Where the replay stands after learning ``kept``; its log loss weighted as the stream's."""
+    if kept.weights is None:
+        batch_logloss = float(step.losses.mean())
+    else:
+        batch_logloss = float((step.losses * kept.weights).sum() / kept.weights.sum())
+    return BatchProgress(
+        metrics.count, step.probabilities, batch_logloss, metrics.logloss, seconds, model, read
+    )
+
+
+def _result(
+    model: Model,
+    metrics: StreamMetrics,
+    batch_size: int,
+    seconds: float,
+    negative_rate: float,
+    read: int,
+) -> ReplayResult:
     report = metrics.report()
     return ReplayResult(
         rule=model.rule.name,
@@ -157,5 +200,8 @@ def _result(model: Model, metrics: StreamMetrics, batch_size: int, seconds: floa
         nonzero_weights=model.nonzero_weights(),
         features_tracked=model.features_tracked(),
         seconds=seconds,
-        examples_per_second=report.count / seconds if seconds > 0 else None,
+        examples_per_second=read / seconds if seconds > 0 else None,
+        negative_rate=negative_rate,
+        examples_read=read,
+        examples_learned=report.count,
     )

@@ -4,7 +4,7 @@ Clicks are rare, so most of a CTR stream is non-clicks, and most of the work of 
 goes into them. At a negative rate ``r`` every click is kept and a fraction ``r`` of the
 non-clicks, each kept one weighted ``1 / r``: the weighted loss, hence its gradient, is in
 expectation the full stream's, and so are the weighted progressive log loss and calibration
-(``sum w loss / sum w``, ``sum w p / sum w y``; see ``docs/concepts/sampling.md``).
+(``sum w loss / sum w``, ``sum w p / sum w y``; see ``docs/concepts/lean-models.md``).
 
 Which non-clicks are kept is a pure function of the example, a 64-bit hash of its features
 (ids and values), never of a random draw: a retried request, a replay of the same file and the

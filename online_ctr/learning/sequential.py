@@ -123,6 +123,8 @@ def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) ->
         raise ValueError(f"{len(batch)} examples but {len(batch.labels)} labels")
     if batch.weights is not None and len(batch.weights) != len(batch):
         raise ValueError(f"{len(batch)} examples but {len(batch.weights)} weights")
+    if batch.weights is not None and not (np.isfinite(batch.weights) & (batch.weights > 0)).all():
+        raise ValueError("importance weights must be finite and above 0")
     if pairs and not 0 <= features.inverse.min() <= features.inverse.max() < k:
         raise ValueError("features.inverse points outside the features")
 

@@ -9,12 +9,28 @@ to twice that allocated (three times for the moment of a copy). A histogram of
 predictions would bound memory but make AUC approximate and blur ties, and the replays here
 stay in the millions. Log loss and calibration need only running sums.
 
+An example may carry an importance weight ``w`` (McMahan et al. 2013, section 4.4, as negative
+subsampling gives its kept non-clicks, :mod:`online_ctr.learning.sampling`): it then counts as
+``w`` examples in the log loss, ``sum w loss / sum w``, and in the calibration,
+``sum w p / sum w y``, so that a sampled stream's figures estimate the whole stream's. AUC stays
+unweighted: it is the probability that a click scores above a non-click, and dropping
+non-clicks uniformly at random (whatever their score) leaves the non-clicks' score
+distribution, hence that probability's expectation, unchanged; weighting would only add
+variance. ``count`` and ``positives`` count the examples seen, ``weight`` sums their weights.
+
 >>> metrics = StreamMetrics()
 >>> p = np.array([0.2, 0.8, 0.6, 0.4])
 >>> y = np.array([0.0, 1.0, 0.0, 1.0])
 >>> metrics.add(p, y, -np.log(np.where(y == 1, p, 1 - p)))
 >>> metrics.count, round(metrics.logloss, 4), metrics.auc(), metrics.calibration
 (4, 0.5697, 0.75, 1.0)
+
+The first example weighted 3 (a non-click kept at a negative rate of 1/3) counts three times:
+
+>>> weighted = StreamMetrics()
+>>> weighted.add(p, y, -np.log(np.where(y == 1, p, 1 - p)), np.array([3.0, 1.0, 1.0, 1.0]))
+>>> weighted.count, weighted.weight, round(weighted.logloss, 4), weighted.calibration  # 2.4 / 2
+(4, 6.0, 0.4542, 1.2)
 """
 
 from __future__ import annotations
@@ -63,13 +79,15 @@ def auc(probabilities: ArrayLike, labels: ArrayLike) -> float:
 
 @dataclass(frozen=True)
 class StreamReport:
-    """The metrics of a stream so far; ``None`` where undefined (one class only, no data)."""
+    """The metrics of a stream so far; ``None`` where undefined (one class only, no data);
+    ``weight`` the examples' importance weights summed (``count`` if none was given)."""
 
     count: int
     positives: int
     logloss: float | None
     auc: float | None
     calibration: float | None
+    weight: float
 
 
 class StreamMetrics:
@@ -80,11 +98,21 @@ class StreamMetrics:
         self._y = np.empty(1024, dtype=np.uint8)
         self.count = 0
         self.positives = 0
+        #: The examples' weights summed (``count`` when none was given).
+        self.weight = 0.0
+        self._click_weight = 0.0
         self._loss_sum = 0.0
         self._p_sum = 0.0
 
-    def add(self, probabilities: ArrayLike, labels: ArrayLike, losses: ArrayLike) -> None:
-        """Record one batch; the three arrays are per example, labels 0 or 1."""
+    def add(
+        self,
+        probabilities: ArrayLike,
+        labels: ArrayLike,
+        losses: ArrayLike,
+        weights: ArrayLike | None = None,
+    ) -> None:
+        """Record one batch; the arrays are per example, labels 0 or 1, and ``weights`` (if
+        given) the examples' importance weights, finite and above 0 (None: all 1)."""
         p = np.asarray(probabilities, dtype=np.float64)
         y = np.asarray(labels)
         loss = np.asarray(losses, dtype=np.float64)
@@ -97,13 +125,22 @@ class StreamMetrics:
         positives = int(np.count_nonzero(y == 1))
         if positives + int(np.count_nonzero(y == 0)) != size:
             raise ValueError("labels must be 0 or 1")
+        w = None if weights is None else _checked_weights(weights, size)
         self._reserve(self.count + size)
         self._p[self.count : self.count + size] = p
         self._y[self.count : self.count + size] = y
         self.count += size
         self.positives += positives
-        self._loss_sum += float(loss.sum())
-        self._p_sum += float(p.sum())
+        if w is None:  # the sums as they always were: an unweighted stream's bits unchanged
+            self.weight += size
+            self._click_weight += positives
+            self._loss_sum += float(loss.sum())
+            self._p_sum += float(p.sum())
+        else:
+            self.weight += float(w.sum())
+            self._click_weight += float(w[y == 1].sum())
+            self._loss_sum += float((w * loss).sum())
+            self._p_sum += float((w * p).sum())
 
     def _reserve(self, size: int) -> None:
         if size > len(self._p):
@@ -113,15 +150,17 @@ class StreamMetrics:
 
     @property
     def logloss(self) -> float:
-        """Mean per-example log loss (``nan`` before any data); cheap, for progress reports."""
-        return self._loss_sum / self.count if self.count else float("nan")
+        """Mean per-example log loss, weighted (``nan`` before any data); cheap, for progress
+        reports."""
+        return self._loss_sum / self.weight if self.count else float("nan")
 
     @property
     def calibration(self) -> float:
-        """Mean prediction over observed CTR: 1 is calibrated; ``nan``/``inf`` if undefined."""
+        """Mean prediction over observed CTR, both weighted: 1 is calibrated; ``nan``/``inf``
+        if undefined."""
         if not self.count or not self.positives:
             return float("nan") if not self._p_sum else float("inf")
-        return self._p_sum / self.positives
+        return self._p_sum / self._click_weight
 
     def auc(self) -> float:
         """Exact AUC over everything seen: sorts all predictions, so not for every batch."""
@@ -135,6 +174,7 @@ class StreamMetrics:
             logloss=_defined(self.logloss),
             auc=_defined(self.auc()),
             calibration=_defined(self.calibration),
+            weight=self.weight,
         )
 
 
@@ -146,6 +186,16 @@ def _grown(array: NDArray[_Item], capacity: int) -> NDArray[_Item]:
     out = np.empty(capacity, dtype=array.dtype)
     out[: len(array)] = array
     return out
+
+
+def _checked_weights(weights: ArrayLike, size: int) -> NDArray[np.float64]:
+    """``weights`` as float64, refused unless one per example, each finite and above 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (size,):
+        raise ValueError(f"need one weight per example ({size}), got shape {w.shape}")
+    if not (np.isfinite(w) & (w > 0)).all():
+        raise ValueError("importance weights must be finite and above 0")
+    return w
 
 
 def _defined(value: float) -> float | None:

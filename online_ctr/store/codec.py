@@ -7,8 +7,9 @@ worker never parses JSON or hashes strings. Layout (little endian)::
     | u64 ids[nnz] | f64 values[nnz] (only if flags & 1; otherwise every value is 1)
     | f64 weights[n] (only if flags & 2; otherwise every importance weight is 1)
 
-Bit 1 of ``flags`` came with importance weights; an entry written before has only bit 0, and
-reads as it did.
+Bit 1 of ``flags`` came with importance weights, and an entry with weights is version 2: a
+worker from before weights refuses it (and dead-letters it) instead of reading its weights as
+feature values. An entry without weights is version 1, byte for byte as before.
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> batch = FeatureHasher().batch([{"a": "x", "n": 2.0}], labels=[1])
@@ -29,6 +30,10 @@ import numpy as np
 from online_ctr.learning.features import Batch
 
 VERSION = 1
+#: The version of an entry with importance weights.
+WEIGHTED_VERSION = 2
+#: The flags each version may set.
+_FLAGS = {VERSION: 1, WEIGHTED_VERSION: 3}
 _HEADER = struct.Struct("<BIIB")
 #: The bits of the header's flags byte.
 HAS_VALUES, HAS_WEIGHTS = 1, 2
@@ -47,7 +52,7 @@ def encode_entry(batch: Batch) -> bytes:
     has_weights = batch.weights is not None and bool((batch.weights != 1.0).any())
     flags = (HAS_VALUES if has_values else 0) | (HAS_WEIGHTS if has_weights else 0)
     parts = [
-        _HEADER.pack(VERSION, n, nnz, flags),
+        _HEADER.pack(WEIGHTED_VERSION if has_weights else VERSION, n, nnz, flags),
         batch.labels.astype(np.uint8).tobytes(),
         batch.indptr.astype("<u4").tobytes(),
         batch.ids.astype("<u8").tobytes(),
@@ -89,7 +94,7 @@ def header_examples(blob: bytes) -> int:
     if len(blob) < _HEADER.size:
         return 0
     version, n, _, _ = _HEADER.unpack_from(blob)
-    return int(n) if version == VERSION else 0
+    return int(n) if version in _FLAGS else 0
 
 
 def decode_entry(blob: bytes) -> Batch:
@@ -102,10 +107,10 @@ def _split(blob: bytes) -> tuple[int, bytes, bytes, bytes, bytes | None, bytes |
     if len(blob) < _HEADER.size:
         raise EntryError(f"entry of {len(blob)} bytes is shorter than the header")
     version, n, nnz, flags = _HEADER.unpack_from(blob)
-    if version != VERSION:
+    if version not in _FLAGS:
         raise EntryError(f"unknown entry version {version}")
-    if flags & ~(HAS_VALUES | HAS_WEIGHTS):
-        raise EntryError(f"unknown entry flags {flags:#x}")
+    if flags & ~_FLAGS[version]:
+        raise EntryError(f"entry version {version} with unknown flags {flags:#x}")
     ids_at = _HEADER.size + n + 4 * (n + 1)
     values_at = ids_at + 8 * nnz
     weights_at = values_at + (8 * nnz if flags & HAS_VALUES else 0)

@@ -13,11 +13,11 @@ local function negative_weight_ok(w, b)
 end
 
 -- The stream entry of impression entry ``b`` (label byte 0) as a non-click of weight ``w``;
--- nil if it is dropped. The entry gets the weights flag (bit 2 of the flags byte, the 10th)
--- and its one weight after everything else (see codec.py).
+-- nil if it is dropped. The entry becomes version 2 (the first byte) with the weights flag
+-- (bit 2 of the flags byte, the 10th), its one weight after everything else (see codec.py).
 local function negative_entry(b, w)
   if not w then return b end
   if struct.unpack('<d', w) == 0 then return nil end
   local flags = bit.bor(string.byte(b, 10), 2)
-  return string.sub(b, 1, 9) .. string.char(flags) .. string.sub(b, 11) .. w
+  return '\2' .. string.sub(b, 2, 9) .. string.char(flags) .. string.sub(b, 11) .. w
 end
