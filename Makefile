@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain chaos chaos-cluster fuzz-api abuse docs compose-test clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain bench-lean chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ bench-acks: install
 ## A B C C B A per round, medians printed.
 bench-explain: install
 	$(BIN)/python -m loadtests.explain_cost
+
+## Lean models: admission on every click log, negative sampling offline and end to end through
+## /learn (rates 1, 0.3, 0.1, A B C C B A) -> docs/benchmarks-lean.md.
+bench-lean: install
+	$(BIN)/python -m loadtests.lean
 
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install

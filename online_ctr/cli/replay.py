@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from online_ctr.cli import replay_sweep, sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
+from online_ctr.learning.admission import Admission
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
 from online_ctr.learning.detect import FormatError
@@ -25,6 +26,7 @@ from online_ctr.learning.rules import RULES, Rule, get_rule
 from online_ctr.learning.sampling import MIN_RATE, check_rate
 
 if TYPE_CHECKING:  # at run time, imported with the heavy half (see run)
+    from online_ctr.learning.model import InMemoryModel
     from online_ctr.learning.replay import ReplayResult
 
 #: Every rule's hyper-parameters, with their types and help.
@@ -99,6 +101,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "calibrated predictions' metrics too; default: off",
     )
     parser.add_argument(
+        "--admission",
+        default="all",
+        metavar="RULE",
+        help="which new features get state, as a model's admission setting: all; poisson:P "
+        "(admitted with probability P at each occurrence); bloom:N (at the N-th occurrence, "
+        "in a counting Bloom filter); until then a feature contributes 0 and its gradient is "
+        "dropped; default: all",
+    )
+    parser.add_argument(
         "--negative-rate",
         type=float,
         default=1.0,
@@ -135,6 +146,16 @@ def check_negative_rate(args: argparse.Namespace) -> None:
         raise UsageError("--negative-rate below 1 cannot be combined with --sweep")
 
 
+def check_admission(args: argparse.Namespace) -> None:
+    """Refuse an ``--admission`` rule that does not parse, or one a sweep would ignore."""
+    try:
+        Admission.parse(args.admission)
+    except ValueError as error:
+        raise UsageError(f"--admission: {error}") from None
+    if args.admission != "all" and args.sweep is not None:
+        raise UsageError("--admission cannot be combined with --sweep (its models admit all)")
+
+
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
     """The rule's hyper-parameters from the flags ``given``, refusing any it does not use."""
     takes = [field.name for field in fields(rule.params_type)]
@@ -152,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     given = {name: value for name, value in given.items() if value is not None}
     try:
         check_negative_rate(args)
+        check_admission(args)
     except ValueError as error:
         return fail("replay", str(error), status=2)
     if args.sweep is not None or sweep_options.policy_given(args):
@@ -184,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         result = replay_file.replay_file(args, model, hasher, parsing, batch_size(args))
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
-    print(json.dumps(_output(args, result, model.calibration), allow_nan=False))
+    print(json.dumps(_output(args, result, model), allow_nan=False))
     warning = sparsity_warning(result)
     if warning:
         print(f"online-ctr replay: warning: {warning}", file=sys.stderr)
@@ -208,10 +230,9 @@ def sparsity_warning(result: ReplayResult) -> str | None:
     )
 
 
-def _output(
-    args: argparse.Namespace, result: ReplayResult, calibration: Calibrator | None
-) -> dict[str, Any]:
+def _output(args: argparse.Namespace, result: ReplayResult, model: InMemoryModel) -> dict[str, Any]:
     """The JSON object: the result and how it was produced; infinities become strings."""
+    calibration = model.calibration
     params = {k: v if math.isfinite(v) else str(v) for k, v in result.params.items()}
     run_info = {
         "file": str(args.file),
@@ -228,6 +249,9 @@ def _output(
         "hash_bits": args.hash_bits,
         "numeric": args.numeric,
         "calibrated": None if calibration is None else _calibrated(calibration),
+        "admission": args.admission,
+        "features_admitted": result.features_tracked,
+        "admission_dropped_gradients": model.dropped,
         "timed": TIMED,
     }
 

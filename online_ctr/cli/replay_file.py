@@ -14,7 +14,8 @@ from itertools import chain
 from typing import Any
 
 from online_ctr.learning import columnar, sequential
-from online_ctr.learning.features import Batch, FeatureHasher
+from online_ctr.learning.admission import Admission
+from online_ctr.learning.features import Batch, FeatureHasher, bias_id
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.parsing import Parsing
 from online_ctr.learning.progress import ProgressBar, count_lines
@@ -26,7 +27,13 @@ from online_ctr.learning.rules import Rule
 def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
     """The model the options describe; a ValueError if they refuse each other."""
     return InMemoryModel(
-        rule, params, args.minibatch, encoding=args.encoding, calibration=args.calibration
+        rule,
+        params,
+        args.minibatch,
+        encoding=args.encoding,
+        calibration=args.calibration,
+        admission=Admission.parse(args.admission),
+        bias=bias_id(args.hash_bits),
     )
 
 

@@ -25,11 +25,14 @@ from online_ctr.learning.admission import (
 )
 from online_ctr.learning.features import BIAS, Batch, FeatureHasher
 from online_ctr.learning.learner import LOGIT_CLIP, Features, unique_features
+from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES
 from online_ctr.learning.rules.base import Array
 from online_ctr.learning.sequential import learn_sequential
 from tests.conftest import CRITEO
+from tests.core.test_replay_command import last_json
+from tests.core.test_replay_command import run as run_replay
 from tests.core.test_sequential import PARAMS
 
 ROWS = 1500
@@ -172,3 +175,37 @@ def test_poisson_admits_about_p_of_first_occurrences() -> None:
 def test_a_bad_admission_is_refused_naming_it(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         Admission.parse(text)
+
+
+@pytest.mark.parametrize("text", ["bloom:2", "poisson:0.3"])
+def test_replay_admits_as_the_in_process_model(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``online-ctr replay --admission`` is the in-process model with the rule: the same
+    features tracked and gradients dropped, the same log loss; and it reports them."""
+    assert run_replay(CRITEO, "--limit", ROWS, "--admission", text, "--numeric", "raw") == 0
+    out = last_json(capsys)
+    rule = RULES["ftrl"]
+    model = InMemoryModel(rule, rule.params(), admission=Admission.parse(text))
+    batch, _ = criteo()
+    learned = model.learn(batch)
+    assert out["admission"] == text
+    assert out["features_tracked"] == out["features_admitted"] == model.features_tracked()
+    assert out["admission_dropped_gradients"] == model.dropped > 0
+    assert out["logloss"] == pytest.approx(float(learned.losses.mean()), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--admission", "bloom:0"], "--admission: admission 'bloom:0': the count must be"),
+        (["--admission", "bloom:2", "--sweep", "alpha=0.1,0.2"], "--admission cannot be"),
+        (["--admission", "bloom:2", "--minibatch"], "admission drops gradients"),
+    ],
+)
+def test_replay_refuses_an_admission_it_cannot_apply(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_replay(CRITEO, "--limit", 100, *flags) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err

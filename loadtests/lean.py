@@ -1,0 +1,305 @@
+"""Lean models: what feature admission and negative sampling cost and save.
+``python -m loadtests.lean`` (``make bench-lean``) prints the report and writes it to
+``docs/benchmarks-lean.md``.
+
+1. **Admission** (McMahan et al. 2013, 4.1), on every shared click log: FTRL at the service's
+   default hyper-parameters, learned example by example with each rule, beside the model that
+   admits every feature: progressive log loss and AUC, and the features given state.
+2. **Negative sampling** (4.4), offline: a stream with Criteo-1TB-like CTR (every non-click of
+   the Criteo head and as many of its clicks, in file order, as make 3%), learned whole and at
+   negative rates 0.3 and 0.1 with importance weights: weighted progressive log loss against
+   the whole stream's, and examples learned.
+3. **Negative sampling, end to end**: the same stream, repeated, sent through a real ``online-ctr
+   api`` (``/learn``, 1,000-example bodies, four clients at once) and learned by a real
+   ``online-ctr worker``, at rates 1, 0.3 and 0.1: examples absorbed per second, from the first
+   request to the worker's last commit. Each rate runs twice, in the order 1, 0.3, 0.1, 0.1,
+   0.3, 1 (A B C C B A), on a fresh Redis each time; the median is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+
+from loadtests.feed import DATA_DIR, Row, criteo_rows, global_step
+from loadtests.processes import Stack, http_ok, wait_until
+from loadtests.report import table
+from loadtests.stats import cpu_seconds
+from online_ctr.learning.admission import Admission
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.model import InMemoryModel
+from online_ctr.learning.readers import read_examples
+from online_ctr.learning.rules import get_rule
+from online_ctr.learning.sampling import keep_negatives
+from online_ctr.learning.stream_metrics import StreamMetrics
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "docs" / "benchmarks-lean.md"
+CLICK_LOGS = {
+    "Criteo (Kaggle head 10k)": ("criteo/criteo_kaggle_train_head10k.tsv", "criteo"),
+    "Avazu (head 10k)": ("avazu/avazu_train_head10k.csv", "avazu"),
+    "iPinYou (one campaign)": ("ipinyou/ipinyou_train.fm.txt", "libfm"),
+}
+ADMISSIONS = ("all", "bloom:2", "bloom:3", "poisson:0.1", "poisson:0.3", "poisson:0.03")
+RATES = (1.0, 0.3, 0.1)
+#: The CTR of the sampled stream: about Criteo 1TB's.
+CTR = 0.03
+BODY = 1000
+CLIENTS = 4
+BATCH = 512
+
+
+@dataclass(frozen=True)
+class Quality:
+    logloss: float
+    auc: float
+    features: int
+    examples: int
+
+
+def learn(rows: list[Row], admission: str = "all", rate: float = 1.0) -> Quality:
+    """FTRL (the service's defaults, numbers log-bucketed) over ``rows`` in file order."""
+    rule = get_rule("ftrl")
+    model = InMemoryModel(rule, rule.params(), admission=Admission.parse(admission))
+    hasher = FeatureHasher(numeric="log_bucket")
+    metrics = StreamMetrics()
+    learned = 0
+    for start in range(0, len(rows), BATCH):
+        chunk = rows[start : start + BATCH]
+        batch = keep_negatives(hasher.batch([x for x, _ in chunk], [y for _, y in chunk]), rate)
+        step = model.learn(batch)
+        metrics.add(step.probabilities, batch.labels, step.losses, batch.weights)
+        learned += len(batch)
+    report = metrics.report()
+    assert report.logloss is not None and report.auc is not None
+    return Quality(report.logloss, report.auc, model.features_tracked(), learned)
+
+
+def admission_table(data_dir: Path) -> str:
+    lines = []
+    for name, (path, fmt) in CLICK_LOGS.items():
+        rows = list(read_examples(data_dir / path, fmt))
+        base = learn(rows)
+        for admission in ADMISSIONS:
+            got = base if admission == "all" else learn(rows, admission)
+            lines.append(
+                [
+                    name,
+                    f"`{admission}`",
+                    f"{got.logloss:.5f}",
+                    f"{(got.logloss / base.logloss - 1) * 100:+.2f}%",
+                    f"{got.auc:.4f}",
+                    f"{got.features:,}",
+                    f"{got.features / base.features:.2f}x",
+                ]
+            )
+    header = ["file", "admission", "log loss", "vs all", "AUC", "features", "vs all"]
+    return table(header, lines)
+
+
+def sparse_clicks(data_dir: Path) -> list[Row]:
+    """Every non-click of the Criteo head, and its first clicks spread so the CTR is 3%: a
+    click is kept when the clicks kept so far are below 3% of the rows kept so far."""
+    kept: list[Row] = []
+    clicks = 0
+    for row in criteo_rows(data_dir):
+        if row[1] == 1:
+            if clicks + 1 > CTR * (len(kept) + 1):
+                continue
+            clicks += 1
+        kept.append(row)
+    return kept
+
+
+def sampling_table(rows: list[Row]) -> str:
+    whole = learn(rows)
+    lines = []
+    for rate in RATES:
+        got = whole if rate == 1.0 else learn(rows, rate=rate)
+        lines.append(
+            [
+                f"{rate:g}",
+                f"{got.examples:,}",
+                f"{got.logloss:.5f}",
+                f"{(got.logloss / whole.logloss - 1) * 100:+.2f}%",
+                f"{got.auc:.4f}",
+            ]
+        )
+    header = ["negative rate", "examples learned", "weighted log loss", "vs rate 1", "AUC"]
+    return table(header, lines)
+
+
+def bodies(rows: list[Row], repeat: int) -> list[bytes]:
+    stream = rows * repeat
+    return [
+        orjson.dumps({"examples": [{"features": x, "label": y} for x, y in stream[i : i + BODY]]})
+        for i in range(0, len(stream) - BODY + 1, BODY)
+    ]
+
+
+def kept_count(rows: list[Row], repeat: int, rate: float) -> int:
+    """How many examples the service keeps of the bodies (numbers raw, as the stack runs)."""
+    hasher = FeatureHasher(numeric="raw")
+    stream = rows * repeat
+    kept = 0
+    for i in range(0, len(stream) - BODY + 1, BODY):
+        chunk = stream[i : i + BODY]
+        kept += len(
+            keep_negatives(hasher.batch([x for x, _ in chunk], [y for _, y in chunk]), rate)
+        )
+    return kept
+
+
+@dataclass(frozen=True)
+class Absorbed:
+    """One run: examples absorbed per second, and each process's CPU seconds in it."""
+
+    examples_per_second: float
+    cpu: dict[str, float]
+
+
+def absorbed(sent: list[bytes], rate: float, target: int) -> Absorbed:
+    """Examples per second a fresh stack absorbs at ``rate``: the bodies sent by CLIENTS
+    clients at once, until the worker has learned the ``target`` examples kept."""
+    with tempfile.TemporaryDirectory() as scratch, Stack(Path(scratch)) as stack:
+        env = {"OCTR_NEGATIVE_RATE": str(rate)}
+        url = stack.start_api(**env)
+        stack.start_workers(1, **env)
+        client = stack.client()
+        wait_until(lambda: http_ok(f"{url}/readyz"), 120, "the API ready, its worker up")
+        pids = {
+            "api": stack.children["api"].pid,
+            "worker": stack.children["worker0"].pid,
+            "redis": stack.redis_pid,
+        }
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+        def post(part: list[bytes]) -> None:
+            headers = {"content-type": "application/json"}
+            with httpx.Client(base_url=url, timeout=120) as http:
+                for body in part:
+                    http.post("/learn", content=body, headers=headers).raise_for_status()
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            list(pool.map(post, [sent[k::CLIENTS] for k in range(CLIENTS)]))
+        while global_step(client) < target:
+            stack.check_alive()
+            time.sleep(0.005)
+        seconds = time.perf_counter() - started
+        cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        client.close()
+    return Absorbed(BODY * len(sent) / seconds, cpu)
+
+
+def absorption_table(rows: list[Row], repeat: int) -> tuple[str, dict[float, float]]:
+    sent = bodies(rows, repeat)
+    targets = {rate: kept_count(rows, repeat, rate) for rate in RATES}
+    runs: dict[float, list[Absorbed]] = {rate: [] for rate in RATES}
+    for rate in [*RATES, *reversed(RATES)]:  # A B C C B A
+        runs[rate].append(absorbed(sent, rate, targets[rate]))
+        print(f"  rate {rate:g}: {runs[rate][-1].examples_per_second:,.0f} examples/s", flush=True)
+    medians = {
+        rate: statistics.median(run.examples_per_second for run in done)
+        for rate, done in runs.items()
+    }
+    thousands = BODY * len(sent) / 1000
+
+    def cpu_per_thousand(rate: float, name: str) -> str:
+        return f"{statistics.median(run.cpu[name] for run in runs[rate]) / thousands * 1e3:.1f}"
+
+    lines = [
+        [
+            f"{rate:g}",
+            f"{BODY * len(sent):,}",
+            f"{targets[rate]:,}",
+            ", ".join(f"{run.examples_per_second:,.0f}" for run in runs[rate]),
+            f"{medians[rate]:,.0f}",
+            f"{medians[rate] / medians[1.0]:.2f}x",
+            cpu_per_thousand(rate, "api"),
+            cpu_per_thousand(rate, "worker"),
+            cpu_per_thousand(rate, "redis"),
+        ]
+        for rate in RATES
+    ]
+    header = [
+        "negative rate",
+        "sent",
+        "learned",
+        "runs (examples/s)",
+        "median",
+        "vs rate 1",
+        "API CPU ms / 1k sent",
+        "worker",
+        "Redis",
+    ]
+    return table(header, lines), medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20, help="passes over the 3%% stream")
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    print("admission ...", flush=True)
+    admission = admission_table(args.data_dir)
+    rows = sparse_clicks(args.data_dir)
+    print(f"negative sampling offline ({len(rows):,} rows) ...", flush=True)
+    sampling = sampling_table(rows)
+    print(f"negative sampling end to end ({args.repeat} passes) ...", flush=True)
+    absorption, _ = absorption_table(rows, args.repeat)
+    report = render(admission, sampling, absorption, len(rows), args.repeat)
+    print(report)
+    if not args.no_write:
+        REPORT.write_text(report)
+
+
+def render(admission: str, sampling: str, absorption: str, rows: int, repeat: int) -> str:
+    return "\n".join(
+        [
+            "# Lean models: admission and negative sampling",
+            "",
+            "Measured with `make bench-lean` (`python -m loadtests.lean`) on a 2-core machine;",
+            "what each rule is: [Lean models](concepts/lean-models.md).",
+            "",
+            "## Admission",
+            "",
+            "FTRL at the service's defaults (alpha 0.1, beta 1, l1 1, l2 1, numbers",
+            "log-bucketed), learned example by example in file order; `features` is how many",
+            "features have state at the end.",
+            "",
+            admission,
+            "",
+            "## Negative sampling, offline",
+            "",
+            f"A stream of {rows:,} rows with 3% clicks (every non-click of the Criteo head, and",
+            "its clicks in file order as long as they stay within 3%), learned whole and with",
+            "non-clicks kept at each rate and weighted 1/rate; the log loss is weighted",
+            "(sum w loss / sum w), an estimate of the whole stream's.",
+            "",
+            sampling,
+            "",
+            "## Negative sampling, end to end",
+            "",
+            f"The same stream {repeat} times over, sent to `/learn` of a real `online-ctr api` in",
+            f"{BODY:,}-example bodies by {CLIENTS} clients at once and learned by one `online-ctr",
+            "worker` (a fresh Redis per run); examples absorbed per second from the first",
+            "request to the worker's last commit. Runs in the order 1, 0.3, 0.1, 0.1, 0.3, 1.",
+            "",
+            absorption,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
