@@ -6,6 +6,7 @@ Layout, little-endian throughout::
     b"OCTRSNAP" | u32 version
     b"H" | u32 length | u32 crc32 | header JSON   (rule, params, hash_bits, fields, origin)
     b"R" | u32 count  | u32 crc32 | u64 ids[count] | f64 state[count][width]   (0 or more)
+    b"A" | u32 length | u32 crc32 | zlib of the admission counters   (bloom admission only)
     b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows)
     b"E" | sha256 of every byte before the b"E"
 
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
@@ -78,10 +80,18 @@ class Header:
     encoding: str = "float64"
     numeric: str = "raw"
     calibration: str = "off"
+    admission: str = "all"
 
     @property
     def width(self) -> int:
         return len(self.fields)
+
+
+@dataclass(frozen=True)
+class AdmissionCounters:
+    """A model's counting Bloom filter of feature admission, as its last commit left it."""
+
+    counters: bytes
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,9 @@ class Footer:
     weight_excess: str = ""
 
 
-Item = Header | RowChunk | Footer
+Item = Header | RowChunk | AdmissionCounters | Footer
+#: Longest compressed admission counters a reader accepts (4 MiB of counters, incompressible).
+MAX_COUNTER_BYTES = COUNTERS + COUNTERS // 1000 + 64
 
 
 def _section(kind: bytes, size: int, payload: bytes) -> bytes:
@@ -138,6 +150,8 @@ class Writer:
     def start(self, header: Header) -> bytes:
         self.width = header.width
         body = {**asdict(header), "fields": list(header.fields)}
+        if header.admission == "all":  # as files written before admission existed
+            del body["admission"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -153,6 +167,11 @@ class Writer:
             parts.append(_section(b"R", len(chunk_ids), payload))
         self.count += len(ids)
         return self._out(b"".join(parts))
+
+    def counters(self, counters: bytes) -> bytes:
+        """The admission counters' section (mostly zeros: compressed)."""
+        payload = zlib.compress(counters, 1)
+        return self._out(_section(b"A", len(payload), payload))
 
     def finish(self, footer: Footer) -> bytes:
         body = asdict(footer) | {"rows": self.count}
@@ -177,6 +196,7 @@ def parse_header(payload: bytes) -> Header:
             encoding=_choice(body, "encoding", ENCODINGS),
             numeric=_choice(body, "numeric", NUMERIC_HANDLINGS),
             calibration=_choice(body, "calibration", CALIBRATIONS),
+            admission=Admission.parse(str(body.get("admission", "all"))).text,
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)
@@ -302,6 +322,17 @@ def _weight_excess(value: object) -> str:
     return str(value)
 
 
+def _counters(payload: bytes) -> bytes:
+    """The admission counters of a section's payload: at most :data:`COUNTERS` bytes."""
+    try:
+        counters = zlib.decompressobj().decompress(payload, COUNTERS + 1)
+    except zlib.error as error:
+        raise SnapshotError(f"the admission counters do not decompress: {error}") from None
+    if len(counters) > COUNTERS:
+        raise SnapshotError(f"the admission counters hold more than {COUNTERS} bytes")
+    return counters
+
+
 def _check_counts(footer: Footer) -> None:
     """The counts and the log-loss text agree with one another."""
     if footer.logloss_text:
@@ -348,6 +379,7 @@ class Reader:
         self.rows_seen = 0
         self.latest_step = 0.0  # the latest step a row says its feature was touched at
         self.chunks = 0
+        self.counters_seen = False
         self.done = False
 
     def feed(self, data: bytes) -> list[Item]:
@@ -429,8 +461,15 @@ class Reader:
 
     def _length(self, kind: bytes, size: int) -> int:
         """The payload length a section's kind and size imply, refusing what is out of order."""
-        expected = b"H" if self.header is None else b"RF" if self.footer is None else b"E"
-        if kind not in (b"H", b"R", b"F") or kind not in expected:
+        expected = b"H" if self.header is None else b"RAF" if self.footer is None else b"E"
+        header = self.header
+        if (
+            kind == b"A"
+            and header is not None
+            and (self.counters_seen or header.admission == "all")
+        ):
+            expected = b"RF"  # once, and only for a model whose rule counts
+        if kind not in (b"H", b"R", b"A", b"F") or kind not in expected:
             wanted = self._expecting()
             raise SnapshotError(
                 f"unexpected section {kind!r} at byte {self.consumed}, expected {wanted}"
@@ -442,6 +481,10 @@ class Reader:
                 )
             assert self.header is not None
             return 8 * size * (1 + self.header.width)
+        if kind == b"A":
+            if size > MAX_COUNTER_BYTES:
+                raise SnapshotError(f"the admission counters claim {size} bytes")
+            return size
         if size > MAX_JSON_BYTES:
             raise SnapshotError(
                 f"{self._expecting()} claims {size} bytes (at most {MAX_JSON_BYTES})"
@@ -456,6 +499,9 @@ class Reader:
         if kind == b"F":
             self.footer = self._after_rows(parse_footer(payload))
             return self.footer
+        if kind == b"A":
+            self.counters_seen = True
+            return AdmissionCounters(_counters(payload))
         assert self.header is not None
         self.chunks += 1
         self.rows_seen += size

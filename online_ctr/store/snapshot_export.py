@@ -31,7 +31,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from online_ctr.learning.snapshot import Footer, Header, Writer
 from online_ctr.store import snapshot_scan
@@ -68,6 +68,8 @@ class Closed:
     features_tracked: int
     #: The meta's weight_excess as Redis keeps it ('': the model never learned a weight).
     weight_excess: str = ""
+    #: The admission counters at that instant (b'': none).
+    counters: bytes = b""
 
 
 class Export:
@@ -86,18 +88,24 @@ class Export:
         self._renewed = time.monotonic()
 
     async def _pin(self, what: str) -> list[str]:
+        return [
+            text(part) if isinstance(part, bytes | str) else str(part)
+            for part in await self._pin_reply(what)
+        ]
+
+    async def _pin_reply(self, what: str) -> list[Any]:
+        """snapshot_pin.lua's answer as Redis gave it (the counters are bytes)."""
         keys = self.keys
-        reply = await self.scripts.snapshot_pin(
-            keys=[keys.meta, keys.redo, keys.pins, keys.expiry],
+        reply: list[Any] = await self.scripts.snapshot_pin(
+            keys=[keys.meta, keys.redo, keys.pins, keys.expiry, keys.admission],
             args=[what, self.token, PIN_TTL_MS],
         )
-        answer = [text(part) if isinstance(part, bytes | str) else str(part) for part in reply]
-        if answer[0] != "ok":
+        if text(reply[0]) != "ok":
             raise ExportFailedError(
                 f"the export of model {self.spec.name!r} took too long to stay exact (its pin "
                 "on the redo log lapsed); export again"
             )
-        return answer
+        return reply
 
     async def _renew_if_due(self) -> None:
         if time.monotonic() - self._renewed > RENEW_EVERY_S:
@@ -109,7 +117,7 @@ class Export:
         source = {"model": spec.name, "buckets": spec.buckets, "shards": spec.shards}
         return Header(
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
-            source, spec.encoding, spec.numeric, spec.calibration,
+            source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -128,19 +136,26 @@ class Export:
                 await self._renew_if_due()
             await self._pin("release")
             released = True
+            if self.spec.admission.counted:
+                yield writer.counters(closed.counters)
             yield writer.finish(self._footer(closed))
         finally:
             if not released:
                 await self.redis.hdel(self.keys.pins, self.token)
 
     async def _close(self) -> Closed:
-        _, epoch, seq, t, logloss, stable, tracked, expiring, excess = await self._pin("close")
+        reply = await self._pin_reply("close")
+        parts = [text(part) if isinstance(part, bytes | str) else str(part) for part in reply]
+        _, epoch, seq, t, logloss, stable, tracked, expiring, excess = parts[:9]
+        counters = reply[9] if isinstance(reply[9], bytes) else str(reply[9]).encode()
         if epoch != self.epoch:
             raise ExportFailedError(
                 f"model {self.spec.name!r} was deleted or replaced during the export"
             )
         nonzero = int(stable) + int(expiring)
-        return Closed(epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess)
+        return Closed(
+            epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters
+        )
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
         """The records of the redo entries ``keep..through``, in commit order."""

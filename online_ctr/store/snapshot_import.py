@@ -31,9 +31,18 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
+from online_ctr.learning.admission import Admission
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Header, Reader, RowChunk, SnapshotError
+from online_ctr.learning.snapshot import (
+    AdmissionCounters,
+    Footer,
+    Header,
+    Item,
+    Reader,
+    RowChunk,
+    SnapshotError,
+)
 from online_ctr.store import snapshot_scan
 from online_ctr.store.failures import pipeline
 from online_ctr.store.filter import make_filters
@@ -103,6 +112,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "state_encoding": spec.encoding,
         "numeric": spec.numeric,
         "calibration": spec.calibration,
+        "admission": spec.admission.text,
         **vars(spec.params),
     }
     got = {
@@ -111,6 +121,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "state_encoding": header.encoding,
         "numeric": header.numeric,
         "calibration": header.calibration,
+        "admission": header.admission,
         **header.params,
     }
     return [
@@ -175,9 +186,12 @@ class SnapshotImport:
             assert self.spec is not None
             await self.registry.create(self.name, config_of(self.spec), replace=True)
 
-    async def _take(self, item: Header | RowChunk | Footer) -> None:
+    async def _take(self, item: Item) -> None:
         if isinstance(item, Header):
             await self._claim(item)
+        elif isinstance(item, AdmissionCounters):
+            # Written while the name is still being imported: no learner reads them yet.
+            await self.redis.set(self.keys.admission, item.counters)
         elif isinstance(item, RowChunk) and len(item.ids):
             assert self.spec is not None and self.shards is not None
             self.seq += 1
@@ -197,6 +211,7 @@ class SnapshotImport:
             header.encoding,
             header.numeric,  # type: ignore[arg-type]
             header.calibration,  # type: ignore[arg-type]
+            admission=Admission.parse(header.admission),
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)

@@ -1,9 +1,11 @@
 -- A snapshot export's pin on the redo log (see pins.lua and online_ctr/store/snapshot_export.py).
--- KEYS: 1 meta, 2 redo, 3 pins, 4 expiry. ARGV: 1 what, 2 the export's token, 3 TTL (ms).
+-- KEYS: 1 meta, 2 redo, 3 pins, 4 expiry, 5 admission counters (optional: an older caller
+-- passes four). ARGV: 1 what, 2 the export's token, 3 TTL (ms).
 -- 'pin': pin every redo entry still there and every later one; returns {'ok', epoch, first
 --   commit whose entry is kept, last commit}, or {'missing'} if there is no model (or one being imported).
 -- 'renew': move the deadline on. 'close': renew, and return the model at this instant:
---   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring, weight_excess ('': none)}. 'release': drop it.
+--   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring, weight_excess ('': none),
+--   admission counters ('': none)}, all read at one instant. 'release': drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
 -- needed may have been trimmed, so the export cannot be exact and must fail.
 -- The arguments, the stored seq, the export's pin and the keys' types are checked first
@@ -18,6 +20,7 @@ local ttl, problem = checked('snapshot_pin', function()
   kind(redo, 'stream')
   kind(pins, 'hash')
   kind(expiry, 'zset')
+  if KEYS[5] then kind(KEYS[5], 'string') end
   whole('meta field seq', redis.call('HGET', meta, 'seq') or '0', 0)
   local held = redis.call('HGET', pins, token)
   if held and not string.find(held, '^%d+ %d+$') then
@@ -57,4 +60,4 @@ if what == 'renew' then return {'ok'} end
 local m = redis.call(
   'HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess')
 return {'ok', m[1] or '', m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '0', m[6] or '0',
-  redis.call('ZCARD', expiry), m[7] or ''}
+  redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or ''}

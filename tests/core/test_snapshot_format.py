@@ -7,15 +7,18 @@ import json
 import re
 import struct
 import zlib
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
 
+from online_ctr.learning.admission import COUNTERS
 from online_ctr.learning.snapshot import (
     MAX_JSON_BYTES,
     MAX_ROWS,
     PREAMBLE,
     SECTION,
+    AdmissionCounters,
     Footer,
     Header,
     Reader,
@@ -303,3 +306,48 @@ def test_messages_name_a_section_once() -> None:
     huge = PREAMBLE.pack(b"OCTRSNAP", 1) + SECTION.pack(b"H", MAX_JSON_BYTES + 1, 0)
     with pytest.raises(SnapshotError, match=r"^the header claims"):
         Reader().feed(huge)
+
+
+BLOOM = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"),
+               admission="bloom:2")  # fmt: skip
+
+
+def test_the_admission_rule_and_its_counters_travel() -> None:
+    counters = bytes(range(256)) * 16
+    writer = Writer()
+    blob = writer.start(BLOOM) + writer.counters(counters) + writer.finish(EMPTY)
+    items, _ = read(blob, piece=5)
+    assert items[0] == BLOOM and items[1] == AdmissionCounters(counters)
+    # A model admitting every feature writes no admission field: files as before.
+    plain = Writer()
+    assert b"admission" not in plain.start(replace(BLOOM, admission="all"))
+
+
+def counters_section(payload: bytes) -> bytes:
+    return struct.pack("<cII", b"A", len(payload), zlib.crc32(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    ("header", "payloads", "says"),
+    [
+        (replace(BLOOM, admission="all"), [zlib.compress(b"\1")], "unexpected section b'A'"),
+        (BLOOM, [zlib.compress(b"\1"), zlib.compress(b"\1")], "unexpected section b'A'"),
+        (BLOOM, [b"not zlib"], "do not decompress"),
+        (BLOOM, [zlib.compress(bytes(COUNTERS + 1))], f"more than {COUNTERS} bytes"),
+    ],
+)
+def test_admission_counters_that_cannot_be_a_models_are_refused(
+    header: Header, payloads: list[bytes], says: str
+) -> None:
+    blob = Writer().start(header) + b"".join(counters_section(p) for p in payloads)
+    with pytest.raises(SnapshotError, match=says):
+        Reader().feed(blob)
+
+
+def test_a_header_with_a_bad_admission_rule_is_refused() -> None:
+    body = {**asdict(BLOOM), "fields": ["z", "n"], "admission": "bloom:0"}
+    payload = json.dumps(body).encode()
+    section = struct.pack("<cII", b"H", len(payload), zlib.crc32(payload))
+    blob = PREAMBLE.pack(b"OCTRSNAP", 1) + section + payload
+    with pytest.raises(SnapshotError, match="bloom:0"):
+        Reader().feed(blob)

@@ -6,6 +6,8 @@ no count; the features not admitted have no state in Redis."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +19,10 @@ from online_ctr.learning.admission import Admission
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
+from online_ctr.learning.snapshot import AdmissionCounters, Reader
 from online_ctr.metrics import Metrics
+from online_ctr.store.snapshot_export import open_export
+from online_ctr.store.snapshot_import import SnapshotImport
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
@@ -108,3 +113,41 @@ def test_the_rule_is_part_of_the_spec() -> None:
     spec = model_spec(Settings(admission="bloom:2"))
     assert spec.admission == Admission("bloom", n=2)
     assert spec.describe()["admission"] == "bloom:2"
+
+
+async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None:
+    """Half the stream learned, the model exported and imported under another name, the rest
+    learned by the copy: the copy is the in-process learner's model of the whole stream, so
+    the file carried the admission rule and every count of the counting Bloom filter."""
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, state_shards=8, admission="bloom:3", **AUTH
+    )
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        original = ModelStore(redis, model_spec(settings))
+        await original.ensure()
+        half = len(ROWS) // 2
+        await send(original, ROWS[:half], per_entry=50)
+        await learn(original, 512, CollectorRegistry())
+        exporter = await open_export(redis, original.spec.name)
+        blob = b"".join([piece async for piece in exporter.chunks()])
+        items = Reader().feed(blob)
+        assert any(isinstance(item, AdmissionCounters) for item in items)
+        await SnapshotImport(redis, "copy", (64, 8)).run(one_piece(blob))
+        copy = ModelStore(redis, replace(original.spec, name="copy"))
+        assert (await copy.info()).admission == "bloom:3"
+        stored = await redis.get(copy.keys.admission)
+        assert stored == await redis.get(original.keys.admission) and stored
+        await send(copy, ROWS[half:], per_entry=50)
+        await learn(copy, 512, CollectorRegistry())
+        state = await scan_state(copy)
+    finally:
+        await redis.aclose()
+    expected = reference(settings).snapshot()
+    assert state.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(state[feature], row[:-1])
+
+
+async def one_piece(blob: bytes) -> AsyncIterator[bytes]:
+    yield blob
