@@ -128,6 +128,11 @@ async def challengers(admin: ModelsAdmin, group: str, recent: int = 10) -> Chall
         alpha = alpha_each(policy, len(state.pairs))
         for model, tally in sorted(state.pairs.items()):
             standings.append(_standing(model, tally, alpha, policy.planned_units))
+    elif info.promotion is not None:
+        # The promoter has not run since the policy or the serving model changed: nothing is
+        # paired yet, and every other model of the group is a challenger.
+        others = sorted(set(info.models) - {info.serving})
+        standings = [Standing(model, 0, 0.0, None) for model in others]
     return Challengers(info, standings, await promotions.recent(group, recent))
 
 

@@ -66,8 +66,11 @@ def test_a_sweep_with_a_policy_sets_it(client: TestClient) -> None:
     body = {"grid": {"alpha": [0.05, 0.1]}, "base": LAYOUT, "promotion": policy}
     assert client.post("/groups/ctr/sweep", json=body).status_code == 201
     group = client.get("/groups/ctr").json()
-    assert group["promotion"] == policy
-    assert group["challengers"] == [] and group["promotions"] == []
+    assert group["promotion"] == policy and group["promotions"] == []
+    # Before the promoter has run, every other model of the group stands at nothing paired.
+    (challenger,) = group["challengers"]
+    assert challenger["model"] != group["serving"]
+    assert (challenger["paired_examples"], challenger["lower_bound"]) == (0, None)
 
 
 def test_a_sweep_beyond_the_most_models_is_refused_whole(redis_url: str) -> None:
