@@ -257,6 +257,13 @@ class Metrics:
             registry=registry,
         )
 
+    def forget_group(self, group: str) -> None:
+        """Drop every series of ``group`` (its promoter no longer runs in this process): the
+        process that runs it now reports it."""
+        for metric in vars(self).values():
+            if isinstance(metric, MetricWrapperBase) and "group" in metric._labelnames:
+                metric.remove_by_labels({"group": group})
+
     def forget_model(self, model: str) -> None:
         """Drop every series of ``model`` (deleted): label values stay bounded by the models
         that exist, however many come and go."""

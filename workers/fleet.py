@@ -87,10 +87,12 @@ class Fleet:
     async def promote(self) -> None:
         """Run a step of the promoter of every group with a promotion policy whose serving
         model this process learns now (holds its lease): one promoter per group."""
+        for gone in set(self.promoters) - set(self._groups):
+            self._forget_promoter(gone)
         for name, info in self._groups.items():
             worker = self.workers.get(info.serving)
             if info.promotion is None or worker is None or not worker.lease.token:
-                self.promoters.pop(name, None)
+                self._forget_promoter(name)
                 continue
             if name not in self.promoters:
                 promotions = Promotions(self.redis)
@@ -98,6 +100,12 @@ class Fleet:
                 self.metrics.promotions.labels(name)  # the series exists from the start, at 0
             if await self.promoters[name].step(info) is not None:
                 await self.sync()  # the new serving model's learner runs the next step
+
+    def _forget_promoter(self, group: str) -> None:
+        """This process no longer runs ``group``'s promoter (the group or its policy is gone,
+        or another process learns its serving model): nor does it report its series."""
+        if self.promoters.pop(group, None) is not None:
+            self.metrics.forget_group(group)
 
     def _worker(self, name: str, config: ModelConfig, streams: list[str]) -> Worker:
         spec = config.spec(name)

@@ -219,3 +219,34 @@ async def test_a_stored_policy_that_does_not_read_is_no_policy(
         assert caplog.text.count("promotion policy does not read") == 1
     finally:
         await redis.aclose()
+
+
+async def test_a_group_whose_promoter_stops_here_leaves_the_metrics(
+    client: TestClient, settings: Settings, redis_url: str
+) -> None:
+    """Its group's series go with the promoter (policy removed here; the same when the group
+    is deleted or another process takes its serving model), so labels stay bounded."""
+    create(client, {"a": {"alpha": 0.1}, "b": {"alpha": 0.1}})
+    send(client, criteo(100), per_call=2)
+    registry = CollectorRegistry()
+    redis = aioredis.Redis.from_url(redis_url)
+
+    def series() -> list[str]:
+        return [
+            sample.name
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.labels.get("group") == "ctr"
+        ]
+
+    try:
+        fleet = make_fleet(redis, settings, Metrics(registry))
+        await fleet.run_until_idle()
+        assert "online_ctr_promotions_total" in series()
+        assert "online_ctr_promoter_pending_units" in series()
+        assert client.delete("/groups/ctr/promotion").status_code == 200
+        await fleet.sync()
+        await fleet.promote()
+        assert series() == [] and fleet.promoters == {}
+    finally:
+        await redis.aclose()
