@@ -62,6 +62,13 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.admission_filter_fill = Gauge(
+            "online_ctr_admission_filter_fill_ratio",
+            "Share of the counting Bloom filter's counters above 0 (admission bloom:N): near "
+            "1, most new features find their counters taken and are admitted early.",
+            model,
+            registry=registry,
+        )
         self.sampled_out = Counter(
             "online_ctr_sampled_out_examples",
             "Non-clicks /learn accepted and dropped before the stream at the model's (or "

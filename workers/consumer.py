@@ -88,6 +88,7 @@ class Worker:
         self.committer = Committer(store, self.cache, self.lease)
         #: The model's existence filters, loaded on taking the lease (None: not loaded yet).
         self.known: ExistenceFilter | None = None
+        self._counters_used = 0
         #: The model's admission counters as of ``version`` (bloom admission only), loaded
         #: with the existence filters.
         self.counters: NDArray[np.uint8] | None = None
@@ -117,6 +118,12 @@ class Worker:
             series.labels(**self._label)  # every series exists from the start, at 0
         for waited in ("log", "shards"):  # what a learner waits for replicas for
             metrics.replica_ack_timeouts.labels(waited)
+
+    def _publish_fill(self) -> None:
+        """The share of the admission counters in use, as of the last commit."""
+        assert self.counters is not None
+        fill = self._counters_used / len(self.counters)
+        self.metrics.admission_filter_fill.labels(**self._label).set(fill)
 
     def stop(self) -> None:
         """Stop taking new groups; the one in flight still commits."""
@@ -234,6 +241,9 @@ class Worker:
         store = self.store
         self.known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
         self.counters = await store.admission_counters()
+        if self.counters is not None:
+            self._counters_used = int(np.count_nonzero(self.counters))
+            self._publish_fill()
         self.version = await self.store.version()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
@@ -344,7 +354,10 @@ class Worker:
         self.histogram = learning.histogram
         if self.counters is not None and learning.change.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
+            newly = int(np.count_nonzero(self.counters[counted.positions] == 0))
             self.counters[counted.positions] = counted.values
+            self._counters_used += newly  # counts only go up: a counter used stays used
+            self._publish_fill()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
         if group.units is not None:  # the group's promoter pairs them (workers.promoter)

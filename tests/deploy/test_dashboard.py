@@ -173,6 +173,7 @@ LEAN_METRICS = (
     "online_ctr_admission_dropped_gradients_total",
     "online_ctr_sampled_out_examples_total",
     "online_ctr_learned_weight_total",
+    "online_ctr_admission_filter_fill_ratio",
 )
 
 

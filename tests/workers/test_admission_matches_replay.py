@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
-from online_ctr.learning.admission import Admission
+from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
@@ -64,6 +64,7 @@ async def test_the_worker_admits_as_the_in_process_learner(
         await send(store, ROWS, per_entry=50)
         await learn(store, batch_size, registry)
         stored, info = await scan_state(store), await store.info()
+        counters = await redis.get(store.keys.admission) or b""
     finally:
         await redis.aclose()
     model = reference(settings)
@@ -81,6 +82,12 @@ async def test_the_worker_admits_as_the_in_process_learner(
         == (model.dropped)
         > 0
     )
+    fill = sample("online_ctr_admission_filter_fill_ratio", {"model": "default"})
+    if admission.startswith("bloom"):  # the counters in use, as committed
+        used = np.count_nonzero(np.frombuffer(counters, np.uint8))
+        assert fill == used / COUNTERS and used > 0
+    else:
+        assert fill is None and counters == b""
 
 
 async def test_a_learner_that_takes_over_loses_no_count(redis_url: str) -> None:
