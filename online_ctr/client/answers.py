@@ -120,6 +120,10 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         progressive_logloss=None if loss is None else float(loss),
         stream_lag=int(body["stream_lag"]),
         dead_letters=int(body["dead_letters"]),
+        # Absent from a service older than lean models: what it did.
+        admission=str(body.get("admission", "all")),
+        negative_rate=float(body.get("negative_rate", 1.0)),
+        learned_weight=float(body.get("learned_weight", body["global_step"])),
     )
 
 

@@ -34,7 +34,8 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 
 Part = TypeVar("Part")
 Result = TypeVar("Result")
-LabelledExample = tuple[FeatureMap, int]
+#: ``(features, label)``, or ``(features, label, weight)`` with an importance weight.
+LabelledExample = tuple[FeatureMap, int] | tuple[FeatureMap, int, float]
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,16 @@ def _explain(top: int | None) -> dict[str, object]:
 
 
 def learn(
-    features: FeatureMap, label: int, model: str | None, key: str | None
+    features: FeatureMap,
+    label: int,
+    model: str | None,
+    key: str | None,
+    weight: float | None = None,
 ) -> Operation[Accepted, Accepted]:
-    """``POST /learn`` for one example, with ``key`` or a new ``Idempotency-Key``."""
+    """``POST /learn`` for one example (of importance ``weight``, if given), with ``key`` or a
+    new ``Idempotency-Key``."""
     headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
-    body = {"features": dict(features), "label": int(label)}
+    body = _labelled((features, label) if weight is None else (features, label, weight))
     return Operation(
         [Call("POST", "/learn", body, headers, _model(model), 1)], answers.accepted, answers.total
     )
@@ -153,7 +159,7 @@ def learn_many(
         Call(
             "POST",
             "/learn",
-            {"examples": [{"features": dict(x), "label": int(y)} for x, y in batch]},
+            {"examples": [_labelled(example) for example in batch]},
             _new_key(),
             _model(model),
             len(batch),
@@ -161,6 +167,14 @@ def learn_many(
         for batch in batches(examples, max_batch)
     )
     return Operation(calls, answers.accepted, answers.total)
+
+
+def _labelled(example: LabelledExample) -> dict[str, object]:
+    """One example of a ``/learn`` body: its features, label and weight, if it has one."""
+    body: dict[str, object] = {"features": dict(example[0]), "label": int(example[1])}
+    if len(example) == 3:
+        body["weight"] = float(example[2])
+    return body
 
 
 def model_info(name: str) -> Operation[ModelInfo, ModelInfo]:

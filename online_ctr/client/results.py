@@ -73,6 +73,11 @@ class ModelInfo:
     progressive_logloss: float | None
     stream_lag: int
     dead_letters: int
+    #: Which new features get state, the share of non-clicks kept (each weighted 1/rate),
+    #: and the learned examples' total weight (``global_step`` when none had a weight).
+    admission: str = "all"
+    negative_rate: float = 1.0
+    learned_weight: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -76,15 +76,22 @@ class Client:
         return self._run(operations.predict_many(rows, self.model_name, self.max_batch, top))
 
     def learn(
-        self, features: FeatureMap, label: int, idempotency_key: str | None = None
+        self,
+        features: FeatureMap,
+        label: int,
+        idempotency_key: str | None = None,
+        weight: float | None = None,
     ) -> Accepted:
-        """Send one labelled example (``label`` 1: clicked) under ``idempotency_key`` (by
-        default a new one, kept on retries: the example is accepted once)."""
-        return self._run(operations.learn(features, label, self.model_name, idempotency_key))
+        """Send one labelled example (``label`` 1: clicked; ``weight`` its importance weight,
+        default 1) under ``idempotency_key`` (by default a new one, kept on retries: the
+        example is accepted once)."""
+        learned = operations.learn(features, label, self.model_name, idempotency_key, weight)
+        return self._run(learned)
 
     def learn_many(self, examples: Iterable[LabelledExample]) -> Accepted:
-        """Send ``(features, label)`` pairs in order, ``max_batch`` per request, each with an
-        ``Idempotency-Key`` of its own kept on its retries: each is accepted exactly once."""
+        """Send ``(features, label)`` pairs (or ``(features, label, weight)``) in order,
+        ``max_batch`` per request, each with an ``Idempotency-Key`` of its own kept on its
+        retries: each is accepted exactly once."""
         return self._run(operations.learn_many(examples, self.model_name, self.max_batch))
 
     def model(self, name: str) -> ModelInfo:

@@ -21,6 +21,7 @@ from online_ctr.client import (
     Prediction,
     Retry,
     UnreachableError,
+    operations,
 )
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Recorder, Service, wait_until
 
@@ -70,6 +71,7 @@ def test_predict_learn_model_and_delete(
             0,
         )
         assert info.progressive_logloss is not None and info.nonzero_weights > 0
+        assert (info.admission, info.negative_rate, info.learned_weight) == ("all", 1.0, 50.0)
         features = [x for x, _ in rows[:20]]
         many = client.predict_many(features)  # 3 requests
         assert many == [client.predict(x) for x in features]
@@ -116,6 +118,12 @@ def test_errors_are_client_errors_with_the_servers_message(
         assert invalid.value.status == 422
         assert invalid.value.message.startswith("invalid request")
         assert [field for field, _ in invalid.value.errors] == ["label"]
+        with pytest.raises(ClientError) as weightless:
+            client.learn({"site": "a"}, 1, weight=0.0)
+        assert weightless.value.status == 422
+        assert [field for field, _ in weightless.value.errors] == ["weight"]
+        assert client.learn({"site": "a"}, 1, weight=2.5) == Accepted(1)
+        assert client.learn_many([({"site": "a"}, 1, 3.0), ({"site": "b"}, 0)]) == Accepted(2)
         with pytest.raises(ClientError) as unknown:
             client.model("other")
         assert unknown.value.status == 404 and "no model or group" in unknown.value.message
@@ -123,7 +131,8 @@ def test_errors_are_client_errors_with_the_servers_message(
         with pytest.raises(ClientError) as partial:
             client.learn_many([({"site": "a"}, 1)] * 1000 + [({"a=b": "c"}, 1)])
         assert partial.value.status == 422 and partial.value.examples_done == 1000
-    assert [status for _, status, _ in recorder.attempts] == [422, 404, 202, 422]  # no retries
+    statuses = [status for _, status, _ in recorder.attempts]
+    assert statuses == [422, 422, 202, 202, 404, 202, 422]  # no retries
 
     with Client(service.api_url) as anonymous, pytest.raises(ClientError) as no_key:
         anonymous.predict({"site": "a"})
@@ -173,3 +182,17 @@ def test_the_documented_example_runs(
     probability, accepted, batch = capsys.readouterr().out.splitlines()
     assert 0 < float(probability) < 1
     assert (accepted, batch) == ("1", "Accepted(accepted=2, replayed=False)")
+
+
+def test_a_weight_goes_in_the_body_only_when_given() -> None:
+    one = next(iter(operations.learn({"a": "b"}, 1, None, "k", 2.5).calls))
+    assert one.body == {"features": {"a": "b"}, "label": 1, "weight": 2.5}
+    plain = next(iter(operations.learn({"a": "b"}, 1, None, "k").calls))
+    assert plain.body == {"features": {"a": "b"}, "label": 1}
+    many = next(iter(operations.learn_many([({"a": "b"}, 0, 4), ({"c": "d"}, 1)], None, 8).calls))
+    assert many.body == {
+        "examples": [
+            {"features": {"a": "b"}, "label": 0, "weight": 4.0},
+            {"features": {"c": "d"}, "label": 1},
+        ]
+    }
