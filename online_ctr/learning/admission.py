@@ -48,6 +48,11 @@ MOST_COUNT = 255
 
 Kind = Literal["all", "poisson", "bloom"]
 
+#: The forms :meth:`Admission.text` writes, as a JSON Schema pattern (for the API's schema).
+PATTERN = (
+    r"^(all|poisson:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?|[1-9](\.[0-9]+)?e-[0-9]+)"
+    r"|bloom:([1-9][0-9]?|1[0-9][0-9]|2[0-4][0-9]|25[0-5]))$"
+)
 #: The kernel's code of each kind.
 MODES: dict[str, int] = {"all": 0, "poisson": 1, "bloom": 2}
 

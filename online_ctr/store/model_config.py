@@ -38,6 +38,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
+from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
@@ -93,6 +94,7 @@ class ModelConfig(JoinConfig):
     )
     admission: str = Field(
         "all",
+        pattern=ADMISSION_PATTERN,
         description="Which new features get state: all; poisson:P (admitted with probability "
         "P at each occurrence); bloom:N (at the N-th occurrence, counted in a counting Bloom "
         "filter). Until admitted a feature contributes 0 and its gradient is dropped.",
@@ -119,10 +121,12 @@ class ModelConfig(JoinConfig):
         get_rule(value)
         return value
 
-    @field_validator("admission")
+    @field_validator("admission", mode="before")
     @classmethod
-    def _admission(cls, value: str) -> str:
-        return Admission.parse(value).text
+    def _admission(cls, value: object) -> object:
+        # Before the pattern: a bad rule is told what is wrong, a good one written as
+        # Admission.text writes it (which the pattern describes).
+        return Admission.parse(value).text if isinstance(value, str) else value
 
     @field_validator("group")
     @classmethod
