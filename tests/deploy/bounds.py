@@ -59,6 +59,7 @@ REACHED = {
 def drive_to_the_bounds(api: httpx.Client, redis_url: str) -> None:
     """Reach every bound once: the counters of the Limits row then have their series."""
     challengers(api, redis_url)
+    lean_model(api, redis_url)
     repeatable_learns(api, 2 * MOST)
     predictions(api, 2 * MOST)
     new_names(api)
@@ -84,6 +85,26 @@ def challengers(api: httpx.Client, redis_url: str) -> None:
     for number in range(20):
         body = {"features": {"site": "news", "n": float(number)}, "label": number % 2}
         answer = api.post("/learn", json=body, params={"model": "promo"})
+        assert answer.status_code == 202, answer.text
+
+
+def lean_model(api: httpx.Client, redis_url: str) -> None:
+    """A model admitting features at their second occurrence and sampling non-clicks, and
+    feedback for it: its learner then has the admission series (the Lean models row)."""
+    settings = Settings(redis_url=redis_url, state_buckets=64, state_shards=8)
+    config = ModelConfig(admission="bloom:2", negative_rate=0.5)
+
+    async def create() -> None:
+        client = redis_client(settings)
+        try:
+            await ModelsAdmin(client, settings).create("lean", config)
+        finally:
+            await client.aclose()
+
+    asyncio.run(create())
+    for number in range(20):
+        body = {"features": {"site": "news", "n": float(number)}, "label": number % 2}
+        answer = api.post("/learn", json=body, params={"model": "lean"})
         assert answer.status_code == 202, answer.text
 
 

@@ -262,6 +262,12 @@ def drive_traffic(client: httpx.Client, rng: random.Random) -> None:
         for model in ("promo", "promo-alpha_0.1"):  # the serving model, the other by name
             response = client.post("/predict", json=features, params={"model": model})
             assert response.status_code == 200, response.text
+    for _ in range(5):  # the model that admits and samples (bounds.lean_model)
+        response = client.post("/learn", json=example(rng), params={"model": "lean"})
+        assert response.status_code == 202, response.text
+        features = {"features": example(rng)["features"]}
+        response = client.post("/predict", json=features, params={"model": "lean"})
+        assert response.status_code == 200, response.text
     for _ in range(2):
         response = client.post("/predict", json={"features": "not a mapping"})
         assert 400 <= response.status_code < 500, response.text
