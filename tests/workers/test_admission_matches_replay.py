@@ -37,7 +37,7 @@ ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 
 def reference(settings: Settings) -> InMemoryModel:
     spec = model_spec(settings)
-    model = InMemoryModel(spec.rule, spec.params, admission=spec.admission)
+    model = InMemoryModel(spec.rule, spec.params, encoding=spec.encoding, admission=spec.admission)
     hasher = FeatureHasher(numeric=settings.numeric)
     model.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
     return model
@@ -158,3 +158,30 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None
 
 async def one_piece(blob: bytes) -> AsyncIterator[bytes]:
     yield blob
+
+
+async def test_compact_state_admits_as_the_compact_in_process_learner(redis_url: str) -> None:
+    """Admission with the compact encoding: the rounding and the admission both part of the
+    learning, Redis holds exactly what the in-process learner learned."""
+    settings = Settings(
+        redis_url=redis_url,
+        state_buckets=64,
+        state_shards=8,
+        admission="bloom:2",
+        state_encoding="compact",
+        **AUTH,
+    )
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        store = ModelStore(redis, model_spec(settings))
+        await store.ensure()
+        await send(store, ROWS, per_entry=50)
+        await learn(store, 512, CollectorRegistry())
+        stored = await scan_state(store)
+    finally:
+        await redis.aclose()
+    expected = reference(settings).snapshot()
+    seen = FeatureHasher(numeric=settings.numeric).batch([x for x, _ in ROWS]).ids
+    assert stored.keys() == expected.keys() and len(expected) < len(np.unique(seen))
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
