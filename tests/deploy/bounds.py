@@ -8,6 +8,7 @@ small enough to reach in a few requests, and this traffic reaches each of them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -70,41 +71,46 @@ def drive_to_the_bounds(api: httpx.Client, redis_url: str) -> None:
 def challengers(api: httpx.Client, redis_url: str) -> None:
     """A group of two models with a promotion policy, and feedback for it: the workers'
     promoter then has its series (the Champion and challengers row)."""
-    settings = Settings(redis_url=redis_url, state_buckets=64, state_shards=8)
 
-    async def create() -> None:
-        client = redis_client(settings)
-        try:
-            admin = ModelsAdmin(client, settings)
-            await sweep(admin, sweep_configs("promo", ModelConfig(), {"alpha": [0.05, 0.1]}))
-            await set_policy(admin, "promo", PolicyBody())
-        finally:
-            await client.aclose()
+    async def create(admin: ModelsAdmin) -> None:
+        await sweep(admin, sweep_configs("promo", ModelConfig(), {"alpha": [0.05, 0.1]}))
+        await set_policy(admin, "promo", PolicyBody())
 
-    asyncio.run(create())
-    for number in range(20):
-        body = {"features": {"site": "news", "n": float(number)}, "label": number % 2}
-        answer = api.post("/learn", json=body, params={"model": "promo"})
-        assert answer.status_code == 202, answer.text
+    with_admin(redis_url, create)
+    feed(api, "promo")
 
 
 def lean_model(api: httpx.Client, redis_url: str) -> None:
     """A model admitting features at their second occurrence and sampling non-clicks, and
     feedback for it: its learner then has the admission series (the Lean models row)."""
-    settings = Settings(redis_url=redis_url, state_buckets=64, state_shards=8)
     config = ModelConfig(admission="bloom:2", negative_rate=0.5)
 
-    async def create() -> None:
+    async def create(admin: ModelsAdmin) -> None:
+        await admin.create("lean", config)
+
+    with_admin(redis_url, create)
+    feed(api, "lean")
+
+
+def with_admin(redis_url: str, change: Callable[[ModelsAdmin], Awaitable[None]]) -> None:
+    """Run ``change`` with the registry's admin, as ``online-ctr models`` does."""
+    settings = Settings(redis_url=redis_url, state_buckets=64, state_shards=8)
+
+    async def run() -> None:
         client = redis_client(settings)
         try:
-            await ModelsAdmin(client, settings).create("lean", config)
+            await change(ModelsAdmin(client, settings))
         finally:
             await client.aclose()
 
-    asyncio.run(create())
+    asyncio.run(run())
+
+
+def feed(api: httpx.Client, model: str) -> None:
+    """Twenty labelled examples for ``model`` (or group)."""
     for number in range(20):
         body = {"features": {"site": "news", "n": float(number)}, "label": number % 2}
-        answer = api.post("/learn", json=body, params={"model": "lean"})
+        answer = api.post("/learn", json=body, params={"model": model})
         assert answer.status_code == 202, answer.text
 
 
