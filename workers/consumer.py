@@ -33,7 +33,7 @@ from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
-from workers.learn_group import Learning, NonFiniteError, learn_group, weighted_losses
+from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
@@ -352,7 +352,7 @@ class Worker:
             self.damaged = ""
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
-        if self.counters is not None and learning.change.counters is not None:
+        if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
             newly = int(np.count_nonzero(self.counters[counted.positions] == 0))
             self.counters[counted.positions] = counted.values
@@ -361,8 +361,9 @@ class Worker:
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
         if group.units is not None:  # the group's promoter pairs them (workers.promoter)
+            assert group.batch is not None
             keys, examples = group.units
-            units = learned_units(keys, examples, weighted_losses(learning.learned, group.batch))
+            units = learned_units(keys, examples, group.batch.weighted(learning.learned.losses))
             await write_units(self.store.redis, self.store.keys, units)
 
     async def _wait_for_room(self, error: OutOfMemoryError) -> None:

@@ -8,17 +8,12 @@ state, so the service's model equals ``online-ctr replay``'s bit for bit at any 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning.admission import (
-    admitted_after,
-    changed_counters,
-    dropped_of,
-    local_admitting,
-)
+from online_ctr.learning.admission import changed_counters, local_admitting
 from online_ctr.learning.calibration import Histogram
 from online_ctr.learning.features import Batch, bias_id
 from online_ctr.learning.learner import unique_features
@@ -46,15 +41,15 @@ class Learning:
     ids: NDArray[np.uint64]
     rows: NDArray[np.intp]
     learned: Learned
+    #: The state of ``ids`` after the group: what the cache's ``rows`` hold once it commits
+    #: (``learned.state`` has every feature of the group, admitted or not).
+    state: NDArray[np.float64]
     #: The features the group stores for the first time whose filter bit its commit sets:
     #: the others' bit an earlier commit set, so this is every bit the group adds.
     marked: NDArray[np.uint64]
-    histogram: Histogram | None = None
-    #: The state of ``ids`` after the group: what the cache's ``rows`` hold once it commits
-    #: (``learned.state`` has every feature of the group, admitted or not).
-    state: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
     #: Occurrences whose gradient admission dropped (their feature not admitted yet).
-    dropped: int = 0
+    dropped: int
+    histogram: Histogram | None = None
 
 
 async def cached_rows(
@@ -120,7 +115,7 @@ async def learn_group(
     logloss_sum = _loss_sum(learned.losses, batch, served)
     check_finite(features.ids, before, learned, logloss_sum)
     # Only admitted features are stored, and cached as stored; the others stay as they were.
-    kept = admitted_after(argument, len(features.ids))
+    kept = argument.admitted_rows()
     ids, state = features.ids, learned.state
     if not kept.all():
         ids, state = ids[kept], state[kept]
@@ -142,7 +137,7 @@ async def learn_group(
         weight_excess=weight_excess(batch),
         counters=CounterChange(*changed_counters(argument, where, counters)),
     )
-    learning = Learning(change, ids, rows, learned, ids[marked], None, state, dropped_of(argument))
+    learning = Learning(change, ids, rows, learned, state, ids[marked], argument.dropped_count())
     if histogram is None:
         return learning
     # The histogram takes the group's progressive predictions in stream order, so it is the
@@ -161,16 +156,7 @@ def _loss_sum(
     if served is not None:
         known = ~np.isnan(served)
         losses = np.where(known, log_loss(np.where(known, served, 0.5), batch.labels), losses)
-    if batch.weights is None:
-        return float(losses.sum())
-    return float((losses * batch.weights).sum())
-
-
-def weighted_losses(learned: Learned, batch: Batch | None) -> NDArray[np.float64]:
-    """Each example's progressive log loss times its importance weight."""
-    if batch is None or batch.weights is None:
-        return learned.losses
-    return learned.losses * batch.weights
+    return float(batch.weighted(losses).sum())
 
 
 def weight_excess(batch: Batch) -> float:

@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
-#: Counters of a model's counting Bloom filter: 4 MiB, one byte each. With ``HASHES`` = 3, 1M
-#: features waiting for admission at once leave a new feature's counters all taken with
-#: probability (1 - e^(-3M/4M))^3 ~ 0.12 (admitted early), 300k with ~ 0.008.
+from online_ctr.learning.splitmix import mix, uniform
+
+#: Counters of a model's counting Bloom filter: 4 MiB, one byte each. With ``HASHES`` = 3, m
+#: features waiting for admission at once leave a new feature's counters all taken (so it is
+#: admitted early) with probability (1 - e^(-3m / 2^22))^3, the Bloom filter's false-positive
+#: rate: 0.13 at m = 1M, 0.007 at m = 300k (computed, not measured).
 COUNTERS = 1 << 22
 HASHES = 3
 #: A counter's most: counts saturate there, so ``N`` can be at most this.
@@ -56,8 +59,6 @@ PATTERN = (
 #: The kernel's code of each kind.
 MODES: dict[str, int] = {"all": 0, "poisson": 1, "bloom": 2}
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 #: Salts, so that neither hash is another one of the service's (compact rounding, sampling).
 POISSON_SALT = 0x61646D6974  # "admit"
 BLOOM_SALTS = (0x626C6F6F6D31, 0x626C6F6F6D32, 0x626C6F6F6D33)  # "bloom1".."bloom3"
@@ -112,20 +113,12 @@ class Admission:
 ADMIT_ALL = Admission()
 
 
-def mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """SplitMix64's output function, elementwise (uint64 arithmetic wraps)."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _MIX1
-    x = (x ^ (x >> np.uint64(27))) * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
 def bloom_positions(ids: NDArray[np.uint64]) -> NDArray[np.int64]:
     """Each id's ``HASHES`` counters, shape ``(len(ids), HASHES)``."""
     ids = np.asarray(ids, np.uint64)
-    columns = [mix(ids ^ np.uint64(salt)) % np.uint64(COUNTERS) for salt in BLOOM_SALTS]
     if not len(ids):
         return np.zeros((0, HASHES), np.int64)
+    columns = [mix(ids ^ np.uint64(salt)) % np.uint64(COUNTERS) for salt in BLOOM_SALTS]
     return np.stack(columns, axis=1).astype(np.int64)
 
 
@@ -134,21 +127,43 @@ def poisson_uniform(ids: NDArray[np.uint64], steps: NDArray[np.int64]) -> NDArra
     each id at each step (the step the occurrence's update is learned as); what the kernel
     computes, written in numpy for the tests."""
     salted = np.asarray(steps, np.int64).astype(np.uint64) ^ np.uint64(POISSON_SALT)
-    h = mix(np.asarray(ids, np.uint64) ^ mix(salted))
-    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return uniform(mix(np.asarray(ids, np.uint64) ^ mix(salted)))
 
 
-#: The admission argument of the compiled learner (:func:`online_ctr.learning.kernels.learner`):
-#: mode, p, n, admitted (per row), counters, positions (per row), dropped (one count).
-Admitting = tuple[
-    int, float, int, NDArray[np.uint8], NDArray[np.uint8], NDArray[np.int64], NDArray[np.int64]
-]
+class Admitting(NamedTuple):
+    """The admission argument of the compiled learner
+    (:func:`online_ctr.learning.kernels.learner`), per feature row of a batch where it says
+    so; the learner updates ``admitted``, ``counters`` and ``dropped`` in place."""
+
+    #: :data:`MODES`' code of the rule (0: every feature is admitted, nothing else is read).
+    mode: int
+    p: float
+    n: int
+    #: Per row, 1 if the feature is admitted.
+    admitted: NDArray[np.uint8]
+    #: The counting Bloom filter (bloom), or the part of it the rows use.
+    counters: NDArray[np.uint8]
+    #: Per row, its ``HASHES`` counters in ``counters``.
+    positions: NDArray[np.int64]
+    #: One count: the occurrences whose gradient was dropped.
+    dropped: NDArray[np.int64]
+
+    def admitted_rows(self) -> NDArray[np.bool_]:
+        """Which rows are admitted (after the learner ran: it admits as it goes)."""
+        if self.mode == 0:
+            return np.ones(len(self.positions), np.bool_)
+        admitted: NDArray[np.bool_] = self.admitted == 1
+        return admitted
+
+    def dropped_count(self) -> int:
+        """How many occurrences' gradients the learner dropped, features not admitted."""
+        return int(self.dropped[0])
 
 
-def admit_all() -> Admitting:
-    """The admission argument that admits every feature (nothing else of it is read)."""
+def admit_all(rows: int = 0) -> Admitting:
+    """The admission argument that admits every one of ``rows`` features."""
     none = np.zeros(0, np.uint8)
-    return (0, 1.0, 1, none, none, np.zeros((0, 1), np.int64), np.zeros(1, np.int64))
+    return Admitting(0, 1.0, 1, none, none, np.zeros((rows, 1), np.int64), np.zeros(1, np.int64))
 
 
 def admitting(
@@ -158,18 +173,21 @@ def admitting(
     counters: NDArray[np.uint8] | None,
 ) -> Admitting:
     """The learner's admission argument for the features ``ids`` of a batch, of which
-    ``admitted`` are admitted already; ``counters``: the model's filter (``bloom`` only)."""
+    ``admitted`` are admitted already; ``counters``: the model's filter (``bloom`` only),
+    updated in place as the learner counts."""
     if admission.kind == "all":
-        return admit_all()
-    if admission.counted and counters is None:
-        raise ValueError("bloom admission needs the model's counters")
-    positions = bloom_positions(ids) if admission.counted else np.zeros((0, 1), np.int64)
-    return (
+        return admit_all(len(ids))
+    positions = np.zeros((len(ids), 1), np.int64)
+    if admission.counted:
+        if counters is None:
+            raise ValueError("bloom admission needs the model's counters")
+        positions = bloom_positions(ids)
+    return Admitting(
         MODES[admission.kind],
         float(admission.p),
         int(admission.n),
         admitted.astype(np.uint8),
-        counters if counters is not None else np.zeros(0, np.uint8),
+        np.zeros(0, np.uint8) if counters is None else counters,
         positions,
         np.zeros(1, np.int64),
     )
@@ -181,18 +199,16 @@ def local_admitting(
     admitted: NDArray[np.bool_],
     counters: NDArray[np.uint8] | None,
 ) -> tuple[Admitting, NDArray[np.int64]]:
-    """:func:`admitting` over a copy of only the counters ``ids`` use (left as they are), and
-    where each of the copy's counters is in the filter: what a learner whose group may not
-    commit learns with (:func:`changed_counters` says what to write if it does)."""
+    """:func:`admitting` over a copy of only the counters ``ids`` use (``counters`` left as
+    they are), and where each of the copy's counters is in the filter: what a learner whose
+    group may not commit learns with (:func:`changed_counters` says what to write if it
+    does)."""
+    argument = admitting(admission, ids, admitted, counters)
     if not admission.counted:
-        return admitting(admission, ids, admitted, counters), np.zeros(0, np.int64)
-    if counters is None:
-        raise ValueError("bloom admission needs the model's counters")
-    positions = bloom_positions(ids)
-    where, local = np.unique(positions, return_inverse=True)
-    argument = admitting(admission, ids, admitted, counters[where])
-    argument = (*argument[:5], local.reshape(positions.shape).astype(np.int64), argument[6])
-    return argument, where
+        return argument, np.zeros(0, np.int64)
+    where, local = np.unique(argument.positions, return_inverse=True)
+    positions = local.reshape(argument.positions.shape).astype(np.int64)
+    return argument._replace(counters=argument.counters[where], positions=positions), where
 
 
 def changed_counters(
@@ -201,23 +217,8 @@ def changed_counters(
     """The counters of a :func:`local_admitting` run that it changed, and their values."""
     if counters is None or not len(where):
         return np.zeros(0, np.int64), np.zeros(0, np.uint8)
-    local = argument[4]
-    changed = local != counters[where]
-    return where[changed], local[changed]
-
-
-def admitted_after(argument: Admitting, features: int) -> NDArray[np.bool_]:
-    """Which of the ``features`` rows are admitted once the learner has run with
-    ``argument``: every one when nothing is counted or drawn (``all``)."""
-    if argument[0] == 0:
-        return np.ones(features, np.bool_)
-    admitted: NDArray[np.bool_] = argument[3] == 1
-    return admitted
-
-
-def dropped_of(argument: Admitting) -> int:
-    """How many occurrences' gradients the learner dropped, features not admitted."""
-    return int(argument[6][0])
+    changed = argument.counters != counters[where]
+    return where[changed], argument.counters[changed]
 
 
 def empty_counters() -> NDArray[np.uint8]:

@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.splitmix import mix, uniform
+
 Array = NDArray[np.float64]
 Codes = NDArray[np.int64]
 
@@ -105,22 +107,13 @@ def n_value(codes: Codes) -> Array:
     return np.where(codes < N_MANTISSA, codes * N_LINEAR, normal)
 
 
-def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """SplitMix64's output function (Steele et al. 2014): a bijection that scatters bits."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    result: NDArray[np.uint64] = x ^ (x >> np.uint64(31))
-    return result
-
-
 def randomness(ids: NDArray[np.uint64], step: int) -> tuple[Array, Array]:
     """The rounding offsets of ``ids`` updated as step ``step``: for the weight-bearing value
     and for ``n``, each uniform in ``[0, 1)``, from a hash of the id and the step."""
     steps = np.full(len(ids), step, dtype=np.uint64)
-    h = _mix(np.asarray(ids, np.uint64) ^ _mix(steps))
-    for_weight = (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    for_n = (_mix(h) >> np.uint64(64 - N_RANDOM_BITS)).astype(np.float64) * 2.0**-N_RANDOM_BITS
+    h = mix(np.asarray(ids, np.uint64) ^ mix(steps))
+    for_weight = uniform(h)
+    for_n = (mix(h) >> np.uint64(64 - N_RANDOM_BITS)).astype(np.float64) * 2.0**-N_RANDOM_BITS
     return for_weight, for_n
 
 

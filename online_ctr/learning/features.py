@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
@@ -98,6 +98,17 @@ class Batch:
             self.labels[start:stop],
             None if self.weights is None else self.weights[start:stop],
         )
+
+    def with_weights(self, weights: Sequence[float] | None) -> Batch:
+        """The batch with the examples' importance ``weights`` (None: every weight 1)."""
+        if weights is None:
+            return self
+        return replace(self, weights=np.asarray(weights, np.float64))
+
+    def weighted(self, per_example: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``per_example`` values (a loss, a residual) times the examples' weights: the
+        values themselves, every bit, when the batch has none."""
+        return per_example if self.weights is None else per_example * self.weights
 
     def example_weights(self) -> NDArray[np.float64]:
         """The examples' weights, 1 where none was given."""

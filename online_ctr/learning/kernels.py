@@ -111,7 +111,7 @@ inlined = _inlined
 
 @_helper
 def _mix(x: np.uint64) -> np.uint64:
-    """``compact._mix``: SplitMix64's output function."""
+    """:func:`online_ctr.learning.splitmix.mix` of one word."""
     x = x + _GOLDEN
     x = (x ^ (x >> _S30)) * _MIX1
     x = (x ^ (x >> _S27)) * _MIX2
@@ -246,17 +246,16 @@ def _learn(
         for k in range(indptr[j], indptr[j + 1]):
             row = inverse[k]
             if mode != 0 and admitted[row] == 0:
-                step_after = t + j + 1
                 if not _admit(
-                    mode, ids[row], step_after, p_admit, n_admit, counters, positions, row
+                    mode, ids[row], t + j + 1, p_admit, n_admit, counters, positions, row
                 ):
                     dropped[0] += 1  # its gradient is dropped (McMahan et al. 2013, 4.1)
                     continue
                 admitted[row] = 1
             g = residual * values[k]
-            _update_row(state, inverse[k], g, g * g, step + 1.0, p)  # noqa: F821
+            _update_row(state, row, g, g * g, step + 1.0, p)  # noqa: F821
             if compact:
-                _quantize(_SCALED, state, inverse[k], ids[inverse[k]], t + j + 1, p)  # noqa: F821
+                _quantize(_SCALED, state, row, ids[row], t + j + 1, p)  # noqa: F821
     return logits, probabilities
 
 

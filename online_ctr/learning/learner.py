@@ -92,8 +92,7 @@ def logits(batch: Batch, features: Features, w: Array) -> Array:
 def gradients(batch: Batch, features: Features, p: Array) -> tuple[Array, Array]:
     """Per distinct feature: the batch's sum of ``w (p - y) x`` and sum of its squares, ``w``
     each example's importance weight."""
-    residuals = p - batch.labels if batch.weights is None else (p - batch.labels) * batch.weights
-    g = residuals[batch.rows()] * batch.values
+    g = batch.weighted(p - batch.labels)[batch.rows()] * batch.values
     k = len(features.ids)
     return _sum_by(features.inverse, g, k), _sum_by(features.inverse, g * g, k)
 

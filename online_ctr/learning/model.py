@@ -30,9 +30,7 @@ from numpy.typing import NDArray
 from online_ctr.learning.admission import (
     ADMIT_ALL,
     Admission,
-    admitted_after,
     admitting,
-    dropped_of,
     empty_counters,
 )
 from online_ctr.learning.calibration import Calibration, Calibrator
@@ -129,8 +127,8 @@ class InMemoryModel:
         learned = learn_sequential(
             self.rule, self.params, state, self.t, batch, features, self.encoding, argument
         )
-        admitted = admitted_after(argument, len(features.ids))
-        self.dropped += dropped_of(argument)
+        admitted = argument.admitted_rows()
+        self.dropped += argument.dropped_count()
         kept = self.table.rows(features.ids[admitted], create=True)
         self.table.data[kept, :-1] = learned.state[admitted]
         self.table.data[kept, -1] += learned.counts[admitted]

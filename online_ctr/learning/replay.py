@@ -173,7 +173,7 @@ def _progress(
     if kept.weights is None:
         batch_logloss = float(step.losses.mean())
     else:
-        batch_logloss = float((step.losses * kept.weights).sum() / kept.weights.sum())
+        batch_logloss = float(kept.weighted(step.losses).sum() / kept.weights.sum())
     return BatchProgress(
         metrics.count, step.probabilities, batch_logloss, metrics.logloss, seconds, model, read
     )

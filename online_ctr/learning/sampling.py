@@ -30,10 +30,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch
+from online_ctr.learning.splitmix import mix, uniform
 
-#: SplitMix64's constants (Steele et al. 2014): a fast, well-mixed 64-bit hash step.
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 #: Salts the example hash so that it is not the hash the compact encoding rounds with.
 _SALT = np.uint64(0x6E65676174697665)  # "negative"
 
@@ -49,43 +47,42 @@ def check_rate(rate: float) -> None:
         raise ValueError(f"the negative rate must be from {MIN_RATE} to 1, got {rate!r}")
 
 
-def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """SplitMix64's output function, elementwise (uint64 arithmetic wraps, as it should)."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _MIX1
-    x = (x ^ (x >> np.uint64(27))) * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
 def example_hashes(batch: Batch) -> NDArray[np.uint64]:
     """A 64-bit hash per example of its features' ids and values, in any order: the XOR of
     one mixed hash per (id, value) pair, mixed again with the example's feature count."""
-    pairs = _mix(batch.ids ^ _mix(batch.values.view(np.uint64) ^ _SALT))
+    pairs = mix(batch.ids ^ mix(batch.values.view(np.uint64) ^ _SALT))
     counts = np.diff(batch.indptr).astype(np.uint64)
     hashes = np.zeros(len(batch), np.uint64)
     nonempty = counts > 0
     starts = batch.indptr[:-1][nonempty]
     if len(starts):
         hashes[nonempty] = np.bitwise_xor.reduceat(pairs, starts)
-    return _mix(hashes ^ _mix(counts))
+    return mix(hashes ^ mix(counts))
 
 
 def kept_negatives(batch: Batch, rate: float) -> NDArray[np.bool_]:
     """Per example, whether a non-click with its features is kept at ``rate``: its hash, as a
     uniform number in [0, 1), is below ``rate``."""
-    uniform = (example_hashes(batch) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    return uniform < rate
+    kept: NDArray[np.bool_] = uniform(example_hashes(batch)) < rate
+    return kept
+
+
+def negative_weights(batch: Batch, rate: float) -> NDArray[np.float64]:
+    """Per example, its weight should it be a non-click at ``rate``: ``1 / rate`` if kept,
+    0 if sampled out. What a logged impression keeps until its label comes
+    (:mod:`service.api.join_side`), and what :func:`keep_negatives` weighs non-clicks by."""
+    return np.where(kept_negatives(batch, rate), 1.0 / rate, 0.0)
 
 
 def keep_negatives(batch: Batch, rate: float) -> Batch:
-    """``batch`` with every click and the non-clicks :func:`kept_negatives` keeps, each of
+    """``batch`` with every click and the non-clicks :func:`negative_weights` keeps, each of
     those weighted ``1 / rate`` times its own weight; ``batch`` itself at rate 1."""
     check_rate(rate)
     if rate == 1.0:
         return batch
     clicks = batch.labels == 1.0
-    kept = clicks | kept_negatives(batch, rate)
-    weights = np.where(clicks, 1.0, 1.0 / rate) * batch.example_weights()
+    weights = np.where(clicks, 1.0, negative_weights(batch, rate)) * batch.example_weights()
+    kept = weights > 0.0
     rows = np.flatnonzero(kept)
     lengths = np.diff(batch.indptr)[rows]
     pairs = np.repeat(kept, np.diff(batch.indptr))

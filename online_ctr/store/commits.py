@@ -60,7 +60,7 @@ class StateChange:
     #: examples' total weight is ``examples + weight_excess``.
     weight_excess: float = 0.0
     #: The admission counters the group changed and their values (:class:`CounterChange`).
-    counters: CounterChange | None = None
+    counters: CounterChange = NO_COUNTERS
     #: The calibration refitted over the group (:mod:`online_ctr.store.calibration_codec`), if any:
     #: the fit's text and the histogram's bytes.
     calibration: tuple[str, bytes] | None = None
@@ -118,7 +118,7 @@ class CommitLog:
                 fit,
                 histogram,
                 repr(change.weight_excess) if change.weight_excess else "0",
-                *(change.counters or NO_COUNTERS).args(),
+                *change.counters.args(),
                 *redo,
             ],
         )

@@ -16,10 +16,8 @@ import pytest
 from online_ctr.learning.admission import (
     COUNTERS,
     Admission,
-    admitted_after,
     admitting,
     bloom_positions,
-    dropped_of,
     empty_counters,
     poisson_uniform,
 )
@@ -102,8 +100,8 @@ def compiled(
         argument = admitting(admission, own.ids, admitted[at], counters)
         learned = learn_sequential(rule, params, state[at], start, part, own, admission=argument)
         state[at] = learned.state
-        admitted[at] = admitted_after(argument, len(own.ids))
-        dropped += dropped_of(argument)
+        admitted[at] = argument.admitted_rows()
+        dropped += argument.dropped_count()
         probabilities.append(learned.probabilities)
     ids = set(features.ids[admitted].tolist())
     return np.concatenate(probabilities), state, ids, dropped
