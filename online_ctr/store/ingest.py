@@ -23,6 +23,7 @@ import hashlib
 from dataclasses import dataclass
 
 from online_ctr.learning.features import Batch
+from online_ctr.learning.sampling import check_rate, keep_negatives
 from online_ctr.store import codec
 from online_ctr.store.idempotency import KeyLimits, script_args
 from online_ctr.store.keys import FeedbackKeys, ModelKeys
@@ -42,16 +43,20 @@ class IdempotencyConflictError(ValueError):
 @dataclass(frozen=True)
 class Appended:
     """What an append answered: how many examples it accepted, whether it is a replay of an
-    earlier request with the same key (then nothing new was appended), and how many records
-    of other keys it dropped to stay within the limit."""
+    earlier request with the same key (then nothing new was appended), how many records of
+    other keys it dropped to stay within the limit, and how many of the non-clicks it
+    accepted the negative rate left off the stream (none counted again for a replay)."""
 
     accepted: int
     replayed: bool = False
     evicted: int = 0
+    sampled_out: int = 0
 
 
 class FeedbackLog:
-    """The write side of the feedback streams of a model, or of every model of a group."""
+    """The write side of the feedback streams of a model, or of every model of a group;
+    ``negative_rate``: the fraction of the non-clicks it keeps (the model's, the group's),
+    chosen here, before the stream (:mod:`online_ctr.learning.sampling`)."""
 
     def __init__(
         self,
@@ -60,7 +65,10 @@ class FeedbackLog:
         models: list[ModelKeys],
         limits: KeyLimits,
         acks: ReplicaAcks | None = None,
+        negative_rate: float = 1.0,
     ) -> None:
+        check_rate(negative_rate)
+        self.negative_rate = negative_rate
         self.redis = redis
         self.feedback = feedback
         self.models = models
@@ -68,19 +76,16 @@ class FeedbackLog:
         self.acks = acks or ReplicaAcks(redis)
         self._append = register(redis, "append")
 
-    async def append(
-        self, batch: Batch, key: str | None = None, kept: Batch | None = None
-    ) -> Appended:
-        """Append a labelled batch as one entry; with ``key``, at most once per window.
-
-        ``kept``: what of ``batch`` goes on the stream, if not all of it (negative sampling);
-        ``batch`` is still what the key's record is of, and what is counted as accepted. When
-        nothing is kept, nothing is appended, but the key is checked and recorded all the same.
-        """
-        request = codec.encode_entry(batch)
-        entry = request if kept is None else codec.encode_entry(kept) if len(kept) else b""
+    async def append(self, batch: Batch, key: str | None = None) -> Appended:
+        """Append a labelled batch as one entry, its non-clicks sampled at the negative rate;
+        with ``key``, at most once per window. ``batch`` is what the key's record is of, and
+        what is counted as accepted; when nothing of it is kept, nothing is appended, but the
+        key is checked and recorded all the same."""
+        kept = keep_negatives(batch, self.negative_rate)  # ``batch`` itself at rate 1
+        entry = codec.encode_entry(kept) if len(kept) else b""
         # The digest of the encoded request: the same examples in the same order match,
         # however the JSON was spaced or its numbers written.
+        request = entry if kept is batch or not key else codec.encode_entry(batch)
         record = f"{hashlib.sha256(request).hexdigest()} {len(batch)}" if key else ""
         metas = [keys.meta for keys in self.models]
         streams = [keys.stream for keys in self.models]
@@ -95,7 +100,7 @@ class FeedbackLog:
             raise ModelDeletedError(f"{stored.decode()} was deleted")
         await self.acks.confirm(index)
         if appended == 1:
-            return Appended(len(batch), evicted=int(evicted[0]))
+            return Appended(len(batch), evicted=int(evicted[0]), sampled_out=len(batch) - len(kept))
         digest, accepted = stored.decode().split()
         if digest != record.split()[0]:
             raise IdempotencyConflictError(

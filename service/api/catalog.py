@@ -121,7 +121,8 @@ class Catalog:
         key_limits = KeyLimits.of(self._settings)
         tag = FeedbackKeys.of(info.serving, info.name)
         acks = ReplicaAcks.of(self._redis, self._settings, self._metrics.replica_ack_timeouts)
-        feedback = FeedbackLog(self._redis, tag, keys, key_limits, acks)
+        rate = info.shared.negative_rate
+        feedback = FeedbackLog(self._redis, tag, keys, key_limits, acks, rate)
         streams = [k.stream for k in keys]
         serving = members[info.serving].store.keys
         policy = info.shared.policy()
@@ -135,7 +136,7 @@ class Catalog:
             key_limits,
             most,
             acks,
-            info.shared.negative_rate,
+            rate,
         )
         return ServedGroup(info, members, feedback, joins)
 

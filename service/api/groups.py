@@ -19,7 +19,6 @@ from online_ctr.store.impressions import Joined
 from online_ctr.store.ingest import Appended, FeedbackLog
 from online_ctr.store.registry import GroupInfo
 from service.api.join_side import ServedJoins
-from service.api.sampled import weighted
 from service.api.served import ServedModel
 
 #: 2**64, to map a 64-bit hash to [0, 1).
@@ -83,12 +82,11 @@ class ServedGroup:
         so that every model learns the same entry."""
         for member in self.members.values():
             await member.ensure()
-        batch = weighted(self.hasher.batch(rows, labels), weights)
+        batch = self.hasher.batch(rows, labels).with_weights(weights)
+        appended = await self.feedback.append(batch, key)
         # Counted as the group's joins are: by its serving model.
-        sampling = self.serving.sampling
-        kept = sampling.kept(batch)
-        appended = await self.feedback.append(batch, key, kept)
-        sampling.count(batch, kept, appended)
+        if appended.sampled_out:
+            self.serving.sampled_out.inc(appended.sampled_out)
         if appended.evicted:
             self.serving.keys_evicted.inc(appended.evicted)
         return appended

@@ -17,11 +17,9 @@ import base64
 import os
 from collections.abc import Sequence
 
-import numpy as np
-
 from online_ctr.config.join_policy import TURN_ON, JoinPolicy, detail, outcome
 from online_ctr.learning.features import Batch
-from online_ctr.learning.sampling import kept_negatives
+from online_ctr.learning.sampling import negative_weights
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.idempotency import KeyLimits
@@ -122,11 +120,8 @@ class ServedJoins:
             ids.extend(i or next(made) for i in (given or [None] * size))
         sizes = [size for size, _ in requests]
         entries = codec.encode_rows(batch)
-        weights = None
-        if self.negative_rate < 1.0:
-            weights = np.where(
-                kept_negatives(batch, self.negative_rate), 1 / self.negative_rate, 0.0
-            )
+        rate = self.negative_rate
+        weights = negative_weights(batch, rate) if rate < 1.0 else None
         done = await self.impressions.log(
             ids, entries, p, self.model, sizes, self.max_pending, weights
         )

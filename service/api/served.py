@@ -33,7 +33,6 @@ from service.api.coalesce import Coalescer
 from service.api.explained import explanations
 from service.api.join_side import ServedJoins
 from service.api.limits import Limits
-from service.api.sampled import Sampling, weighted
 from service.api.scan import NameIds
 from service.api.tables import TableBudgets
 
@@ -111,7 +110,8 @@ class ServedModel:
         key_limits = KeyLimits.of(settings)
         acks = ReplicaAcks.of(redis, settings, metrics.replica_ack_timeouts)
         metrics.replica_ack_timeouts.labels("learn")  # the series exists from the start, at 0
-        self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits, acks)
+        self.negative_rate = negative_rate
+        self.feedback = FeedbackLog(redis, keys.feedback, [keys], key_limits, acks, negative_rate)
         self.joins = ServedJoins(
             redis,
             keys,
@@ -139,7 +139,8 @@ class ServedModel:
         # Records dropped at OCTR_MAX_IDEMPOTENCY_KEYS by this model's /learn (by its group's,
         # when it serves the group: see ServedGroup.learn), and those its tag holds.
         self.keys_evicted = metrics.idempotency_keys_evicted.labels(self.name)
-        self.sampling = Sampling(negative_rate, metrics.sampled_out.labels(self.name))
+        # Non-clicks sampled out by this model's /learn (its group's, when it serves one).
+        self.sampled_out = metrics.sampled_out.labels(self.name)
         self._keys_held = metrics.idempotency_keys.labels(self.name)
         self._gauges = (
             metrics.nonzero_weights.labels(self.name),
@@ -257,21 +258,21 @@ class ServedModel:
         """Append the labelled examples (of importance ``weights``, if given) to the feedback
         stream as one entry, its non-clicks sampled at the model's negative rate; with an
         idempotency ``key``, only if that key was not used within the window."""
-        return await self.append(weighted(self.hasher.batch(rows, labels), weights), key)
+        return await self.append(self.hasher.batch(rows, labels).with_weights(weights), key)
 
     async def append(self, batch: Batch, key: str | None) -> Appended:
         """Append a labelled batch, hashed already, as :meth:`learn` does."""
         await self.ensure()
-        kept = self.sampling.kept(batch)
         try:
-            appended = await self.feedback.append(batch, key, kept)
+            appended = await self.feedback.append(batch, key)
         except ModelDeletedError:
             # Deleted by another process since this one checked: the own model is created
             # again (as DELETE does), any other is gone.
             self._ensured = False
             await self.ensure()
-            appended = await self.feedback.append(batch, key, kept)
-        self.sampling.count(batch, kept, appended)
+            appended = await self.feedback.append(batch, key)
+        if appended.sampled_out:
+            self.sampled_out.inc(appended.sampled_out)
         if appended.evicted:
             self.keys_evicted.inc(appended.evicted)
         return appended

@@ -175,6 +175,6 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         calibration=info.calibration,
         group=served.store.spec.group,
         admission=info.admission,
-        negative_rate=served.sampling.rate,
+        negative_rate=served.negative_rate,
         learned_weight=info.learned_weight,
     )
