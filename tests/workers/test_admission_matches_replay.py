@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,6 +44,30 @@ def reference(settings: Settings) -> InMemoryModel:
     return model
 
 
+def settings_of(redis_url: str, admission: str, **extra: Any) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        state_buckets=64,
+        state_shards=8,
+        admission=admission,
+        **extra,
+        **AUTH,
+    )
+
+
+def assert_model_is(stored: dict[int, np.ndarray], expected: dict[int, np.ndarray]) -> None:
+    """The same features, with the same state rows bit for bit (the table's count aside)."""
+    assert stored.keys() == expected.keys()
+    for feature, row in expected.items():
+        np.testing.assert_array_equal(stored[feature], row[:-1])
+
+
+def distinct_features(settings: Settings) -> int:
+    """How many features the rows hold, bias included."""
+    ids = FeatureHasher(numeric=settings.numeric).batch([x for x, _ in ROWS]).ids
+    return len(np.unique(ids))
+
+
 async def learn(store: ModelStore, batch_size: int, registry: CollectorRegistry) -> None:
     config = WorkerConfig(name="w1", batch_size=batch_size)
     await Worker(store, config, Metrics(registry)).run_until_idle()
@@ -53,9 +78,7 @@ async def learn(store: ModelStore, batch_size: int, registry: CollectorRegistry)
 async def test_the_worker_admits_as_the_in_process_learner(
     redis_url: str, admission: str, batch_size: int
 ) -> None:
-    settings = Settings(
-        redis_url=redis_url, state_buckets=64, state_shards=8, admission=admission, **AUTH
-    )
+    settings = settings_of(redis_url, admission)
     redis = aioredis.Redis.from_url(redis_url)
     registry = CollectorRegistry()
     try:
@@ -69,11 +92,8 @@ async def test_the_worker_admits_as_the_in_process_learner(
         await redis.aclose()
     model = reference(settings)
     expected = model.snapshot()
-    assert stored.keys() == expected.keys()
-    for feature, row in expected.items():
-        np.testing.assert_array_equal(stored[feature], row[:-1])
-    seen = len(np.unique(FeatureHasher(numeric=settings.numeric).batch([x for x, _ in ROWS]).ids))
-    assert info.features_tracked == len(expected) < seen  # some are still waiting
+    assert_model_is(stored, expected)
+    assert info.features_tracked == len(expected) < distinct_features(settings)  # some wait
     assert info.t == len(ROWS)
     sample = registry.get_sample_value
     assert sample("online_ctr_features_admitted_total", {"model": "default"}) == len(expected)
@@ -93,9 +113,7 @@ async def test_the_worker_admits_as_the_in_process_learner(
 async def test_a_learner_that_takes_over_loses_no_count(redis_url: str) -> None:
     """Half the stream learned by one worker, the rest by a new one (a takeover: nothing of
     the first is shared but Redis): the model is the in-process learner's of the whole."""
-    settings = Settings(
-        redis_url=redis_url, state_buckets=64, state_shards=8, admission="bloom:3", **AUTH
-    )
+    settings = settings_of(redis_url, "bloom:3")
     redis = aioredis.Redis.from_url(redis_url)
     try:
         store = ModelStore(redis, model_spec(settings))
@@ -110,10 +128,7 @@ async def test_a_learner_that_takes_over_loses_no_count(redis_url: str) -> None:
         stored = await scan_state(store)
     finally:
         await redis.aclose()
-    expected = reference(settings).snapshot()
-    assert stored.keys() == expected.keys()
-    for feature, row in expected.items():
-        np.testing.assert_array_equal(stored[feature], row[:-1])
+    assert_model_is(stored, reference(settings).snapshot())
 
 
 def test_the_rule_is_part_of_the_spec() -> None:
@@ -126,9 +141,7 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None
     """Half the stream learned, the model exported and imported under another name, the rest
     learned by the copy: the copy is the in-process learner's model of the whole stream, so
     the file carried the admission rule and every count of the counting Bloom filter."""
-    settings = Settings(
-        redis_url=redis_url, state_buckets=64, state_shards=8, admission="bloom:3", **AUTH
-    )
+    settings = settings_of(redis_url, "bloom:3")
     redis = aioredis.Redis.from_url(redis_url)
     try:
         original = ModelStore(redis, model_spec(settings))
@@ -150,10 +163,7 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None
         state = await scan_state(copy)
     finally:
         await redis.aclose()
-    expected = reference(settings).snapshot()
-    assert state.keys() == expected.keys()
-    for feature, row in expected.items():
-        np.testing.assert_array_equal(state[feature], row[:-1])
+    assert_model_is(state, reference(settings).snapshot())
 
 
 async def one_piece(blob: bytes) -> AsyncIterator[bytes]:
@@ -163,14 +173,7 @@ async def one_piece(blob: bytes) -> AsyncIterator[bytes]:
 async def test_compact_state_admits_as_the_compact_in_process_learner(redis_url: str) -> None:
     """Admission with the compact encoding: the rounding and the admission both part of the
     learning, Redis holds exactly what the in-process learner learned."""
-    settings = Settings(
-        redis_url=redis_url,
-        state_buckets=64,
-        state_shards=8,
-        admission="bloom:2",
-        state_encoding="compact",
-        **AUTH,
-    )
+    settings = settings_of(redis_url, "bloom:2", state_encoding="compact")
     redis = aioredis.Redis.from_url(redis_url)
     try:
         store = ModelStore(redis, model_spec(settings))
@@ -181,7 +184,5 @@ async def test_compact_state_admits_as_the_compact_in_process_learner(redis_url:
     finally:
         await redis.aclose()
     expected = reference(settings).snapshot()
-    seen = FeatureHasher(numeric=settings.numeric).batch([x for x, _ in ROWS]).ids
-    assert stored.keys() == expected.keys() and len(expected) < len(np.unique(seen))
-    for feature, row in expected.items():
-        np.testing.assert_array_equal(stored[feature], row[:-1])
+    assert_model_is(stored, expected)
+    assert len(expected) < distinct_features(settings)
