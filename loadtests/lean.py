@@ -5,11 +5,15 @@
 1. **Admission** (McMahan et al. 2013, 4.1), on every shared click log: FTRL at the service's
    default hyper-parameters, learned example by example with each rule, beside the model that
    admits every feature: progressive log loss and AUC, and the features given state.
-2. **Negative sampling** (4.4), offline: a stream with Criteo-1TB-like CTR (every non-click of
+2. **Expiry** (``expire_after``), on every shared click log: the same model with features
+   untouched for a span of examples deleted, beside the model that keeps every feature:
+   progressive log loss and AUC, the features held at the end and at most (after each batch
+   of 512), and how many times a feature expired.
+3. **Negative sampling** (4.4), offline: a stream with Criteo-1TB-like CTR (every non-click of
    the Criteo head and as many of its clicks, in file order, as make 3%), learned whole and at
    negative rates 0.3 and 0.1 with importance weights: weighted progressive log loss against
    the whole stream's, and examples learned.
-3. **Negative sampling, end to end**: the same stream, repeated, sent through a real ``online-ctr
+4. **Negative sampling, end to end**: the same stream, repeated, sent through a real ``online-ctr
    api`` (``/learn``, 1,000-example bodies, four clients at once) and learned by a real
    ``online-ctr worker``, at rates 1, 0.3 and 0.1: examples absorbed per second, from the first
    request to the worker's last commit. Each rate runs twice, in the order 1, 0.3, 0.1, 0.1,
@@ -50,6 +54,8 @@ CLICK_LOGS = {
 }
 ADMISSIONS = ("all", "bloom:2", "bloom:3", "poisson:0.1", "poisson:0.3", "poisson:0.03")
 RATES = (1.0, 0.3, 0.1)
+#: Spans of ``expire_after``, in examples: these files have 10k to 27k rows.
+SPANS = (0, 5000, 2000, 1000, 500)
 #: The CTR of the sampled stream: about Criteo 1TB's.
 CTR = 0.03
 BODY = 1000
@@ -63,24 +69,39 @@ class Quality:
     auc: float
     features: int
     examples: int
+    #: The most features held after any batch, and how many times a feature expired.
+    most: int
+    expired: int
 
 
-def learn(rows: list[Row], admission: str = "all", rate: float = 1.0) -> Quality:
+def learn(
+    rows: list[Row], admission: str = "all", rate: float = 1.0, expire_after: int = 0
+) -> Quality:
     """FTRL (the service's defaults, numbers log-bucketed) over ``rows`` in file order."""
     rule = get_rule("ftrl")
-    model = InMemoryModel(rule, rule.params(), admission=Admission.parse(admission))
+    model = InMemoryModel(
+        rule, rule.params(), admission=Admission.parse(admission), expire_after=expire_after
+    )
     hasher = FeatureHasher(numeric="log_bucket")
     metrics = StreamMetrics()
-    learned = 0
+    learned = most = 0
     for start in range(0, len(rows), BATCH):
         chunk = rows[start : start + BATCH]
         batch = keep_negatives(hasher.batch([x for x, _ in chunk], [y for _, y in chunk]), rate)
         step = model.learn(batch)
         metrics.add(step.probabilities, batch.labels, step.losses, batch.weights)
         learned += len(batch)
+        most = max(most, model.features_tracked())
     report = metrics.report()
     assert report.logloss is not None and report.auc is not None
-    return Quality(report.logloss, report.auc, model.features_tracked(), learned)
+    return Quality(
+        report.logloss,
+        report.auc,
+        model.features_tracked(),
+        learned,
+        most,
+        model.features_expired(),
+    )
 
 
 def admission_table(data_dir: Path) -> str:
@@ -104,6 +125,33 @@ def admission_table(data_dir: Path) -> str:
             )
         header = ["admission", "log loss", "vs all", "AUC", "features", "vs all"]
         parts.append(f"### {name}\n\n{table(header, lines)}")
+    return "\n\n".join(parts)
+
+
+def expiry_table(data_dir: Path) -> str:
+    """Per click log, a table of each span of ``expire_after`` against keeping every feature."""
+    parts = []
+    for name, (path, fmt) in CLICK_LOGS.items():
+        rows = list(read_examples(data_dir / path, fmt))
+        base = learn(rows)
+        lines = []
+        for span in SPANS:
+            got = base if span == 0 else learn(rows, expire_after=span)
+            lines.append(
+                [
+                    f"{span:,}" if span else "never",
+                    f"{got.logloss:.5f}",
+                    f"{(got.logloss / base.logloss - 1) * 100:+.2f}%",
+                    f"{got.auc:.4f}",
+                    f"{got.features:,}",
+                    f"{got.most:,}",
+                    f"{got.most / base.most:.2f}x",
+                    f"{got.expired:,}",
+                ]
+            )
+        header = ["expire after", "log loss", "vs never", "AUC", "held at end", "most held"]
+        header += ["vs never", "expired"]
+        parts.append(f"### {name} ({len(rows):,} rows)\n\n{table(header, lines)}")
     return "\n\n".join(parts)
 
 
@@ -248,13 +296,17 @@ def main() -> None:
     args = parser.parse_args()
     print("admission ...", flush=True)
     admission = admission_table(args.data_dir)
+    print("expiry ...", flush=True)
+    expiry = expiry_table(args.data_dir)
     rows = sparse_clicks(args.data_dir)
     print(f"negative sampling offline ({len(rows):,} rows) ...", flush=True)
     sampling = sampling_table(rows)
     print(f"negative sampling end to end ({args.repeat} passes) ...", flush=True)
     absorption, medians = absorption_table(rows, args.repeat)
     verdict = absorption_verdict(medians)
-    report = render(admission, sampling, absorption + "\n\n" + verdict, len(rows), args.repeat)
+    report = render(
+        admission, expiry, sampling, absorption + "\n\n" + verdict, len(rows), args.repeat
+    )
     print(report)
     if not args.no_write:
         REPORT.write_text(report)
@@ -277,10 +329,12 @@ def absorption_verdict(medians: dict[float, float]) -> str:
     )
 
 
-def render(admission: str, sampling: str, absorption: str, rows: int, repeat: int) -> str:
+def render(
+    admission: str, expiry: str, sampling: str, absorption: str, rows: int, repeat: int
+) -> str:
     return "\n".join(
         [
-            "# Lean models: admission and negative sampling",
+            "# Lean models: admission, expiry and negative sampling",
             "",
             "Measured with `make bench-lean` (`python -m loadtests.lean`) on a 2-core machine;",
             "what each rule is: [Lean models](concepts/lean-models.md).",
@@ -292,6 +346,15 @@ def render(admission: str, sampling: str, absorption: str, rows: int, repeat: in
             "features have state at the end.",
             "",
             admission,
+            "",
+            "## Expiry",
+            "",
+            "The same model with `expire_after`: a feature untouched for that many examples is",
+            "deleted (its state, and its weight). `most held` is the most features held after",
+            "any batch of 512 examples: the model's memory high-water mark; `expired` counts",
+            "every expiry (a feature met again and expired again counts each time).",
+            "",
+            expiry,
             "",
             "## Negative sampling, offline",
             "",

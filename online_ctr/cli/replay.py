@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from online_ctr.cli import replay_sweep, sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
+from online_ctr.learning import retention
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
@@ -110,6 +111,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "dropped; default: all",
     )
     parser.add_argument(
+        "--expire-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="delete a feature's state once N examples have passed without touching it, as a "
+        "model's expire_after setting does; met again, it is learned as a new feature; "
+        "default: 0, never",
+    )
+    parser.add_argument(
         "--negative-rate",
         type=float,
         default=1.0,
@@ -156,6 +166,23 @@ def check_admission(args: argparse.Namespace) -> None:
         raise UsageError("--admission cannot be combined with --sweep (its models admit all)")
 
 
+def check_expire_after(args: argparse.Namespace) -> None:
+    """Refuse an ``--expire-after`` out of range, or with a sweep (its models keep all)."""
+    try:
+        retention.check_expire_after(args.expire_after)
+    except ValueError as error:
+        raise UsageError(f"--expire-after: {error}") from None
+    if not args.expire_after:
+        return
+    if args.sweep is not None:
+        raise UsageError("--expire-after cannot be combined with --sweep (its models keep all)")
+    if args.minibatch or args.encoding != "float64":
+        raise UsageError(
+            "--expire-after needs the exact learner in the float64 encoding: drop --minibatch "
+            "and --encoding compact"
+        )
+
+
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
     """The rule's hyper-parameters from the flags ``given``, refusing any it does not use."""
     takes = [field.name for field in fields(rule.params_type)]
@@ -174,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_negative_rate(args)
         check_admission(args)
+        check_expire_after(args)
     except ValueError as error:
         return fail("replay", str(error), status=2)
     if args.sweep is not None or sweep_options.policy_given(args):
@@ -252,6 +280,8 @@ def _output(args: argparse.Namespace, result: ReplayResult, model: InMemoryModel
         "admission": args.admission,
         "features_admitted": result.features_tracked,
         "admission_dropped_gradients": model.dropped,
+        "expire_after": args.expire_after,
+        "features_expired": model.features_expired(),
         "timed": TIMED,
     }
 

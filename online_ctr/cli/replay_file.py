@@ -34,6 +34,7 @@ def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
         calibration=args.calibration,
         admission=Admission.parse(args.admission),
         bias=bias_id(args.hash_bits),
+        expire_after=args.expire_after,
     )
 
 

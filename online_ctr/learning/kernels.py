@@ -15,13 +15,14 @@ source files of the functions it compiles in, which numba's cache key includes.
 ``error_model="numpy"`` gives IEEE results (inf, nan) where Python would raise, as numpy does.
 
 >>> from online_ctr.learning.admission import admit_all
+>>> from online_ctr.learning.retention import retaining
 >>> from online_ctr.learning.rules import get_rule
 >>> rule = get_rule("ftrl")
 >>> p = rule.kernel_params(rule.params(alpha=0.1, beta=1.0, l1=0.0, l2=0.0))
 >>> state, one = np.zeros((1, 2)), np.array([0, 1])
 >>> logits, probabilities = learner(rule)(
 ...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1), np.ones(1),
-...     np.zeros(1, np.uint64), False, admit_all())
+...     np.zeros(1, np.uint64), False, admit_all(), retaining())
 >>> probabilities, state  # g = 0.5 - 1: z = -0.5, n = 0.25
 (array([0.5]), array([[-0.5 ,  0.25]]))
 """
@@ -42,6 +43,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.admission import POISSON_SALT, Admitting
 from online_ctr.learning.compact import RULES, SCALED
+from online_ctr.learning.retention import Retaining
 from online_ctr.learning.rules.base import SCALAR, RowUpdateFn, RowWeightFn, Rule
 
 Array = NDArray[np.float64]
@@ -208,6 +210,35 @@ def _admit(
     return least >= n_admit
 
 
+@_helper
+def _expire(
+    state: Array,
+    last: int,
+    first: int,
+    end: int,
+    inverse: NDArray[np.intp],
+    step: float,
+    expire_after: int,
+    admitted: NDArray[np.uint8],
+    mode: int,
+) -> int:
+    """Start again from zero (and, under an admission rule, not admitted) each feature of
+    occurrences ``first:end`` that example ``step + 1`` finds expired
+    (:mod:`online_ctr.learning.retention`): stored (its step in column ``last`` above 0) and
+    untouched for more than ``expire_after`` examples. Returns how many it started again."""
+    found = 0
+    for k in range(first, end):
+        row = inverse[k]
+        tau = state[row, last]
+        if tau > 0.0 and step - tau >= expire_after:
+            for c in range(last + 1):
+                state[row, c] = 0.0
+            if mode != 0:
+                admitted[row] = 0
+            found += 1
+    return found
+
+
 def _learn(
     compact: bool,
     p: Array,
@@ -221,17 +252,24 @@ def _learn(
     weights: Array,
     ids: NDArray[np.uint64],
     admission: Admitting,
+    retaining: Retaining,
 ) -> tuple[Array, Array]:
     """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
     inlined there, so that the float64 loop never tests it. Compiled once per rule, with
     ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`).
-    ``admission`` is :func:`learner`'s; with mode 0 every feature is admitted and nothing
-    else of it is read."""
+    ``admission`` and ``retaining`` are :func:`learner`'s; with mode 0 every feature is
+    admitted and nothing else of it is read, with ``expire_after`` 0 nothing expires."""
     mode, p_admit, n_admit, admitted, counters, positions, dropped = admission
+    expire_after, expired = retaining
+    last = state.shape[1] - 1  # the step column, where features expire
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
         step = float(t + j)
+        if expire_after != 0:
+            expired[0] += _expire(
+                state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
+            )
         s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
         for k in range(indptr[j], indptr[j + 1]):
             if mode != 0 and admitted[inverse[k]] == 0:
@@ -256,6 +294,8 @@ def _learn(
             _update_row(state, row, g, g * g, step + 1.0, p)  # noqa: F821
             if compact:
                 _quantize(_SCALED, state, row, ids[row], t + j + 1, p)  # noqa: F821
+            if expire_after != 0:
+                state[row, last] = step + 1.0  # touched by the (t + j + 1)-th example
     return logits, probabilities
 
 
@@ -277,16 +317,17 @@ def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
         ids: NDArray[np.uint64],
         compact: bool,
         admission: Admitting,
+        retaining: Retaining,
     ) -> tuple[Array, Array]:
         fingerprint  # noqa: B018  (read, so that it is a closure cell)
         if _COMPACT and compact:  # noqa: F821
             return _learn(
                 True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
-                admission,
+                admission, retaining,
             )  # fmt: skip
         return _learn(
             False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
-            admission,
+            admission, retaining,
         )  # fmt: skip
 
     return learn_examples
@@ -311,7 +352,10 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     :mod:`online_ctr.learning.admission`'s mode code (0: every feature is admitted), its
     probability and count, per row whether it is admitted (uint8, updated in place), the
     counting Bloom filter (uint8, updated in place) and each row's counters in it, and a
-    one-item count of the occurrences whose gradient was dropped (added to).
+    one-item count of the occurrences whose gradient was dropped (added to); and
+    ``retaining`` (:class:`online_ctr.learning.retention.Retaining`): with an ``expire_after``
+    above 0, ``state`` has one more column, each feature's last step, and a feature that an
+    example finds expired is started again before it is scored.
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
     with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of

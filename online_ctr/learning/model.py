@@ -8,7 +8,9 @@ size of the batches it is given; ``minibatch=True`` opts into the summed-gradien
 of :func:`~online_ctr.learning.learner.learn` instead, where a batch's size is part of the math.
 ``encoding="compact"`` rounds the state as the service's compact encoding stores it. With an
 ``admission`` rule (:mod:`online_ctr.learning.admission`) a feature gets a row only once
-admitted, as the service stores it only then.
+admitted, as the service stores it only then. With ``expire_after`` (:mod:`~online_ctr.learning.
+retention`) each row also keeps its feature's last step, and a feature untouched for that many
+examples is gone: its row is deleted, now or later (a row past its end is read as gone).
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.rules import get_rule
@@ -44,6 +46,13 @@ from online_ctr.learning.learner import (
     sigmoid,
     unique_features,
 )
+from online_ctr.learning.retention import (
+    NEVER,
+    Retaining,
+    check_expire_after,
+    live,
+    retaining,
+)
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.sequential import Learned, learn_sequential
 from online_ctr.learning.table import StateTable
@@ -62,8 +71,17 @@ class InMemoryModel:
         calibration: Calibration = "off",
         admission: Admission = ADMIT_ALL,
         bias: int = BIAS_ID,
+        expire_after: int = NEVER,
     ) -> None:
         check_encoding(encoding, rule.name)
+        #: Features untouched for this many examples are gone (0: never); ``expired`` counts
+        #: the rows deleted so (the kernel's restarts, then :meth:`_purge`'s), and the rows
+        #: are purged again when the step reaches ``_next_purge``.
+        self.expire_after = check_expire_after(expire_after)
+        self.expired = 0
+        self._next_purge = 0
+        if self.expire_after and (minibatch or encoding != "float64"):
+            raise ValueError("features expire example by example, in the float64 encoding only")
         if minibatch and encoding != "float64":
             raise ValueError("the compact encoding rounds every update: use it without minibatch")
         if minibatch and admission.kind != "all":
@@ -79,7 +97,9 @@ class InMemoryModel:
         self.minibatch = minibatch
         self.encoding = encoding
         self.t = 0
-        self.table = StateTable(width=len(rule.fields) + 1)
+        #: The rule's fields, the last step with ``expire_after``, then the count.
+        self.width = len(rule.fields) + (self.expire_after != NEVER)
+        self.table = StateTable(width=self.width + 1)
         #: With ``calibration="power"``: the calibration as the service's learner keeps it
         #: (refitted after each batch), and the progressive metrics of the calibrated
         #: predictions (each example's served with the fit from before its batch).
@@ -95,8 +115,11 @@ class InMemoryModel:
     def predict(self, batch: Batch) -> Array:
         """Probabilities for a batch, without learning."""
         features = unique_features(batch)
-        state = self.state_of(features.ids)[:, :-1]
-        return sigmoid(logits(batch, features, self.rule.weights(state, self.t, self.params)))
+        state = self.state_of(features.ids)
+        gone = ~self._live(state)
+        weights = self.rule.weights(state[:, : len(self.rule.fields)], self.t, self.params)
+        weights[gone] = 0.0
+        return sigmoid(logits(batch, features, weights))
 
     def learn(self, batch: Batch) -> Learned:
         """Predict each example before learning from it (progressive validation)."""
@@ -112,6 +135,8 @@ class InMemoryModel:
             data[rows, :-1] = learned.state
             data[rows, -1] += learned.counts
         self.t += len(batch)
+        if self.expire_after and self.t >= self._next_purge:
+            self._purge()
         if self.calibration is not None:
             self.calibration.learn(learned.probabilities, batch.labels, batch.weights)
         return learned
@@ -120,39 +145,78 @@ class InMemoryModel:
         """:meth:`learn` where only admitted features have (and get) a row."""
         rows = self.table.rows(features.ids, create=False)
         known = rows >= 0
-        state = np.zeros((len(features.ids), len(self.rule.fields)))
+        state = np.zeros((len(features.ids), self.width))
         state[known] = self.table.data[rows[known], :-1]
+        if self.expire_after:  # a row zeroed when its feature expired is not admitted
+            known &= state[:, -1] > 0
         before = known | (features.ids == self.bias)
         argument = admitting(self.admission, features.ids, before, self.counters)
+        retaining = self._retaining()
         learned = learn_sequential(
-            self.rule, self.params, state, self.t, batch, features, self.encoding, argument
-        )
+            self.rule, self.params, state, self.t, batch, features, self.encoding, argument,
+            retaining,
+        )  # fmt: skip
         admitted = argument.admitted_rows()
         self.dropped += argument.dropped_count()
+        self.expired += retaining.expired_count()
         kept = self.table.rows(features.ids[admitted], create=True)
         self.table.data[kept, :-1] = learned.state[admitted]
         self.table.data[kept, -1] += learned.counts[admitted]
+        # A stored feature that expired and was not admitted again is gone (counted already):
+        # its row is as a new one's, all zero, until the next purge deletes it.
+        self.table.data[rows[known & ~admitted]] = 0.0
         return learned
 
     def _learn(self, state: Array, batch: Batch, features: Features) -> Learned:
         """One example at a time, or the whole batch from its start with ``minibatch``."""
         if not self.minibatch:
-            return learn_sequential(
-                self.rule, self.params, state, self.t, batch, features, self.encoding
-            )
+            retaining = self._retaining()
+            learned = learn_sequential(
+                self.rule, self.params, state, self.t, batch, features, self.encoding,
+                retaining=retaining,
+            )  # fmt: skip
+            self.expired += retaining.expired_count()
+            return learned
         step = learn(self.rule, self.params, state, self.t, batch, features)
         return Learned(step.logits, step.probabilities, step.losses, step.state, step.counts)
+
+    def _retaining(self) -> Retaining:
+        return retaining(self.expire_after)
+
+    def _live(self, rows: Array) -> NDArray[np.bool_]:
+        """Which of table ``rows`` (or rows as :meth:`state_of` gives them) the model holds now:
+        every one, unless features expire."""
+        if not self.expire_after:
+            return np.ones(len(rows), np.bool_)
+        return live(rows[:, self.width - 1], self.t, self.expire_after)
+
+    def _purge(self) -> None:
+        """Delete the rows of features gone, counting them expired: only memory, since a row
+        past its end is read as gone (so how often this runs changes no result)."""
+        data = self.table.data[: len(self.table)]
+        held = self._live(data)
+        self.expired += int((~held & (data[:, self.width - 1] > 0)).sum())
+        self.table.keep(np.flatnonzero(held))
+        self._next_purge = self.t + max(1, self.expire_after // 2)
 
     def snapshot(self) -> dict[int, Array]:
         """Every tracked feature's row, by id: for comparing with another store."""
         n = len(self.table)
-        return dict(zip(self.table.ids[:n].tolist(), self.table.data[:n].copy(), strict=True))
+        held = self._live(self.table.data[:n])
+        rows = self.table.data[:n][held].copy()
+        return dict(zip(self.table.ids[:n][held].tolist(), rows, strict=True))
 
     def features_tracked(self) -> int:
         """How many features have state."""
-        return len(self.table)
+        return int(self._live(self.table.data[: len(self.table)]).sum())
+
+    def features_expired(self) -> int:
+        """How many times a feature has expired so far (each deleted, or past its end)."""
+        data = self.table.data[: len(self.table)]
+        return self.expired + int((~self._live(data) & (data[:, self.width - 1] > 0)).sum())
 
     def nonzero_weights(self) -> int:
         """An exact recount of the weights that are nonzero at the current step."""
-        state = self.table.data[: len(self.table), :-1]
+        data = self.table.data[: len(self.table)]
+        state = data[self._live(data), : len(self.rule.fields)]
         return int(np.count_nonzero(self.rule.weights(state, self.t, self.params)))

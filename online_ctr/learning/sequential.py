@@ -51,6 +51,7 @@ from online_ctr.learning.admission import Admitting, admit_all
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.features import Batch
 from online_ctr.learning.learner import LOGIT_CLIP, Features
+from online_ctr.learning.retention import NEVER, Retaining, retain_all
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 
@@ -79,17 +80,24 @@ def learn_sequential(
     features: Features,
     encoding: str = "float64",
     admission: Admitting | None = None,
+    retaining: Retaining | None = None,
 ) -> Learned:
     """Learn ``batch`` one example at a time, starting from ``state`` (the rule's fields for
     ``features.ids``) as at step ``t``; ``state`` itself is left as it was. With the
     ``compact`` ``encoding`` each update is rounded to what that encoding stores
     (:mod:`online_ctr.learning.compact`). ``admission`` (:func:`kernels.learner`'s argument,
     its arrays per ``features``) says which features are admitted and how more are; its
-    arrays are updated in place. None: every feature is admitted."""
+    arrays are updated in place. None: every feature is admitted. ``retaining``
+    (:mod:`online_ctr.learning.retention`): with an ``expire_after``, ``state`` has one more
+    column, each feature's last step (0: not stored), which the learner keeps; its count of
+    features found expired is added to. None: nothing expires."""
     check_encoding(encoding, rule.name)
+    retaining = retain_all() if retaining is None else retaining
+    if retaining.expire_after and encoding != "float64":
+        raise ValueError("features expire only in the float64 encoding")
     p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
-    _check_shapes(rule, new_state, batch, features)
+    _check_shapes(rule, new_state, batch, features, retaining.expire_after != NEVER)
     labels = np.ascontiguousarray(batch.labels, dtype=np.float64)
     logits, probabilities = kernels.learner(rule)(
         p,
@@ -104,17 +112,22 @@ def learn_sequential(
         np.ascontiguousarray(features.ids, dtype=np.uint64),
         encoding == "compact",
         admit_all() if admission is None else admission,
+        retaining,
     )
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Learned(logits, probabilities, log_loss(probabilities, labels), new_state, counts)
 
 
-def _check_shapes(rule: Rule, state: Array, batch: Batch, features: Features) -> None:
-    """Refuse inputs that do not fit together: the compiled loop does not check its indices."""
+def _check_shapes(
+    rule: Rule, state: Array, batch: Batch, features: Features, stepped: bool
+) -> None:
+    """Refuse inputs that do not fit together: the compiled loop does not check its indices.
+    ``stepped``: the state has a step column after the rule's fields."""
     k = len(features.ids)
     pairs = batch.occurrences()
-    if state.shape != (k, len(rule.fields)):
-        raise ValueError(f"state has shape {state.shape}, expected {(k, len(rule.fields))}")
+    width = len(rule.fields) + stepped
+    if state.shape != (k, width):
+        raise ValueError(f"state has shape {state.shape}, expected {(k, width)}")
     if not len(batch.ids) == len(batch.values) == len(features.inverse) == pairs:
         raise ValueError("batch ids, values and features.inverse must have one entry per pair")
     if batch.indptr[0] != 0 or np.any(np.diff(batch.indptr) < 0):
