@@ -69,6 +69,13 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.state_bytes = Gauge(
+            "online_ctr_state_bytes",
+            "Redis memory the model's feature state takes: its bucket hashes (MEMORY USAGE of "
+            "64 of them, scaled to all) and its existence filters.",
+            model,
+            registry=registry,
+        )
         self.sampled_out = Counter(
             "online_ctr_sampled_out_examples",
             "Non-clicks /learn accepted and dropped before the stream at the model's (or "

@@ -124,6 +124,7 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         admission=str(body.get("admission", "all")),
         negative_rate=float(body.get("negative_rate", 1.0)),
         learned_weight=float(body.get("learned_weight", body["global_step"])),
+        state_bytes=int(body.get("state_bytes", 0)),
     )
 
 

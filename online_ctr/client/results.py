@@ -78,6 +78,8 @@ class ModelInfo:
     admission: str = "all"
     negative_rate: float = 1.0
     learned_weight: float = 0.0
+    #: Redis memory its feature state takes, in bytes (0 from a service before it was reported).
+    state_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -569,6 +569,12 @@ class ModelInfoResponse(BaseModel):
         "had a weight; with negative sampling, an estimate of the examples sent.",
         examples=[120000.0],
     )
+    state_bytes: int = Field(
+        0,
+        description="Redis memory its feature state takes, in bytes: the bucket hashes "
+        "(64 measured with MEMORY USAGE, scaled to all) and the existence filters.",
+        examples=[35000000],
+    )
 
 
 class ModelSummary(BaseModel):

@@ -29,6 +29,7 @@ from online_ctr.store.ingest import Appended, FeedbackLog, ModelDeletedError
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelInfo, ModelSpec, ModelStore
+from online_ctr.store.state_bytes import StateBytes, state_bytes
 from service.api.coalesce import Coalescer
 from service.api.explained import explanations
 from service.api.join_side import ServedJoins
@@ -147,6 +148,7 @@ class ServedModel:
             metrics.features_tracked.labels(self.name),
             metrics.stream_lag.labels(self.name),
             metrics.pending_impressions.labels(self.name),
+            metrics.state_bytes.labels(self.name),
         )
         self._ensured = False
         self._scorer: Coalescer[ScoringRequest, Scores] = Coalescer(
@@ -297,6 +299,11 @@ class ServedModel:
         await self.ensure()
         return await self.store.info()
 
+    async def state_bytes(self) -> StateBytes:
+        """What the model's feature state takes in Redis (:mod:`online_ctr.store.state_bytes`)."""
+        await self.ensure()
+        return await state_bytes(self.store.redis, self.store.keys, self.store.spec.layout)
+
     async def heartbeat_age(self) -> float | None:
         """Seconds since the freshest worker heartbeat; None if there never was one."""
         await self.ensure()
@@ -305,7 +312,8 @@ class ServedModel:
     async def refresh_gauges(self) -> None:
         """Set the model gauges from Redis (called before /metrics renders)."""
         info = await self.info()
-        nonzero, tracked, lag, pending = self._gauges
+        nonzero, tracked, lag, pending, held = self._gauges
+        held.set((await self.state_bytes()).total)
         nonzero.set(info.nonzero_weights)
         tracked.set(info.features_tracked)
         lag.set(info.stream_lag)

@@ -77,7 +77,10 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "admission": "all",
         "negative_rate": 1.0,
         "learned_weight": 0.0,
+        "state_bytes": info["state_bytes"],  # the filters only: below
     }
+    empty_bytes = info["state_bytes"]
+    assert empty_bytes > 0
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     client.post("/learn", json=body)
     assert client.get("/models/default").json()["stream_lag"] == 1
@@ -92,6 +95,10 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert info["nonzero_weights"] == reference.nonzero_weights() > 0
     np.testing.assert_allclose(info["progressive_logloss"], step.losses.mean(), rtol=1e-12)
     assert (info["stream_lag"], info["dead_letters"]) == (0, 0)
+    # The features learned take memory beside the filters (online_ctr.store.state_bytes).
+    assert info["state_bytes"] > empty_bytes
+    metrics = client.get("/metrics").text
+    assert f'online_ctr_state_bytes{{model="default"}} {float(info["state_bytes"])}' in metrics
 
 
 def test_other_models_are_404(client: TestClient) -> None:

@@ -177,4 +177,5 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         admission=info.admission,
         negative_rate=served.negative_rate,
         learned_weight=info.learned_weight,
+        state_bytes=(await served.state_bytes()).total,
     )
