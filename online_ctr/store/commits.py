@@ -64,6 +64,9 @@ class StateChange:
     #: The calibration refitted over the group (:mod:`online_ctr.store.calibration_codec`), if any:
     #: the fit's text and the histogram's bytes.
     calibration: tuple[str, bytes] | None = None
+    #: Features the group found expired, and features it deletes as expired
+    #: (:mod:`online_ctr.learning.retention`).
+    expired: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class CommitLog:
                 histogram,
                 repr(change.weight_excess) if change.weight_excess else "0",
                 *change.counters.args(),
+                change.expired,
                 *redo,
             ],
         )

@@ -16,7 +16,9 @@
 --       examples of (importance weight - 1) ('0' when every weight is 1: the meta's field
 --       weight_excess is then not written), 16 the admission counters the group changed (u32
 --       each, '': none), 17 their new values (a byte each), 18 the filter's counter count,
---       then pairs (redo field 's<shard>', that shard's records) for the redo entry.
+--       19 how many features the group found expired or deleted as expired (added to the
+--       meta's field 'expired', written only when nonzero), then pairs (redo field
+--       's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -55,7 +57,7 @@ end
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 18 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 19 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
@@ -64,6 +66,7 @@ local function check_arguments()
     stable = whole('ARGV[10] change of nnz_stable', ARGV[10]),
     tracked = whole('ARGV[11] change of tracked', ARGV[11]),
     through = whole('ARGV[12] last applied commit', ARGV[12], 0),
+    expired = whole('ARGV[19] features expired', ARGV[19], 0),
     leaving = records_of('ARGV[7] ids leaving the expiry set', ARGV[7], 8),
     entering = records_of('ARGV[8] ids entering the expiry set', ARGV[8], 8),
     entries = {}, reasons = {}, fields = {}, scored = {},
@@ -82,8 +85,8 @@ local function check_arguments()
     a.scored[2 * j] = string.sub(a.entering, 8 * j - 7, 8 * j)
   end
   a.counters = admission_counters(ARGV[16], ARGV[17], ARGV[18])
-  if (#ARGV - 18) % 2 ~= 0 then refuse('ARGV[19..] are not pairs, their count is', #ARGV - 18) end
-  for i = 19, #ARGV, 2 do
+  if (#ARGV - 19) % 2 ~= 0 then refuse('ARGV[20..] are not pairs, their count is', #ARGV - 19) end
+  for i = 20, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -101,7 +104,8 @@ local function check_stored(a)
   kind(KEYS[7], 'hash')
   kind(KEYS[8], 'string')
   local m = redis.call(
-    'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess')
+    'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess',
+    'expired')
   local s = {
     t = whole('meta field t', m[1] or '0', 0),
     seq = whole('meta field seq', m[2] or '0', 0),
@@ -109,6 +113,7 @@ local function check_stored(a)
     stable = whole('meta field nnz_stable', m[4] or '0'),
     tracked = whole('meta field tracked', m[5] or '0'),
     excess = finite('meta field weight_excess', m[6] or '0'),
+    expired = whole('meta field expired', m[7] or '0', 0),
   }
   finite('log-loss sum after the commit', string.format('%.17g', s.logloss + a.logloss))
   finite('weight excess after the commit', string.format('%.17g', s.excess + a.excess))
@@ -165,6 +170,7 @@ if ARGV[13] ~= '' then
 end
 local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
 if a.excess ~= 0 then redis.call('HINCRBYFLOAT', meta, 'weight_excess', ARGV[15]) end
+if a.expired ~= 0 then redis.call('HINCRBY', meta, 'expired', ARGV[19]) end
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])
 each_chunk(a.entries, 1000, 'XDEL', stream)

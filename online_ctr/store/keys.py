@@ -211,6 +211,11 @@ class ModelKeys:
         tag = f"{PREFIX}:{{{self.model}/{index}}}:"
         return ShardKeys(applied=tag + "applied", bucket_prefix=tag + "b:", filter=tag + "filter")
 
+    def bucket(self, bucket: int, shards: int) -> str:
+        """The key of a bucket's hash in a layout of ``shards`` shards (``buckets.lua``
+        writes the same)."""
+        return f"{self.shard(bucket & (shards - 1)).bucket_prefix}{bucket}"
+
     @property
     def bucket_prefix_parts(self) -> tuple[str, str]:
         """What comes before and after a shard's number in its bucket key prefix (the read

@@ -62,6 +62,10 @@ Array = NDArray[np.float64]
 #: bit: a feature not stored before, unless an earlier commit set that bit (another
 #: feature's). Buckets are below 2^24, far from it.
 NEW = 1 << 31
+#: Set in a write record's bucket number where the feature is to be deleted (its feature
+#: expired: :mod:`online_ctr.learning.retention`); its value is all zero bytes, what a reader
+#: of records that ignores the flag takes for a feature not stored.
+DELETE = 1 << 30
 
 
 def filter_spread(filter_bits: int, within: int) -> int:
@@ -145,10 +149,11 @@ class Layout:
         ids: NDArray[np.uint64],
         values: list[NDArray[np.uint8]],
         new: NDArray[np.bool_] | None = None,
+        deleted: NDArray[np.bool_] | None = None,
     ) -> Iterator[tuple[int, bytes, NDArray[np.intp]]]:
-        """Per shard used: its number, its records (bucket, with :data:`NEW` where ``new``,
-        field, then ``values`` side by side) and which of ``ids`` they are, grouped by shard
-        then bucket."""
+        """Per shard used: its number, its records (bucket, with :data:`NEW` where ``new``
+        and :data:`DELETE` where ``deleted``, field, then ``values`` side by side) and which
+        of ``ids`` they are, grouped by shard then bucket."""
         if not len(ids):
             return
         buckets = self.bucket_of(ids)
@@ -157,6 +162,8 @@ class Layout:
         order = np.argsort((shards << np.uint64(self.bucket_bits)) | buckets)
         bounds = np.searchsorted(shards[order], np.arange(self.shards + 1, dtype=np.uint64))
         flags = np.uint32(NEW) * (np.ones(len(ids), np.uint32) if new is None else new)
+        if deleted is not None:
+            flags = flags | np.uint32(DELETE) * deleted.astype(np.uint32)
         numbers = (buckets | flags.astype(np.uint32)).astype("<u4")
         columns = [numbers.view(np.uint8).reshape(-1, 4), self._fields(ids)]
         table = np.hstack([c[order] for c in [*columns, *values]])
@@ -177,12 +184,19 @@ class Layout:
         )
 
     def records(
-        self, ids: NDArray[np.uint64], state: Array, new: NDArray[np.bool_] | None = None
+        self,
+        ids: NDArray[np.uint64],
+        state: Array,
+        new: NDArray[np.bool_] | None = None,
+        deleted: NDArray[np.bool_] | None = None,
     ) -> list[tuple[int, bytes]]:
         """Write records per shard for ``ids`` and their ``state`` rows; ``new`` says which
-        were not stored before (None: any may be new, as for an import)."""
+        were not stored before (None: any may be new, as for an import), ``deleted`` which
+        are to be deleted (their values then all zero bytes, whatever their rows)."""
+        if deleted is not None and deleted.any():
+            state = np.where(deleted[:, None], 0.0, state)
         values = self.encode(state)
-        return [(s, blob) for s, blob, _ in self._runs(ids, [values], new)]
+        return [(s, blob) for s, blob, _ in self._runs(ids, [values], new, deleted)]
 
     def encode(self, state: Array) -> NDArray[np.uint8]:
         """Each state row as its ``value_bytes`` bytes."""

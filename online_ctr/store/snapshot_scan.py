@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.store.keys import ModelKeys
-from online_ctr.store.layout import NEW, Array, Layout
+from online_ctr.store.layout import DELETE, Array, Layout
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 
@@ -44,11 +44,11 @@ def features(layout: Layout, buckets: NDArray[np.uint64], fields: bytes, values:
 
 def records(layout: Layout, blob: bytes) -> Chunk:
     """Ids and state rows of write records (``u32 bucket | field | value``, as in a redo
-    entry)."""
+    entry); a delete record's row is all zero, a feature not stored."""
     size = 4 + layout.field_bytes + layout.value_bytes
     raw = np.frombuffer(blob, np.uint8).reshape(-1, size)
     numbers = np.ascontiguousarray(raw[:, :4]).view("<u4").ravel()
-    buckets = (numbers & np.uint32(NEW - 1)).astype(np.uint64)  # without the new-feature flag
+    buckets = (numbers & np.uint32(DELETE - 1)).astype(np.uint64)  # without the flags
     fields = raw[:, 4 : 4 + layout.field_bytes].tobytes()
     return features(layout, buckets, fields, raw[:, 4 + layout.field_bytes :].tobytes())
 

@@ -50,11 +50,6 @@ def sample_buckets(layout: Layout, sample: int = SAMPLE) -> list[int]:
     return [int(b) for b in drawn]
 
 
-def bucket_key(keys: ModelKeys, layout: Layout, bucket: int) -> str:
-    """The key of ``bucket``'s hash (``buckets.lua`` writes the same)."""
-    return f"{keys.shard(bucket & (layout.shards - 1)).bucket_prefix}{bucket}"
-
-
 async def state_bytes(
     redis: RedisClient, keys: ModelKeys, layout: Layout, sample: int = SAMPLE
 ) -> StateBytes:
@@ -62,7 +57,7 @@ async def state_bytes(
     chosen = sample_buckets(layout, sample)
     async with pipeline(redis) as pipe:
         for bucket in chosen:
-            pipe.memory_usage(bucket_key(keys, layout, bucket), samples=0)
+            pipe.memory_usage(keys.bucket(bucket, layout.shards), samples=0)
         pipe.memory_usage(keys.shard(0).filter, samples=0)
         *measured, filter_bytes = await pipe.execute()
     sampled = sum(int(m or 0) for m in measured)  # None: a bucket not stored (empty)

@@ -42,7 +42,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "fence": fence, "t": t, "epoch": "", "examples": 1, "loss": "0.5", "ids": "",
         "leaving": b"", "entering": b"", "steps": b"", "stable": 0, "tracked": 0,
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
-        "positions": b"", "counts": b"", "counters": 1 << 22,
+        "positions": b"", "counts": b"", "counters": 1 << 22, "expired": 0,
     }  # fmt: skip
     args.update(changed)
     return [
@@ -369,6 +369,9 @@ CASES: dict[str, tuple[Drive, str]] = {
     "finalize steps": (finalize_case(entering=b"\0" * 8, steps=b"\0" * 4), "ARGV[9]"),
     "finalize step nan": (finalize_case(entering=b"\0" * 8, steps=b"\0" * 6 + b"\xf8\x7f"), "step"),
     "finalize stable": (finalize_case(stable="nan"), "ARGV[10]"),
+    "finalize expired negative": (finalize_case(expired=-1), "ARGV[19]"),
+    "finalize expired fraction": (finalize_case(expired="0.5"), "ARGV[19]"),
+    "finalize meta expired": (finalize_case({"expired": "x"}), "expired"),
     "apply seq": (apply({0: "1e3"}), "ARGV[1]"),
     "apply records": (apply({6: b"\0" * 5}), "records"),
     "apply arguments": (apply({4: 0}), "ARGV[5]"),
