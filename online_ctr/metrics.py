@@ -69,6 +69,13 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.features_expired = Counter(
+            "online_ctr_features_expired",
+            "Features found gone, untouched for the model's expire_after examples: started "
+            "again from zero when met again, or deleted with their state.",
+            model,
+            registry=registry,
+        )
         self.state_bytes = Gauge(
             "online_ctr_state_bytes",
             "Redis memory the model's feature state takes: its bucket hashes (MEMORY USAGE of "

@@ -160,4 +160,5 @@ def model_spec(settings: Settings) -> ModelSpec:
         settings.numeric,
         settings.calibration,
         admission=settings.admission,
+        expire_after=settings.expire_after,
     )

@@ -57,12 +57,14 @@ class StateCache:
         stored: NDArray[np.bool_] = self.table.data[rows, self.width] > 0
         return stored
 
-    def update(self, rows: RowIndexes, state: Array) -> None:
-        """Rows just committed: their new state, now stored, used now."""
+    def update(
+        self, rows: RowIndexes, state: Array, deleted: NDArray[np.bool_] | None = None
+    ) -> None:
+        """Rows just committed: their new state, now stored (but ``deleted`` ones), used now."""
         self.uses += 1
         data = self.table.data
         data[rows, : self.width] = state
-        data[rows, self.width] = 1.0
+        data[rows, self.width] = 1.0 if deleted is None else ~deleted
         data[rows, self.width + 1] = self.uses
 
     def trim(self) -> None:

@@ -113,9 +113,10 @@ class Committer:
         if commit.status == "ok":
             if known is not None:
                 known.add(learning.marked)
-            self.cache.update(learning.rows, learning.state)
+            rows = self._rows(learning)
+            self.cache.update(rows, learning.state, learning.deleted)
             runs = learning.change.runs
-            waiting = Waiting(commit.seq, runs, learning.ids, learning.rows, learning.marked)
+            waiting = Waiting(commit.seq, runs, learning.ids, rows, learning.marked)
             self._waiting.append(waiting)
             if self._applying is None or self._applying.done():
                 # A task that ended during the finalize passes its error, if any, to the next:
@@ -125,6 +126,19 @@ class Committer:
                 applying = self._apply_waiting(failed, self._generation)
                 self._applying = asyncio.create_task(applying)
         return commit
+
+    def _rows(self, learning: Learning) -> NDArray[np.intp]:
+        """The cache rows of a committed group's features; those it deleted without ever
+        reading them (an expiring model's sweep) get rows now, as not stored."""
+        rows = learning.rows
+        uncached = rows < 0
+        if not uncached.any():
+            return rows
+        rows, count = rows.copy(), int(uncached.sum())
+        rows[uncached] = self.cache.insert(
+            learning.ids[uncached], np.zeros((count, self.cache.width)), np.zeros(count, np.bool_)
+        )
+        return rows
 
     async def _finalize(self, learning: Learning, at_limit: AtLimit | None) -> Commit:
         """Finalize ``learning``, the same commit again each time Redis refuses it at its
@@ -184,7 +198,9 @@ class Committer:
         ids, first = np.unique(np.concatenate([w.ids for w in group]), return_index=True)
         rows = np.concatenate([w.rows for w in group])[first]
         new = np.isin(ids, np.concatenate([w.marked for w in group]))
-        return last.seq, self.store.spec.layout.records(ids, self.cache.state(rows), new)
+        deleted = ~self.cache.stored(rows)  # deleted by the last commit that touched it
+        layout = self.store.spec.layout
+        return last.seq, layout.records(ids, self.cache.state(rows), new, deleted)
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

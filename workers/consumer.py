@@ -35,6 +35,7 @@ from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
 from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
+from workers.retention import RetentionSweep
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
 from workers.units import learned_units
@@ -82,6 +83,7 @@ class Worker:
         self.stream = FeedbackStream(store)
         self.sweeper = Sweeper(store, policy, metrics, streams)
         self.cache = StateCache(store.spec.width, config.cache_features)
+        self.retention = RetentionSweep(store, self.cache)
         self.version = (0, "")
         #: The calibration's histogram as of ``version``; None for a model without one.
         self.histogram: Histogram | None = None
@@ -109,6 +111,7 @@ class Worker:
             metrics.learned_weight,
             metrics.features_admitted,
             metrics.admission_dropped,
+            metrics.features_expired,
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
@@ -303,6 +306,8 @@ class Worker:
         started = time.perf_counter()
         assert group.batch is not None
         await self.committer.trim_cache()
+        examples = len(group.batch)
+        gone = await self.retention.gone(self.version[0] + examples, examples)
         try:
             learning = await learn_group(
                 self.store,
@@ -314,6 +319,7 @@ class Worker:
                 served=group.served,
                 known=self.known,
                 counters=self.counters,
+                gone=gone,
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -423,7 +429,8 @@ class Worker:
         self.metrics.learned_examples.labels(**label).inc(group.examples)
         change = learning.change
         self.metrics.learned_weight.labels(**label).inc(change.examples + change.weight_excess)
-        self.metrics.features_admitted.labels(**label).inc(change.tracked_delta)
+        self.metrics.features_admitted.labels(**label).inc(learning.stored_new)
+        self.metrics.features_expired.labels(**label).inc(change.expired)
         self.metrics.admission_dropped.labels(**label).inc(learning.dropped)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)

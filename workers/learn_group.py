@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning import retention
 from online_ctr.learning.admission import changed_counters, local_admitting
 from online_ctr.learning.calibration import Histogram
 from online_ctr.learning.features import Batch, bias_id
@@ -49,6 +50,12 @@ class Learning:
     marked: NDArray[np.uint64]
     #: Occurrences whose gradient admission dropped (their feature not admitted yet).
     dropped: int
+    #: Which of ``ids`` the commit deletes, their features gone (expired: see
+    #: :mod:`online_ctr.learning.retention`), after those it writes; a row of -1 in ``rows``
+    #: is a feature not cached.
+    deleted: NDArray[np.bool_]
+    #: Features the commit stores for the first time.
+    stored_new: int
     histogram: Histogram | None = None
 
 
@@ -84,6 +91,7 @@ async def learn_group(
     served: NDArray[np.float64] | None = None,
     known: ExistenceFilter | None = None,
     counters: NDArray[np.uint8] | None = None,
+    gone: NDArray[np.uint64] | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -94,7 +102,10 @@ async def learn_group(
     ``known`` is the model's existence filter, if the learner trusts one. ``counters``: the
     model's admission counters (a counting Bloom filter), read only: the change says what the
     group's commit writes to them. Features the model's admission rule leaves out get no
-    state, and nothing of them is committed."""
+    state, and nothing of them is committed. ``gone``: stored features of an expiring model
+    found gone as of the group's end (:class:`workers.retention.RetentionSweep`), which the
+    commit deletes unless the group touches them; a stored feature the group found expired
+    and did not admit again is deleted too."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -109,35 +120,56 @@ async def learn_group(
         marked[new] = ~known.maybe(features.ids[new])
     bias = features.ids == np.uint64(bias_id(spec.hash_bits))
     argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters)
+    retaining = retention.retaining(spec.expire_after)
     learned = learn_sequential(
-        spec.rule, spec.params, before, t, batch, features, spec.encoding, argument
+        spec.rule, spec.params, before, t, batch, features, spec.encoding, argument, retaining
     )
     logloss_sum = _loss_sum(learned.losses, batch, served)
     check_finite(features.ids, before, learned, logloss_sum)
-    # Only admitted features are stored, and cached as stored; the others stay as they were.
+    # Only admitted features are stored, and cached as stored; the others stay as they were,
+    # but for a stored one that expired and was not admitted again: it is deleted.
     kept = argument.admitted_rows()
+    lapsed = ~new & ~kept
+    lapsed_ids, lapsed_rows = features.ids[lapsed], rows[lapsed]
     ids, state = features.ids, learned.state
     if not kept.all():
         ids, state = ids[kept], state[kept]
         rows, before, new, marked = rows[kept], before[kept], new[kept], marked[kept]
     end = t + len(batch)
-    nonzero = nonzero_change(spec.rule, spec.params, ids, before, t, state, end)
+    nonzero = nonzero_change(spec.rule, spec.params, ids, before, t, state, end, spec.expire_after)
+    swept = np.zeros(0, np.uint64) if gone is None else gone[~np.isin(gone, features.ids)]
+    stored_new = int(new.sum())
+    # Deleted: the stored features it found expired and did not admit again, and the swept.
+    gone_ids = np.concatenate([lapsed_ids, swept])
+    gone_rows = np.concatenate([lapsed_rows, cache.find(swept)])
+    ids, rows, state, marked, deleted = _then_deleted(ids, rows, state, marked, gone_ids, gone_rows)
     change = StateChange(
         t=t,
         epoch=epoch,
         examples=len(batch),
         logloss_sum=logloss_sum,
         entries=entries,
-        runs=spec.layout.records(ids, state, marked),
+        runs=spec.layout.records(ids, state, marked, deleted),
         leaving=nonzero.leaving,
         entering=nonzero.entering,
         entering_steps=nonzero.entering_steps,
         stable_delta=nonzero.stable_delta,
-        tracked_delta=int(new.sum()),
+        tracked_delta=stored_new - int(deleted.sum()),
         weight_excess=weight_excess(batch),
         counters=CounterChange(*changed_counters(argument, where, counters)),
+        expired=retaining.expired_count() + len(swept),
     )
-    learning = Learning(change, ids, rows, learned, state, ids[marked], argument.dropped_count())
+    learning = Learning(
+        change,
+        ids,
+        rows,
+        learned,
+        state,
+        ids[marked],
+        argument.dropped_count(),
+        deleted=deleted,
+        stored_new=stored_new,
+    )
     if histogram is None:
         return learning
     # The histogram takes the group's progressive predictions in stream order, so it is the
@@ -145,6 +177,29 @@ async def learn_group(
     histogram = histogram.add(learned.probabilities, batch.labels, batch.weights)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     return replace(learning, change=replace(change, calibration=calibration), histogram=histogram)
+
+
+def _then_deleted(
+    ids: NDArray[np.uint64],
+    rows: NDArray[np.intp],
+    state: NDArray[np.float64],
+    marked: NDArray[np.bool_],
+    gone_ids: NDArray[np.uint64],
+    gone_rows: NDArray[np.intp],
+) -> tuple[
+    NDArray[np.uint64], NDArray[np.intp], NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_]
+]:
+    """The features a commit writes, then those it deletes (``gone_ids``, state all zero, no
+    filter bit to set, each with its cache row or -1), and which are deleted."""
+    gone = len(gone_ids)
+    deleted = np.concatenate([np.zeros(len(ids), np.bool_), np.ones(gone, np.bool_)])
+    return (
+        np.concatenate([ids, gone_ids]),
+        np.concatenate([rows, gone_rows]),
+        np.concatenate([state, np.zeros((gone, state.shape[1]))]),
+        np.concatenate([marked, np.zeros(gone, np.bool_)]),
+        deleted,
+    )
 
 
 def _loss_sum(

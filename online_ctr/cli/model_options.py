@@ -32,6 +32,7 @@ CONFIG_FIELDS = (
     "join_window_s",
     "unlabeled",
     "admission",
+    "expire_after",
     "negative_rate",
 )
 #: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.

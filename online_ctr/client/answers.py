@@ -124,6 +124,8 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         admission=str(body.get("admission", "all")),
         negative_rate=float(body.get("negative_rate", 1.0)),
         learned_weight=float(body.get("learned_weight", body["global_step"])),
+        expire_after=int(body.get("expire_after", 0)),
+        features_expired=int(body.get("features_expired", 0)),
         state_bytes=int(body.get("state_bytes", 0)),
     )
 

@@ -78,6 +78,10 @@ class ModelInfo:
     admission: str = "all"
     negative_rate: float = 1.0
     learned_weight: float = 0.0
+    #: Features untouched for this many examples are deleted (0: never), and how many times
+    #: one was.
+    expire_after: int = 0
+    features_expired: int = 0
     #: Redis memory its feature state takes, in bytes (0 from a service before it was reported).
     state_bytes: int = 0
 

@@ -33,6 +33,7 @@ from online_ctr.config.checks import (
     check_power_of_two,
     rule_params,
 )
+from online_ctr.learning import retention
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
@@ -152,6 +153,14 @@ class Settings(BaseSettings):
         description="Which new features get state: all, poisson:P (admitted with probability "
         "P at each occurrence) or bloom:N (at the N-th occurrence); until then a feature "
         "contributes 0 and its gradient is dropped.",
+    )
+    expire_after: int = Field(
+        0,
+        ge=0,
+        le=retention.MOST,
+        description="Delete a feature's state once this many examples have passed without "
+        "touching it (met again, it is learned as a new feature); 0: never. Needs the float64 "
+        "state encoding.",
     )
     negative_rate: float = Field(
         1.0,
@@ -392,6 +401,11 @@ class Settings(BaseSettings):
         except ValueError as error:
             message = f"{error}: unset OCTR_STATE_ENCODING or choose one of those rules"
             raise ValueError(message) from None
+        if self.expire_after and self.state_encoding != "float64":
+            raise ValueError(
+                "OCTR_EXPIRE_AFTER needs OCTR_STATE_ENCODING=float64 (a compact value has no "
+                "room for a feature's last step): unset one of them"
+            )
         return self
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.retention import NEVER, ends, live
 from online_ctr.learning.rules.base import Array, Rule
 
 
@@ -38,12 +39,22 @@ class NonzeroChange:
     stable_delta: int
 
 
-def classify(rule: Rule, params: Any, state: Array, t: int) -> tuple[NDArray[np.bool_], Array]:
-    """Which weights are nonzero at step ``t``, and for those, the step they expire at."""
-    nonzero = rule.weights(state, t, params) != 0
+def classify(
+    rule: Rule, params: Any, state: Array, t: int, expire_after: int = NEVER
+) -> tuple[NDArray[np.bool_], Array]:
+    """Which weights are nonzero at step ``t``, and for those, the step they expire at. With
+    ``expire_after`` (:mod:`online_ctr.learning.retention`) the rows end with each feature's
+    last step: a feature gone has no weight, and every weight expires at the latest when its
+    feature does."""
+    fields = state[:, : len(rule.fields)] if expire_after else state
+    nonzero = rule.weights(fields, t, params) != 0
+    if expire_after:
+        nonzero &= live(state[:, -1], t, expire_after)
     steps = np.full(state.shape[0], np.inf)
     if nonzero.any():
-        steps[nonzero] = rule.expiry(state[nonzero], t, params)
+        steps[nonzero] = rule.expiry(fields[nonzero], t, params)
+        if expire_after:
+            steps[nonzero] = np.minimum(steps[nonzero], ends(state[nonzero, -1], expire_after))
     return nonzero, steps
 
 
@@ -55,11 +66,13 @@ def nonzero_change(
     old_t: int,
     new_state: Array,
     new_t: int,
+    expire_after: int = NEVER,
 ) -> NonzeroChange:
     """How a batch that took ``old_state`` at ``old_t`` to ``new_state`` at ``new_t`` changes
-    the stable count and the expiring set, for the features it touched."""
-    old_nonzero, old_steps = classify(rule, params, old_state, old_t)
-    new_nonzero, new_steps = classify(rule, params, new_state, new_t)
+    the stable count and the expiring set, for the features it touched (rows with their last
+    step, with ``expire_after``: see :func:`classify`)."""
+    old_nonzero, old_steps = classify(rule, params, old_state, old_t, expire_after)
+    new_nonzero, new_steps = classify(rule, params, new_state, new_t, expire_after)
     old_expiring = old_nonzero & np.isfinite(old_steps)
     new_expiring = new_nonzero & np.isfinite(new_steps)
     stable_delta = int((new_nonzero & ~new_expiring).sum() - (old_nonzero & ~old_expiring).sum())

@@ -38,6 +38,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
+from online_ctr.learning import retention
 from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.promotion import PromotionPolicy
@@ -100,6 +101,15 @@ class ModelConfig(JoinConfig):
         "filter). Until admitted a feature contributes 0 and its gradient is dropped.",
         examples=["all", "bloom:2", "poisson:0.03"],
     )
+    expire_after: int = Field(
+        0,
+        ge=0,
+        le=retention.MOST,
+        description="Delete a feature's state once this many examples have passed without "
+        "touching it (met again, it is learned as a new feature); 0: never. Needs the float64 "
+        "state encoding.",
+        examples=[0, 1000000],
+    )
     negative_rate: Annotated[float, Strict()] = Field(
         1.0,
         ge=MIN_RATE,
@@ -147,6 +157,11 @@ class ModelConfig(JoinConfig):
             raise ValueError("state_shards cannot exceed state_buckets")
         self.params()
         check_encoding(self.state_encoding, self.rule, ("state_encoding", "rule"))
+        if self.expire_after and self.state_encoding != "float64":
+            raise ValueError(
+                "expire_after needs state_encoding float64 (a compact value has no room for a "
+                "feature's last step)"
+            )
         return self
 
     def hyper_parameters(self) -> dict[str, Any]:
@@ -176,6 +191,7 @@ class ModelConfig(JoinConfig):
             self.calibration,
             self.group,
             self.admission,
+            self.expire_after,
         )
 
 
@@ -192,6 +208,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         state_encoding=spec.encoding,
         group=spec.group,
         admission=spec.admission.text,
+        expire_after=spec.expire_after,
     )
 
 
@@ -210,6 +227,7 @@ def own_config(settings: Settings) -> ModelConfig:
         unlabeled=settings.unlabeled,
         negative_rate=settings.negative_rate,
         admission=settings.admission,
+        expire_after=settings.expire_after,
         feature_names=settings.feature_names,
     )
 

@@ -119,6 +119,8 @@ def encode_config(config: ModelConfig) -> str:
         dropped.add("negative_rate")
     if config.admission == "all":
         dropped.add("admission")
+    if config.expire_after == 0:
+        dropped.add("expire_after")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

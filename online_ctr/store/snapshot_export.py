@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from online_ctr.learning.snapshot import Footer, Header, Writer
+from online_ctr.learning.snapshot import Footer, Header, SnapshotError, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
@@ -208,6 +208,13 @@ async def open_export(redis: RedisClient, name: str, group: str | None = None) -
     meta = {text(k): text(v) for k, v in (await redis.hgetall(keys.meta)).items()}
     try:
         spec = spec_from_meta(name, meta)
+        if spec.expire_after:
+            # Its commits delete features, which an export's roll-forward cannot take back
+            # from rows it has written already.
+            raise SnapshotError(
+                f"model {name!r} expires features (expire_after {spec.expire_after}): its "
+                "snapshots are not supported yet"
+            )
     except (KeyError, ValueError):
         await redis.hdel(keys.pins, token)
         raise

@@ -113,6 +113,8 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "numeric": spec.numeric,
         "calibration": spec.calibration,
         "admission": spec.admission.text,
+        # A snapshot never expires features: those of an expiring model are refused.
+        "expire_after": spec.expire_after,
         **vars(spec.params),
     }
     got = {
@@ -122,6 +124,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "numeric": header.numeric,
         "calibration": header.calibration,
         "admission": header.admission,
+        "expire_after": 0,
         **header.params,
     }
     return [

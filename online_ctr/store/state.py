@@ -25,6 +25,7 @@ from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
 from online_ctr.learning.numeric import Numeric
+from online_ctr.learning.retention import NEVER, check_expire_after, live
 from online_ctr.learning.rules import Rule, get_rule
 from online_ctr.learning.rules.base import Array
 from online_ctr.store import idempotency
@@ -77,9 +78,18 @@ class ModelSpec:
     group: str | None = None
     #: Which new features get state (:mod:`online_ctr.learning.admission`).
     admission: Admission = ADMIT_ALL
+    #: Features untouched for this many examples are gone (:mod:`online_ctr.learning.
+    #: retention`; 0: never). Each stored row then ends with the feature's last step.
+    expire_after: int = NEVER
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
+        check_expire_after(self.expire_after)
+        if self.expire_after and self.encoding != "float64":
+            raise ValueError(
+                "expire_after needs the float64 encoding (a compact value has no room for a "
+                "feature's last step)"
+            )
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
@@ -95,12 +105,30 @@ class ModelSpec:
             "calibration": self.calibration,
             "group": self.group or "",
             "admission": self.admission.text,
+            "expire_after": str(self.expire_after),
         }
 
     @property
     def width(self) -> int:
-        """Values per stored state row: the rule's fields."""
-        return len(self.rule.fields)
+        """Values per stored state row: the rule's fields, then with ``expire_after`` the
+        feature's last step."""
+        return len(self.rule.fields) + (self.expire_after != NEVER)
+
+    def weights(self, state: Array, t: int) -> Array:
+        """The weights at step ``t`` of stored rows (zero rows for features not stored):
+        0 where a feature is gone (:mod:`online_ctr.learning.retention`)."""
+        w = self.rule.weights(self.fields_of(state), t, self.params)
+        if self.expire_after:
+            w[~live(state[:, -1], t, self.expire_after)] = 0.0
+        return w
+
+    def rates(self, state: Array, t: int) -> Array:
+        """The per-coordinate step sizes at step ``t`` of stored rows."""
+        return self.rule.rates(self.fields_of(state), t, self.params)
+
+    def fields_of(self, state: Array) -> Array:
+        """The rule's fields of stored rows (without the step column)."""
+        return state[:, : len(self.rule.fields)] if self.expire_after else state
 
     @property
     def layout(self) -> Layout:
@@ -139,6 +167,10 @@ class ModelInfo:
     weight_excess: float = 0.0
     #: Which new features get state (:mod:`online_ctr.learning.admission`).
     admission: str = "all"
+    #: Features untouched for this many examples are deleted (0: never), and how many times a
+    #: feature has been (:mod:`online_ctr.learning.retention`).
+    expire_after: int = 0
+    features_expired: int = 0
 
     @property
     def learned_weight(self) -> float:
@@ -159,10 +191,13 @@ _BEFORE_STORED = {
     "encoding": "float64",
     "group": "",
     "admission": "all",
+    "expire_after": "0",
 }
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
-_INFO_FIELDS = ("rule", "params", "hash_bits", *_COUNTERS, "weight_excess", *_BEFORE_STORED)
+_INFO_FIELDS = (
+    "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", *_BEFORE_STORED
+)  # fmt: skip
 
 
 class ModelStore:
@@ -236,8 +271,8 @@ class ModelStore:
             rows = await self.shards.read(ids)
         spec = self.spec
         return Serving(
-            weights=spec.rule.weights(rows.state, rows.t, spec.params),
-            rates=spec.rule.rates(rows.state, rows.t, spec.params) if rates else None,
+            weights=spec.weights(rows.state, rows.t),
+            rates=spec.rates(rows.state, rows.t) if rates else None,
             fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
         )
 
@@ -271,6 +306,8 @@ class ModelStore:
             calibration=meta["calibration"],
             weight_excess=float(meta.get("weight_excess", 0.0)),
             admission=meta["admission"],
+            expire_after=int(meta["expire_after"]),
+            features_expired=int(meta.get("expired", 0)),
         )
 
     async def admission_counters(self) -> NDArray[np.uint8] | None:
@@ -391,6 +428,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         stored["calibration"],  # type: ignore[arg-type]
         stored["group"] or None,
         Admission.parse(stored["admission"]),
+        int(stored["expire_after"]),
     )
 
 
@@ -406,6 +444,7 @@ def spec_from(
     calibration: Calibration = "off",
     group: str | None = None,
     admission: str = "all",
+    expire_after: int = NEVER,
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
@@ -421,4 +460,5 @@ def spec_from(
         calibration,
         group,
         Admission.parse(admission),
+        expire_after,
     )

@@ -89,7 +89,7 @@ class WeightsReader:
             self.store.redis, self.store.keys, spec.layout, self.store.scripts
         )
         async for ids, state in scan:
-            w = spec.rule.weights(state, t, spec.params)
+            w = spec.weights(state, t)
             best_ids = np.concatenate([best_ids, ids])
             best_w = np.concatenate([best_w, w])
             best_state = np.concatenate([best_state, state])
@@ -117,13 +117,14 @@ class WeightsReader:
                 "it was never learned, or its state was dropped; names are field=value as "
                 "sent (a number in log_bucket mode: field=bucket)"
             )
-        w = float(spec.rule.weights(rows.state, rows.t, spec.params)[0])
+        w = float(spec.weights(rows.state, rows.t)[0])
         return await self._weights(rows.t, [self._feature(feature_id, name, w, rows.state[0])])
 
     def _feature(
         self, feature_id: int, name: str | None, w: float, row: NDArray[np.float64]
     ) -> FeatureWeight:
-        state = dict(zip(self.spec.rule.fields, map(float, row), strict=True))
+        names = self.spec.rule.fields + (("last_step",) if self.spec.expire_after else ())
+        state = dict(zip(names, map(float, row), strict=True))
         return FeatureWeight(int(feature_id), name, w, state)
 
     async def _weights(self, t: int, features: list[FeatureWeight]) -> Weights:

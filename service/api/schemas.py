@@ -569,6 +569,18 @@ class ModelInfoResponse(BaseModel):
         "had a weight; with negative sampling, an estimate of the examples sent.",
         examples=[120000.0],
     )
+    expire_after: int = Field(
+        0,
+        description="Features untouched for this many examples are deleted with their state "
+        "(0: never).",
+        examples=[0],
+    )
+    features_expired: int = Field(
+        0,
+        description="How many times a feature was found gone (untouched for expire_after "
+        "examples): started again when met, or deleted by the learner's sweep.",
+        examples=[0],
+    )
     state_bytes: int = Field(
         0,
         description="Redis memory its feature state takes, in bytes: the bucket hashes "

@@ -81,9 +81,10 @@ def challengers(api: httpx.Client, redis_url: str) -> None:
 
 
 def lean_model(api: httpx.Client, redis_url: str) -> None:
-    """A model admitting features at their second occurrence and sampling non-clicks, and
-    feedback for it: its learner then has the admission series (the Lean models row)."""
-    config = ModelConfig(admission="bloom:2", negative_rate=0.5)
+    """A model admitting features at their second occurrence, expiring those untouched for
+    5 examples and sampling non-clicks, and feedback for it: its learner then has the
+    admission and expiry series (the Lean models row)."""
+    config = ModelConfig(admission="bloom:2", negative_rate=0.5, expire_after=5)
 
     async def create(admin: ModelsAdmin) -> None:
         await admin.create("lean", config)

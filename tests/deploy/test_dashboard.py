@@ -175,6 +175,7 @@ LEAN_METRICS = (
     "online_ctr_learned_weight_total",
     "online_ctr_admission_filter_fill_ratio",
     "online_ctr_state_bytes",
+    "online_ctr_features_expired_total",
 )
 
 
@@ -182,7 +183,7 @@ LEAN_METRICS = (
 def test_the_lean_models_row_shows_admission_and_sampling(
     dashboard: dict[str, Any], metric: str
 ) -> None:
-    title = "Lean models: admission and negative sampling"
+    title = "Lean models: admission, expiry and negative sampling"
     expressions = [
         target["expr"] for panel in row_panels(dashboard, title) for target in panel["targets"]
     ]

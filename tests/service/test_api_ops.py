@@ -77,6 +77,8 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "admission": "all",
         "negative_rate": 1.0,
         "learned_weight": 0.0,
+        "expire_after": 0,
+        "features_expired": 0,
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]

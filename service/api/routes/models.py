@@ -177,5 +177,7 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         admission=info.admission,
         negative_rate=served.negative_rate,
         learned_weight=info.learned_weight,
+        expire_after=info.expire_after,
+        features_expired=info.features_expired,
         state_bytes=(await served.state_bytes()).total,
     )
