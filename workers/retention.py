@@ -3,17 +3,18 @@ to delete (:mod:`online_ctr.learning.retention`).
 
 A feature past its end is read as gone whether or not its row is still stored, so deleting
 it is only a matter of memory, and any order and pace gives the same model. The learner
-sweeps the buckets in turn, a slice with each commit: it reads their rows (``HGETALL``, one
-pipelined round trip) and names those whose last step is ``expire_after`` or more before the
-commit's end. The learner's cache is newer than the shards (commits waiting for their apply
-are in it, and only there), so a feature it holds is judged by its cached row.
+sweeps the buckets in turn, a slice with each commit: ``expired.lua`` reads each shard's
+buckets of the slice in Redis and names the features whose last step is ``expire_after`` or
+more before the commit's end. The learner's cache is newer than the shards (commits waiting
+for their apply are in it, and only there), so a feature it holds is judged by its cached
+row: one the shards name but the cache holds as touched since is kept.
 
 The slice is sized so that a whole pass takes at most half the span: each commit of ``e``
-examples sweeps ``2 * buckets * e / expire_after`` buckets, at least one and at most
-:data:`MOST_BUCKETS`. A feature is then deleted at the latest about half a span after its
-end, and a model holds at most the features touched in the last one and a half spans (when
-no commit is capped). Reading a bucket costs about what writing its features does, and a
-pass reads each stored feature once per half span.
+examples sweeps ``2 * buckets * e / expire_after`` buckets (at least one, at most all). A
+feature is then deleted at the latest about half a span after its end, once the shards have
+its last commit's writes, and a model holds about the features touched in the last span and
+a half. Each stored feature is read once per half span: per example, about three times the
+new features an example brings, once the model holds what a span and a half brings.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.retention import live
 from online_ctr.store import snapshot_scan
-from online_ctr.store.failures import pipeline
+from online_ctr.store.shards import Call
 from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
 
-#: Buckets read with one commit at most: about 2 MB of reply at 100 features a bucket.
-MOST_BUCKETS = 512
+#: Buckets one call of ``expired.lua`` reads at most (of one shard): a few ms of Redis time.
+CALL_BUCKETS = 4096
 
 
 def buckets_per_commit(buckets: int, examples: int, expire_after: int) -> int:
@@ -40,7 +41,26 @@ def buckets_per_commit(buckets: int, examples: int, expire_after: int) -> int:
     (269, 1)
     """
     wanted = math.ceil(2 * buckets * examples / expire_after)
-    return max(1, min(wanted, MOST_BUCKETS, buckets))
+    return max(1, min(wanted, buckets))
+
+
+def shard_runs(first: int, count: int, buckets: int, shards: int) -> list[tuple[int, int, int]]:
+    """Buckets ``first`` to ``first + count`` (wrapping at ``buckets``), as per shard runs of
+    ``expired.lua``: (shard, first bucket, end), each of at most :data:`CALL_BUCKETS`.
+
+    >>> shard_runs(6, 4, 8, 2)
+    [(0, 6, 8), (1, 7, 8), (0, 0, 2), (1, 1, 2)]
+    """
+    spans = [(first, min(first + count, buckets))]
+    if first + count > buckets:
+        spans.append((0, first + count - buckets))
+    runs = []
+    for low, high in spans:
+        for shard in range(shards):
+            start = low + (shard - low) % shards
+            for begin in range(start, high, CALL_BUCKETS * shards):
+                runs.append((shard, begin, min(high, begin + CALL_BUCKETS * shards)))
+    return runs
 
 
 class RetentionSweep:
@@ -56,25 +76,33 @@ class RetentionSweep:
         """Stored features of the next slice of buckets gone as of step ``end`` (the end of
         a commit of ``examples``); none for a model whose features never expire."""
         spec = self.store.spec
-        if not spec.expire_after:
+        span = spec.expire_after
+        if not span:
             return np.zeros(0, np.uint64)
-        layout, keys = spec.layout, self.store.keys
-        count = buckets_per_commit(layout.buckets, examples, spec.expire_after)
-        chosen = [(self.cursor + i) % layout.buckets for i in range(count)]
+        layout = spec.layout
+        count = buckets_per_commit(layout.buckets, examples, span)
+        runs = shard_runs(self.cursor, count, layout.buckets, layout.shards)
         self.cursor = (self.cursor + count) % layout.buckets
-        async with pipeline(self.store.redis) as pipe:
-            for bucket in chosen:
-                pipe.hgetall(keys.bucket(bucket, layout.shards))
-            read = await pipe.execute()
-        owners = [b for b, page in zip(chosen, read, strict=True) for _ in range(len(page))]
-        fields = b"".join(f for page in read for f in page)
-        values = b"".join(v for page in read for v in page.values())
-        ids, state = snapshot_scan.features(layout, np.array(owners, np.uint64), fields, values)
-        stored = np.ones(len(ids), np.bool_)
-        tau = state[:, -1].copy()
+        last_gone = end - span
+        replies = await self.store.shards.call_each(
+            self.store.scripts.expired,
+            [self._call(shard, first, stop, last_gone) for shard, first, stop in runs],
+        )
+        owners = np.frombuffer(b"".join(r[0] for r in replies), "<u4").astype(np.uint64)
+        fields = b"".join(r[1] for r in replies)
+        values = bytes(len(owners) * layout.value_bytes)  # not read: the script judged them
+        ids, _ = snapshot_scan.features(layout, owners, fields, values)
+        # The cache is newer than the shards: a feature it holds is judged by its row.
         rows = self.cache.find(ids)
         cached = rows >= 0
-        tau[cached] = self.cache.state(rows[cached])[:, -1]
-        stored[cached] = self.cache.stored(rows[cached])
-        gone: NDArray[np.uint64] = ids[stored & ~live(tau, end, spec.expire_after)]
+        keep = np.ones(len(ids), np.bool_)
+        state = self.cache.state(rows[cached])
+        keep[cached] = self.cache.stored(rows[cached]) & ~live(state[:, -1], end, span)
+        gone: NDArray[np.uint64] = ids[keep]
         return gone
+
+    def _call(self, shard: int, first: int, stop: int, last_gone: int) -> Call:
+        """The KEYS and ARGV of ``expired.lua`` over one shard's buckets ``first`` to ``stop``."""
+        layout, keys = self.store.spec.layout, self.store.keys.shard(shard)
+        args = [keys.bucket_prefix, first, layout.shards, stop, last_gone, layout.value_bytes]
+        return [keys.applied], args

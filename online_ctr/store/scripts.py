@@ -63,6 +63,7 @@ class Scripts:
     finish: Any
     scan: Any
     generation: Any
+    expired: Any
 
     @classmethod
     def register(cls, redis: RedisClient) -> Scripts:

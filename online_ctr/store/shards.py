@@ -144,6 +144,10 @@ class StateShards:
                 replies[index] = await script(keys=keys, args=head + args)
         return replies
 
+    async def call_each(self, script: Any, called: list[Call]) -> list[Any]:
+        """``script`` once per (KEYS, ARGV) of ``called``, in one pipeline (:meth:`_run`)."""
+        return await self._run(script, [], called)
+
     async def read(self, ids: NDArray[np.uint64]) -> StoredRows:
         """The stored state of ``ids``."""
         layout = self.layout

@@ -154,6 +154,19 @@ def claim(mode: str, fence: str | None = None) -> Drive:
     return drive
 
 
+def expired(**changed: Any) -> Drive:
+    """``expired.lua`` (reads only) over shard 0's first buckets, with ``changed`` arguments."""
+
+    async def drive(store: ModelStore) -> Any:
+        shard = store.keys.shard(0)
+        args: dict[str, Any] = {"prefix": shard.bucket_prefix, "first": 0, "step": 8,
+                                "stop": 64, "gone": 10, "value_bytes": 24}  # fmt: skip
+        args.update(changed)
+        return await store.scripts.expired(keys=[shard.applied], args=list(args.values()))
+
+    return drive
+
+
 def dead_letter(entry: str) -> Drive:
     async def drive(store: ModelStore) -> Any:
         keys = store.keys
@@ -399,6 +412,9 @@ CASES: dict[str, tuple[Drive, str]] = {
     "claim mode": (claim("sure"), "ARGV[2]"),
     "claim stored fence": (claim("replace", fence="x"), "fence"),
     "dead_letter id": (dead_letter("nope"), "ARGV[2]"),
+    "expired step zero": (expired(step=0), "ARGV[3]"),
+    "expired gone not whole": (expired(gone="1.5"), "ARGV[5]"),
+    "expired value bytes short": (expired(value_bytes=4), "ARGV[6]"),
     "snapshot_pin what": (snapshot_pin("grab", 1000), "ARGV[1]"),
     "snapshot_pin ttl": (snapshot_pin("pin", "1s"), "TTL"),
     "snapshot_pin bad pin": (snapshot_pin("renew", 1000, pin="x y"), "pin"),
