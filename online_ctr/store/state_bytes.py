@@ -4,12 +4,13 @@ A model's state is its bucket hashes (:mod:`online_ctr.store.layout`) and one ex
 filter per shard. Redis's ``MEMORY USAGE key SAMPLES 0`` gives a key's exact allocation
 (for a listpack-encoded hash, every entry is counted); asking it of every bucket would be
 2^18 calls, so it is asked of :data:`SAMPLE` buckets drawn by a fixed hash (the same on every
-call, spread over every shard) and their mean scaled by the bucket count: an unbiased
-estimate. Each bucket holds its share of the features, so with ``k`` features a bucket on
-average, a bucket's bytes vary by about ``1 / sqrt(k)`` and the estimate by about
-``1 / sqrt(k * SAMPLE)``: 2% at 40 features a bucket. The filters all have one size, so one
-measured is all of them. The bytes per model go to ``GET /models/{name}`` (``state_bytes``)
-and to the gauge ``online_ctr_state_bytes``; the total Redis memory is
+call, spread over every shard), with their field counts, and the bytes per feature they show
+are scaled to the model's features tracked (a ratio estimate: a bucket's bytes follow its
+features closely, its key and header spread over them, so the estimate is much steadier than
+a mean over buckets, which most of the time would find a sparse model's buckets empty). With
+no feature in the sample the buckets are taken as empty. The filters all have one size, so
+one measured is all of them. The bytes per model go to ``GET /models/{name}``
+(``state_bytes``) and to the gauge ``online_ctr_state_bytes``; the total Redis memory is
 ``online_ctr_redis_memory_bytes``.
 """
 
@@ -25,8 +26,8 @@ from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
 from online_ctr.store.redis_types import RedisClient
 
-#: Buckets measured per estimate: one pipelined round trip, about 0.1 ms of Redis time.
-SAMPLE = 64
+#: Buckets measured per estimate: one pipelined round trip, about 0.3 ms of Redis time.
+SAMPLE = 256
 
 
 @dataclass(frozen=True)
@@ -51,18 +52,22 @@ def sample_buckets(layout: Layout, sample: int = SAMPLE) -> list[int]:
 
 
 async def state_bytes(
-    redis: RedisClient, keys: ModelKeys, layout: Layout, sample: int = SAMPLE
+    redis: RedisClient, keys: ModelKeys, layout: Layout, tracked: int, sample: int = SAMPLE
 ) -> StateBytes:
-    """Estimate what ``layout``'s state under ``keys`` takes in Redis now."""
+    """Estimate what ``layout``'s state under ``keys`` takes in Redis now, for a model of
+    ``tracked`` features."""
     chosen = sample_buckets(layout, sample)
     async with pipeline(redis) as pipe:
         for bucket in chosen:
-            pipe.memory_usage(keys.bucket(bucket, layout.shards), samples=0)
+            key = keys.bucket(bucket, layout.shards)
+            pipe.memory_usage(key, samples=0)
+            pipe.hlen(key)
         pipe.memory_usage(keys.shard(0).filter, samples=0)
         *measured, filter_bytes = await pipe.execute()
-    sampled = sum(int(m or 0) for m in measured)  # None: a bucket not stored (empty)
+    sampled = sum(int(m or 0) for m in measured[::2])  # None: a bucket not stored (empty)
+    features = sum(int(n) for n in measured[1::2])
     return StateBytes(
-        buckets=round(sampled * layout.buckets / len(chosen)),
+        buckets=round(tracked * sampled / features) if features else 0,
         filters=int(filter_bytes or 0) * layout.shards,
         sampled=len(chosen),
     )

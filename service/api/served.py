@@ -299,10 +299,12 @@ class ServedModel:
         await self.ensure()
         return await self.store.info()
 
-    async def state_bytes(self) -> StateBytes:
-        """What the model's feature state takes in Redis (:mod:`online_ctr.store.state_bytes`)."""
+    async def state_bytes(self, tracked: int) -> StateBytes:
+        """What the model's feature state takes in Redis, ``tracked`` features
+        (:mod:`online_ctr.store.state_bytes`)."""
         await self.ensure()
-        return await state_bytes(self.store.redis, self.store.keys, self.store.spec.layout)
+        store = self.store
+        return await state_bytes(store.redis, store.keys, store.spec.layout, tracked)
 
     async def heartbeat_age(self) -> float | None:
         """Seconds since the freshest worker heartbeat; None if there never was one."""
@@ -313,7 +315,7 @@ class ServedModel:
         """Set the model gauges from Redis (called before /metrics renders)."""
         info = await self.info()
         nonzero, tracked, lag, pending, held = self._gauges
-        held.set((await self.state_bytes()).total)
+        held.set((await self.state_bytes(info.features_tracked)).total)
         nonzero.set(info.nonzero_weights)
         tracked.set(info.features_tracked)
         lag.set(info.stream_lag)

@@ -179,5 +179,5 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         learned_weight=info.learned_weight,
         expire_after=info.expire_after,
         features_expired=info.features_expired,
-        state_bytes=(await served.state_bytes()).total,
+        state_bytes=(await served.state_bytes(info.features_tracked)).total,
     )
