@@ -10,7 +10,7 @@ VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain bench-lean chaos chaos-cluster fuzz-api abuse docs compose-test clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,11 @@ bench-explain: install
 ## /learn (rates 1, 0.3, 0.1, A B C C B A) -> docs/benchmarks-lean.md.
 bench-lean: install
 	$(BIN)/python -m loadtests.lean
+
+## Redis bytes per model over a churning stream of 5M examples, with and without expiry and
+## admission (issue 34): docs/benchmarks-quarter.md.
+bench-quarter: install
+	$(BIN)/python -m loadtests.quarter
 
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install

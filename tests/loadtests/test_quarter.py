@@ -1,0 +1,37 @@
+"""The churn benchmark runs for real on a short stream: the model that keeps every feature
+grows with it, the one with expire_after stops growing, and the report and figure are made
+(no timings are asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+
+from loadtests import quarter
+from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.readers import read_examples
+from tests.conftest import CRITEO
+
+
+@pytest.mark.integration
+def test_a_short_quarter(redis_url: str, tmp_path: Path) -> None:
+    rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
+    base = FeatureHasher().batch([x for x, _ in rows], [y for _, y in rows])
+    examples = 20_000
+    results = {
+        name: asyncio.run(
+            quarter.run_option(redis_url, base, admission, span, examples, buckets=1 << 12)
+        )
+        for name, admission, span in (("all", "all", 0), ("expire", "all", 1_000))
+    }
+    kept, expired = results["all"], results["expire"]
+    assert [p.examples for p in kept] == [2_000 * (i + 1) for i in range(10)]
+    assert all(a.features < b.features for a, b in itertools.pairwise(kept))
+    assert quarter.plateau(kept) > 2.0  # it grows with the stream
+    assert quarter.plateau(expired) < 1.3 and expired[-1].features < kept[-1].features / 3
+    text = quarter.report(results, examples, "img/x.png")
+    assert "| all |" in text and "| expire |" in text and "![" in text
+    assert quarter.draw(results, tmp_path / "x.png").stat().st_size > 0
