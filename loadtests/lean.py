@@ -26,6 +26,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,55 +105,53 @@ def learn(
     )
 
 
-def admission_table(data_dir: Path) -> str:
-    """Per click log, a table of each admission rule against ``all``."""
+def per_click_log(
+    data_dir: Path, header: list[str], lines: Callable[[list[Row], Quality], list[list[str]]]
+) -> str:
+    """Per click log, a table of the ``lines`` its rows give beside the plain model's."""
     parts = []
     for name, (path, fmt) in CLICK_LOGS.items():
         rows = list(read_examples(data_dir / path, fmt))
-        base = learn(rows)
-        lines = []
-        for admission in ADMISSIONS:
-            got = base if admission == "all" else learn(rows, admission)
-            lines.append(
-                [
-                    admission,
-                    f"{got.logloss:.5f}",
-                    f"{(got.logloss / base.logloss - 1) * 100:+.2f}%",
-                    f"{got.auc:.4f}",
-                    f"{got.features:,}",
-                    f"{got.features / base.features:.2f}x",
-                ]
-            )
-        header = ["admission", "log loss", "vs all", "AUC", "features", "vs all"]
-        parts.append(f"### {name}\n\n{table(header, lines)}")
+        parts.append(f"### {name}\n\n{table(header, lines(rows, learn(rows)))}")
     return "\n\n".join(parts)
+
+
+def against(got: Quality, base: Quality) -> list[str]:
+    """A model's log loss, AUC and features, beside the plain model's."""
+    return [
+        f"{got.logloss:.5f}",
+        f"{(got.logloss / base.logloss - 1) * 100:+.2f}%",
+        f"{got.auc:.4f}",
+        f"{got.features:,}",
+    ]
+
+
+def admission_table(data_dir: Path) -> str:
+    """Per click log, a table of each admission rule against ``all``."""
+
+    def lines(rows: list[Row], base: Quality) -> list[list[str]]:
+        got = {a: base if a == "all" else learn(rows, a) for a in ADMISSIONS}
+        return [
+            [a, *against(q, base), f"{q.features / base.features:.2f}x"] for a, q in got.items()
+        ]
+
+    header = ["admission", "log loss", "vs all", "AUC", "features", "vs all"]
+    return per_click_log(data_dir, header, lines)
 
 
 def expiry_table(data_dir: Path) -> str:
     """Per click log, a table of each span of ``expire_after`` against keeping every feature."""
-    parts = []
-    for name, (path, fmt) in CLICK_LOGS.items():
-        rows = list(read_examples(data_dir / path, fmt))
-        base = learn(rows)
-        lines = []
-        for span in SPANS:
-            got = base if span == 0 else learn(rows, expire_after=span)
-            lines.append(
-                [
-                    f"{span:,}" if span else "never",
-                    f"{got.logloss:.5f}",
-                    f"{(got.logloss / base.logloss - 1) * 100:+.2f}%",
-                    f"{got.auc:.4f}",
-                    f"{got.features:,}",
-                    f"{got.most:,}",
-                    f"{got.most / base.most:.2f}x",
-                    f"{got.expired:,}",
-                ]
-            )
-        header = ["expire after", "log loss", "vs never", "AUC", "held at end", "most held"]
-        header += ["vs never", "expired"]
-        parts.append(f"### {name} ({len(rows):,} rows)\n\n{table(header, lines)}")
-    return "\n\n".join(parts)
+
+    def lines(rows: list[Row], base: Quality) -> list[list[str]]:
+        got = {s: base if s == 0 else learn(rows, expire_after=s) for s in SPANS}
+        return [
+            [f"{s:,}" if s else "never", *against(q, base), f"{q.most:,}",
+             f"{q.most / base.most:.2f}x", f"{q.expired:,}"]
+            for s, q in got.items()
+        ]  # fmt: skip
+
+    header = ["expire after", "log loss", "vs never", "AUC", "held at end", "most held"]
+    return per_click_log(data_dir, [*header, "vs never", "expired"], lines)
 
 
 def sparse_clicks(data_dir: Path) -> list[Row]:

@@ -121,7 +121,7 @@ async def run_option(
     buckets: int = BUCKETS,
 ) -> list[Point]:
     """Feed and learn ``examples`` of the stream a tenth at a time (see the module doc)."""
-    client = aioredis.Redis.from_url(url)
+    client = aioredis.Redis.from_url(url, socket_timeout=600)  # a commit of 700k new features
     await client.flushall()
     params = get_rule("ftrl").params()
     spec = spec_from(

@@ -158,9 +158,7 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=retention.MOST,
-        description="Delete a feature's state once this many examples have passed without "
-        "touching it (met again, it is learned as a new feature); 0: never. Needs the float64 "
-        "state encoding.",
+        description=retention.SETTING,
     )
     negative_rate: float = Field(
         1.0,

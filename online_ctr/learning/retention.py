@@ -38,6 +38,11 @@ from numpy.typing import NDArray
 NEVER = 0
 #: The most: steps are float64 in the state, exact below 2^53.
 MOST = 1 << 52
+#: What the setting does, as its settings and the API describe it.
+SETTING = (
+    "Delete a feature's state once this many examples have passed without touching it (met "
+    "again, it is learned as a new feature); 0: never. Needs the float64 state encoding."
+)
 
 
 class Retaining(NamedTuple):

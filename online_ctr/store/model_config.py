@@ -105,9 +105,7 @@ class ModelConfig(JoinConfig):
         0,
         ge=0,
         le=retention.MOST,
-        description="Delete a feature's state once this many examples have passed without "
-        "touching it (met again, it is learned as a new feature); 0: never. Needs the float64 "
-        "state encoding.",
+        description=retention.SETTING,
         examples=[0, 1000000],
     )
     negative_rate: Annotated[float, Strict()] = Field(
