@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import tempfile
 import time
 from collections.abc import Iterator
@@ -158,7 +159,7 @@ async def run_option(
 def _line(point: Point) -> str:
     mib = point.state_bytes / 2**20
     return f"  {point.examples:>10,} examples: {mib:9.1f} MiB, {point.features:>11,} features, "\
-        f"{point.per_second:,.0f}/s"  # fmt: skip
+        f"{point.per_second:,.0f}/s, log loss {point.logloss:.5f}"  # fmt: skip
 
 
 def _chunks(blobs: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
@@ -187,7 +188,7 @@ def report(results: dict[str, list[Point]], examples: int, figure: str) -> str:
                 f"{points[-1].state_bytes / 2**20:,.1f}",
                 f"{plateau(points):.2f}x",
                 f"{points[-1].features:,}",
-                f"{points[-1].logloss:.5f}",
+                "not logged" if math.isnan(points[-1].logloss) else f"{points[-1].logloss:.5f}",
                 f"{np.median([p.per_second for p in points]):,.0f}",
             ]
         )
@@ -251,6 +252,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=EXAMPLES)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--models", type=int, default=len(OPTIONS), help="run only the first N models"
+    )
     args = parser.parse_args()
     rows = criteo_rows(args.data_dir)
     base = FeatureHasher().batch([x for x, _ in rows], [y for _, y in rows])
@@ -259,19 +263,26 @@ def main() -> None:
         server = RedisServer(Path(work) / "redis", persist=False)
         server.start()
         try:
-            for name, admission, expire_after in OPTIONS:
+            for name, admission, expire_after in OPTIONS[: args.models]:
                 print(f"{name} ...", flush=True)
                 results[name] = asyncio.run(
                     run_option(server.url, base, admission, expire_after, args.examples)
                 )
+                if not args.no_write:  # after each model: a run stopped keeps what it measured
+                    publish(results, args.examples)
         finally:
             server.stop()
-    figure = "img/quarter-bytes.png"
-    text = report(results, args.examples, figure)
-    print(text)
-    if not args.no_write:
-        draw(results, FIGURE)
-        REPORT.write_text(text)
+    print(report(results, args.examples, FIGURE_LINK))
+
+
+#: Where the report links its figure.
+FIGURE_LINK = "img/quarter-bytes.png"
+
+
+def publish(results: dict[str, list[Point]], examples: int) -> None:
+    """Write the report and its figure."""
+    draw(results, FIGURE)
+    REPORT.write_text(report(results, examples, FIGURE_LINK))
 
 
 if __name__ == "__main__":
