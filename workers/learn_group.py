@@ -137,12 +137,18 @@ async def learn_group(
         rows, before, new, marked = rows[kept], before[kept], new[kept], marked[kept]
     end = t + len(batch)
     nonzero = nonzero_change(spec.rule, spec.params, ids, before, t, state, end, spec.expire_after)
-    swept = np.zeros(0, np.uint64) if gone is None else gone[~np.isin(gone, features.ids)]
+    swept = np.zeros(0, np.uint64)
+    if gone is not None and len(gone):
+        swept = gone[~np.isin(gone, features.ids)]
     stored_new = int(new.sum())
-    # Deleted: the stored features it found expired and did not admit again, and the swept.
-    gone_ids = np.concatenate([lapsed_ids, swept])
-    gone_rows = np.concatenate([lapsed_rows, cache.find(swept)])
-    ids, rows, state, marked, deleted = _then_deleted(ids, rows, state, marked, gone_ids, gone_rows)
+    deleted = np.zeros(len(ids), np.bool_)
+    if len(lapsed_ids) or len(swept):  # only with expiry: no copies of the group otherwise
+        # Deleted: the stored features it found expired and did not admit again, the swept.
+        gone_ids = np.concatenate([lapsed_ids, swept])
+        gone_rows = np.concatenate([lapsed_rows, cache.find(swept)])
+        ids, rows, state, marked, deleted = _then_deleted(
+            ids, rows, state, marked, gone_ids, gone_rows
+        )
     change = StateChange(
         t=t,
         epoch=epoch,

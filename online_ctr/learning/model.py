@@ -199,24 +199,33 @@ class InMemoryModel:
         self.table.keep(np.flatnonzero(held))
         self._next_purge = self.t + max(1, self.expire_after // 2)
 
+    def _held(self) -> tuple[NDArray[np.uint64], Array]:
+        """The ids and table rows of the features the model holds now: views of the table's,
+        but with expiry (then only the live ones, copied)."""
+        n = len(self.table)
+        ids, data = self.table.ids[:n], self.table.data[:n]
+        if not self.expire_after:
+            return ids, data
+        held = self._live(data)
+        return ids[held], data[held]
+
     def snapshot(self) -> dict[int, Array]:
         """Every tracked feature's row, by id: for comparing with another store."""
-        n = len(self.table)
-        held = self._live(self.table.data[:n])
-        rows = self.table.data[:n][held].copy()
-        return dict(zip(self.table.ids[:n][held].tolist(), rows, strict=True))
+        ids, rows = self._held()
+        return dict(zip(ids.tolist(), rows.copy(), strict=True))
 
     def features_tracked(self) -> int:
         """How many features have state."""
-        return int(self._live(self.table.data[: len(self.table)]).sum())
+        return len(self._held()[0])
 
     def features_expired(self) -> int:
         """How many times a feature has expired so far (each deleted, or past its end)."""
+        if not self.expire_after:
+            return 0
         data = self.table.data[: len(self.table)]
         return self.expired + int((~self._live(data) & (data[:, self.width - 1] > 0)).sum())
 
     def nonzero_weights(self) -> int:
         """An exact recount of the weights that are nonzero at the current step."""
-        data = self.table.data[: len(self.table)]
-        state = data[self._live(data), : len(self.rule.fields)]
+        state = self._held()[1][:, : len(self.rule.fields)]
         return int(np.count_nonzero(self.rule.weights(state, self.t, self.params)))
