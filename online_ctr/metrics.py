@@ -79,7 +79,8 @@ class Metrics:
         self.state_bytes = Gauge(
             "online_ctr_state_bytes",
             "Redis memory the model's feature state takes: its bucket hashes (MEMORY USAGE of "
-            "64 of them, scaled to all) and its existence filters.",
+            "64 of them, their bytes per feature scaled to the features tracked) and its "
+            "existence filters.",
             model,
             registry=registry,
         )

@@ -584,7 +584,8 @@ class ModelInfoResponse(BaseModel):
     state_bytes: int = Field(
         0,
         description="Redis memory its feature state takes, in bytes: the bucket hashes "
-        "(64 measured with MEMORY USAGE, scaled to all) and the existence filters.",
+        "(64 measured with MEMORY USAGE, their bytes per feature scaled to the features "
+        "tracked) and the existence filters.",
         examples=[35000000],
     )
 
