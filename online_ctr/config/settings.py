@@ -399,11 +399,11 @@ class Settings(BaseSettings):
         except ValueError as error:
             message = f"{error}: unset OCTR_STATE_ENCODING or choose one of those rules"
             raise ValueError(message) from None
-        if self.expire_after and self.state_encoding != "float64":
-            raise ValueError(
-                "OCTR_EXPIRE_AFTER needs OCTR_STATE_ENCODING=float64 (a compact value has no "
-                "room for a feature's last step): unset one of them"
-            )
+        names = ("OCTR_EXPIRE_AFTER", "OCTR_STATE_ENCODING")
+        try:
+            retention.check_encoding(self.expire_after, self.state_encoding, names)
+        except ValueError as error:
+            raise ValueError(f"{error}: unset one of them") from None
         return self
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning import retention
 from online_ctr.learning.admission import (
     ADMIT_ALL,
     Admission,
@@ -80,8 +81,9 @@ class InMemoryModel:
         self.expire_after = check_expire_after(expire_after)
         self.expired = 0
         self._next_purge = 0
-        if self.expire_after and (minibatch or encoding != "float64"):
-            raise ValueError("features expire example by example, in the float64 encoding only")
+        retention.check_encoding(self.expire_after, encoding)
+        if self.expire_after and minibatch:
+            raise ValueError("features expire example by example: not with minibatch")
         if minibatch and encoding != "float64":
             raise ValueError("the compact encoding rounds every update: use it without minibatch")
         if minibatch and admission.kind != "all":

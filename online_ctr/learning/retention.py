@@ -69,6 +69,18 @@ def check_expire_after(value: int) -> int:
     return int(value)
 
 
+def check_encoding(
+    expire_after: int, encoding: str, names: tuple[str, str] = ("expire_after", "the encoding")
+) -> None:
+    """Refuse an ``expire_after`` with an encoding other than float64, naming the two
+    settings as ``names`` (the compact encoding's value has no room for the last step)."""
+    if expire_after and encoding != "float64":
+        raise ValueError(
+            f"{names[0]} needs {names[1]} float64 (a compact value has no room for a "
+            "feature's last step)"
+        )
+
+
 def retaining(expire_after: int = NEVER) -> Retaining:
     """The learner's argument for a model of span ``expire_after``."""
     return Retaining(check_expire_after(expire_after), np.zeros(1, np.int64))

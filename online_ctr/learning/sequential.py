@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from online_ctr.learning import grouping, kernels, table
+from online_ctr.learning import grouping, kernels, retention, table
 from online_ctr.learning.admission import Admitting, admit_all
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.features import Batch
@@ -93,8 +93,7 @@ def learn_sequential(
     features found expired is added to. None: nothing expires."""
     check_encoding(encoding, rule.name)
     retaining = retain_all() if retaining is None else retaining
-    if retaining.expire_after and encoding != "float64":
-        raise ValueError("features expire only in the float64 encoding")
+    retention.check_encoding(retaining.expire_after, encoding)
     p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
     _check_shapes(rule, new_state, batch, features, retaining.expire_after != NEVER)

@@ -155,11 +155,9 @@ class ModelConfig(JoinConfig):
             raise ValueError("state_shards cannot exceed state_buckets")
         self.params()
         check_encoding(self.state_encoding, self.rule, ("state_encoding", "rule"))
-        if self.expire_after and self.state_encoding != "float64":
-            raise ValueError(
-                "expire_after needs state_encoding float64 (a compact value has no room for a "
-                "feature's last step)"
-            )
+        retention.check_encoding(
+            self.expire_after, self.state_encoding, ("expire_after", "state_encoding")
+        )
         return self
 
     def hyper_parameters(self) -> dict[str, Any]:

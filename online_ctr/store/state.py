@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from redis.exceptions import TryAgainError
 
+from online_ctr.learning import retention
 from online_ctr.learning.admission import ADMIT_ALL, COUNTERS, Admission
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
@@ -85,11 +86,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
         check_expire_after(self.expire_after)
-        if self.expire_after and self.encoding != "float64":
-            raise ValueError(
-                "expire_after needs the float64 encoding (a compact value has no room for a "
-                "feature's last step)"
-            )
+        retention.check_encoding(self.expire_after, self.encoding)
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
