@@ -16,6 +16,12 @@ taken while the model learns writes what it scanned, then the commits it must ro
 and counters known. Each section has a CRC32 (a damaged chunk is named), the whole file a
 SHA-256 (a truncated or spliced file is caught). A reader holds at most one section in memory.
 
+A model that expires features (``expire_after`` in the header,
+:mod:`online_ctr.learning.retention`) has one more column, ``tau``: the step of the example
+that last touched the feature. Its commits delete features, so its file can say so: a row
+whose ``tau`` is 0, every value 0, is a feature not stored (it replaces an earlier row of the
+id like any later row). The footer then counts the features the model found expired.
+
 A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
 So every field is checked against what a model can hold (a rule and its hyper-parameters, a
 state encoding it may use, every state row one that learning produces, steps and counts whole
@@ -44,10 +50,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning import retention
 from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
+from online_ctr.learning.retention import NEVER
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.rules.base import MAX_STEP, Array, Rule
 
@@ -59,6 +67,8 @@ SECTION = struct.Struct("<cII")
 MAX_ROWS = 1 << 16
 MAX_JSON_BYTES = 1 << 20
 DIGEST_BYTES = 32
+#: How a span's refusal names the header's two settings.
+SPAN_NAMES = ("the header's expire_after", "the header's encoding")
 
 
 class SnapshotError(ValueError):
@@ -81,10 +91,13 @@ class Header:
     numeric: str = "raw"
     calibration: str = "off"
     admission: str = "all"
+    #: The span after which an untouched feature is gone (0: never; absent from files
+    #: written before it existed). With a span, each row ends with ``tau``.
+    expire_after: int = 0
 
     @property
     def width(self) -> int:
-        return len(self.fields)
+        return len(self.fields) + (self.expire_after != NEVER)
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,8 @@ class Footer:
     #: The learned importance weights less 1, summed, as Redis kept it ('': none learned a
     #: weight other than 1); the progressive log loss is ``logloss_sum / (t + weight_excess)``.
     weight_excess: str = ""
+    #: How many times the model found a feature expired (its meta's ``expired``).
+    features_expired: int = 0
 
 
 Item = Header | RowChunk | AdmissionCounters | Footer
@@ -152,6 +167,8 @@ class Writer:
         body = {**asdict(header), "fields": list(header.fields)}
         if header.admission == "all":  # as files written before admission existed
             del body["admission"]
+        if header.expire_after == NEVER:  # as files written before expiry existed
+            del body["expire_after"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -177,6 +194,8 @@ class Writer:
         body = asdict(footer) | {"rows": self.count}
         if not footer.weight_excess:  # as files written before weights existed
             del body["weight_excess"]
+        if not footer.features_expired:  # as files written before expiry existed
+            del body["features_expired"]
         payload = _json(body)
         end = self._out(_section(b"F", len(payload), payload) + b"E")
         return end + self.digest.digest()
@@ -197,10 +216,12 @@ def parse_header(payload: bytes) -> Header:
             numeric=_choice(body, "numeric", NUMERIC_HANDLINGS),
             calibration=_choice(body, "calibration", CALIBRATIONS),
             admission=Admission.parse(str(body.get("admission", "all"))).text,
+            expire_after=_span(body.get("expire_after", NEVER)),
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)
         check_encoding(header.encoding, header.rule)
+        retention.check_encoding(header.expire_after, header.encoding, SPAN_NAMES)
     except SnapshotError:
         raise
     except KeyError as error:
@@ -229,6 +250,7 @@ def parse_footer(payload: bytes) -> Footer:
             source=dict(body.get("source") or {}),
             logloss_text=_logloss_text(body.get("logloss_text")),
             weight_excess=_weight_excess(body.get("weight_excess")),
+            features_expired=_whole(body, "features_expired", "a count", 0),
         )
     except SnapshotError:
         raise
@@ -273,15 +295,24 @@ def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _whole(body: dict[str, Any], key: str, what: str) -> int:
-    """A step or a count: a whole number that a float64 (Lua's numbers) holds exactly."""
-    value = body[key]
+def _whole(body: dict[str, Any], key: str, what: str, absent: int | None = None) -> int:
+    """A step or a count: a whole number that a float64 (Lua's numbers) holds exactly
+    (``absent``: its value when the footer has none, else it must have one)."""
+    value = body[key] if absent is None else body.get(key, absent)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_STEP:
         raise SnapshotError(
             f"the footer's {key} {_shown(value)} is not {what}: it must be a whole number in "
             "0..2^53"
         )
     return value
+
+
+def _span(value: object) -> int:
+    """The header's ``expire_after``: a span a model can have."""
+    try:
+        return retention.check_expire_after(value)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise SnapshotError(f"the header's {error}") from None
 
 
 def _logloss(value: object) -> float:
@@ -517,16 +548,36 @@ class Reader:
     def _check_state(self, rows: RowChunk) -> None:
         """Every row is a state the rule's learning can produce (a negative ``n`` or a NaN
         would make the model's answers NaN, or its later updates fail)."""
-        assert self.rule is not None
-        problem = self.rule.state_problem(rows.state)
+        assert self.rule is not None and self.header is not None
+        if self.header.expire_after != NEVER:
+            self._check_steps(rows)
+        # A row not stored is all zero, which every rule's check passes.
+        fields = rows.state[:, : len(self.rule.fields)]
+        problem = self.rule.state_problem(fields)
         if problem is not None:
             row, name, must = problem
-            value = float(rows.state[row, self.rule.fields.index(name)])
+            value = float(fields[row, self.rule.fields.index(name)])
             raise SnapshotError(
                 f"state chunk {self.chunks} has a non-finite or impossible state value: feature "
                 f"{int(rows.ids[row])} has {name} {value!r}, which must be {must}"
             )
-        self.latest_step = max(self.latest_step, self.rule.latest_step(rows.state))
+        self.latest_step = max(self.latest_step, self.rule.latest_step(fields))
+
+    def _check_steps(self, rows: RowChunk) -> None:
+        """The rows' ``tau`` are steps (whole, >= 0), and a row of ``tau`` 0 (a feature not
+        stored) is all zero."""
+        tau = rows.state[:, -1]
+        bad = ~((tau >= 0) & (tau < MAX_STEP) & (np.floor(tau) == tau))
+        bad |= (tau == 0) & (rows.state != 0).any(axis=1)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise SnapshotError(
+                f"state chunk {self.chunks}: feature {int(rows.ids[row])} has tau "
+                f"{float(tau[row])!r} and values {rows.state[row].tolist()}; tau must be a "
+                "whole step in 1..2^53, or 0 with every value 0 (a feature not stored)"
+            )
+        if len(tau):
+            self.latest_step = max(self.latest_step, float(tau.max()))
 
     def _after_rows(self, footer: Footer) -> Footer:
         """The footer's step is not before any row's last touch."""

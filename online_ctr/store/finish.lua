@@ -5,7 +5,7 @@
 -- The counters every commit adds to are checked first (checks.lua): a meta whose log-loss sum
 -- is NaN, say, would refuse every commit (finalize.lua), so it is refused here, unwritten.
 local COUNTERS = {t = whole, seq = whole, nnz_stable = whole, tracked = whole, fence = whole,
-  trimmed = whole, logloss_sum = finite, weight_excess = finite}
+  trimmed = whole, logloss_sum = finite, weight_excess = finite, expired = whole}
 local fields, problem = checked('finish', function()
   kind(KEYS[1], 'hash')
   if #ARGV % 2 ~= 1 then refuse('fields and values are not pairs: argument count', #ARGV) end

@@ -18,6 +18,9 @@ then applied to the shards; an entry is trimmed once every shard has applied it.
    a feature any of them touched ends with the value of the last one (its value at ``S1``),
    and a feature none touched kept its value throughout, the one scanned. Later rows replace
    earlier ones in the file, so the file describes exactly the model at commit ``S1``.
+   A commit of a model that expires features also deletes some: its record of a deleted
+   feature is a row of zeros, ``tau`` 0 included, which the file format reads as a feature
+   not stored (:mod:`online_ctr.learning.snapshot`), so a row the scan wrote is taken back.
 
 The pin has a deadline the export keeps renewing; a pin past it is dropped by the next trim.
 If that happened, entries may be gone and the export fails (the stream then ends without its
@@ -33,7 +36,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from online_ctr.learning.snapshot import Footer, Header, SnapshotError, Writer
+from online_ctr.learning.snapshot import Footer, Header, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
@@ -70,6 +73,8 @@ class Closed:
     weight_excess: str = ""
     #: The admission counters at that instant (b'': none).
     counters: bytes = b""
+    #: How many times the model had found a feature expired.
+    expired: int = 0
 
 
 class Export:
@@ -118,6 +123,7 @@ class Export:
         return Header(
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
             source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
+            spec.expire_after,
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -153,9 +159,11 @@ class Export:
                 f"model {self.spec.name!r} was deleted or replaced during the export"
             )
         nonzero = int(stable) + int(expiring)
+        expired = int(text(reply[10])) if len(reply) > 10 else 0
         return Closed(
-            epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters
-        )
+            epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
+            expired,
+        )  # fmt: skip
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
         """The records of the redo entries ``keep..through``, in commit order."""
@@ -191,6 +199,7 @@ class Export:
             source=source,
             logloss_text=closed.logloss_sum,
             weight_excess=closed.weight_excess,
+            features_expired=closed.expired,
         )
 
 
@@ -208,13 +217,6 @@ async def open_export(redis: RedisClient, name: str, group: str | None = None) -
     meta = {text(k): text(v) for k, v in (await redis.hgetall(keys.meta)).items()}
     try:
         spec = spec_from_meta(name, meta)
-        if spec.expire_after:
-            # Its commits delete features, which an export's roll-forward cannot take back
-            # from rows it has written already.
-            raise SnapshotError(
-                f"model {name!r} expires features (expire_after {spec.expire_after}): its "
-                "snapshots are not supported yet"
-            )
     except (KeyError, ValueError):
         await redis.hdel(keys.pins, token)
         raise

@@ -10,7 +10,8 @@
    are deleted, so a late write of the old learner is skipped rather than mixed in.
 3. Each chunk of rows is written with ``apply.lua`` as a commit of its own, so a later row of
    an id replaces an earlier one, as the file format says; every row as a new feature, so the
-   existence filters, made empty after the claim, end holding them all.
+   existence filters, made empty after the claim, end holding them all. A row of a model that
+   expires features whose ``tau`` is 0 says the feature is not stored: it is deleted.
 4. After the checksum: a pass over the written state recounts what the meta needs (features
    tracked, stable nonzero weights, the expiring set); they must equal the file's footer.
    ``finish.lua`` then writes the meta (a new epoch, the file's step and log-loss sum).
@@ -29,11 +30,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import ValidationError
 
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
+from online_ctr.learning.rules.base import Array
 from online_ctr.learning.snapshot import (
     AdmissionCounters,
     Footer,
@@ -85,6 +88,17 @@ class _Counts:
     expiring: int = 0
 
 
+def last_rows(rows: RowChunk) -> tuple[NDArray[np.uint64], Array]:
+    """The chunk's ids and rows, each id once with its last row (a later row of an id replaces
+    an earlier one; one commit writes or deletes a feature once)."""
+    ids = rows.ids
+    if len(np.unique(ids)) == len(ids):
+        return ids, rows.state
+    _, first_of_reversed = np.unique(ids[::-1], return_index=True)
+    keep = np.sort(len(ids) - 1 - first_of_reversed)
+    return ids[keep], rows.state[keep]
+
+
 async def check_name(registry: Registry, name: str, register: bool) -> None:
     """Refuse, before anything is written, a name a snapshot cannot be imported as: a group, a
     model of one, or (``register``: a model to be recorded) a new model in a full registry."""
@@ -113,7 +127,6 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "numeric": spec.numeric,
         "calibration": spec.calibration,
         "admission": spec.admission.text,
-        # A snapshot never expires features: those of an expiring model are refused.
         "expire_after": spec.expire_after,
         **vars(spec.params),
     }
@@ -124,7 +137,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "numeric": header.numeric,
         "calibration": header.calibration,
         "admission": header.admission,
-        "expire_after": 0,
+        "expire_after": header.expire_after,
         **header.params,
     }
     return [
@@ -198,7 +211,12 @@ class SnapshotImport:
         elif isinstance(item, RowChunk) and len(item.ids):
             assert self.spec is not None and self.shards is not None
             self.seq += 1
-            records = self.spec.layout.records(item.ids, item.state)
+            ids, state = last_rows(item)
+            if self.spec.expire_after:  # a row of tau 0 is a feature not stored: no bit
+                deleted = state[:, -1] == 0
+                records = self.spec.layout.records(ids, state, ~deleted, deleted)
+            else:
+                records = self.spec.layout.records(ids, state)
             await self.shards.apply(self.seq, records, self.gen)
 
     async def _claim(self, header: Header) -> None:
@@ -215,6 +233,7 @@ class SnapshotImport:
             header.numeric,  # type: ignore[arg-type]
             header.calibration,  # type: ignore[arg-type]
             admission=Admission.parse(header.admission),
+            expire_after=header.expire_after,
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)
@@ -292,7 +311,7 @@ class SnapshotImport:
         async for ids, state in snapshot_scan.scan_state(
             self.redis, self.keys, spec.layout, self.scripts
         ):
-            nonzero, steps = classify(spec.rule, spec.params, state, t)
+            nonzero, steps = classify(spec.rule, spec.params, state, t, spec.expire_after)
             expiring = nonzero & np.isfinite(steps)
             counts.tracked += len(ids)
             counts.stable += int((nonzero & ~expiring).sum())
@@ -326,6 +345,7 @@ class SnapshotImport:
             "tracked": str(counts.tracked),
             **({"gen": str(self.gen)} if self.gen else {}),
             **({"weight_excess": footer.weight_excess} if footer.weight_excess else {}),
+            **({"expired": str(footer.features_expired)} if footer.features_expired else {}),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):

@@ -5,7 +5,7 @@
 --   commit whose entry is kept, last commit}, or {'missing'} if there is no model (or one being imported).
 -- 'renew': move the deadline on. 'close': renew, and return the model at this instant:
 --   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring, weight_excess ('': none),
---   admission counters ('': none)}, all read at one instant. 'release': drop it.
+--   admission counters ('': none), features expired}, all read at one instant. 'release': drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
 -- needed may have been trimmed, so the export cannot be exact and must fail.
 -- The arguments, the stored seq, the export's pin and the keys' types are checked first
@@ -57,7 +57,8 @@ if what == 'release' then
 end
 redis.call('HSET', pins, token, keep .. ' ' .. (now_ms + ttl))
 if what == 'renew' then return {'ok'} end
-local m = redis.call(
-  'HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess')
+local m = redis.call('HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked',
+  'weight_excess', 'expired')
 return {'ok', m[1] or '', m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '0', m[6] or '0',
-  redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or ''}
+  redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or '',
+  m[8] or '0'}

@@ -223,6 +223,8 @@ def test_a_footer_that_a_model_cannot_have_is_refused_naming_its_field() -> None
         ({"logloss_text": 1.5}, "logloss_text 1.5 is not a number"),
         ({"rows": -1}, "the footer's rows -1 is not a count"),
         ({"features_tracked": -1}, "features_tracked -1 is not a count"),
+        ({"features_expired": -1}, "features_expired -1 is not a count"),
+        ({"features_expired": 0.5}, "features_expired 0.5 is not a count"),
         ({"nonzero_weights": 2}, "2 nonzero weights, 1 features and 1 rows"),
         ({"t": 2}, "the footer's t 2 is before step 3, at which a row says"),
     ]
@@ -351,3 +353,72 @@ def test_a_header_with_a_bad_admission_rule_is_refused() -> None:
     blob = PREAMBLE.pack(b"OCTRSNAP", 1) + section + payload
     with pytest.raises(SnapshotError, match="bloom:0"):
         Reader().feed(blob)
+
+
+EXPIRING = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"),
+                  expire_after=200)  # fmt: skip
+
+
+def expiring_file(state: np.ndarray, footer: Footer) -> bytes:
+    writer = Writer()
+    ids = np.arange(len(state), dtype=np.uint64)
+    return writer.start(EXPIRING) + writer.rows(ids, state) + writer.finish(footer)
+
+
+def test_an_expiring_models_rows_carry_tau_and_a_row_of_tau_0_is_a_deletion() -> None:
+    # Stored (tau 7), past its end but not yet deleted (tau 1), and not stored (all 0).
+    state = np.array([[-0.5, 4.0, 7.0], [0.25, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    footer = Footer(t=400, logloss_sum=2.5, nonzero_weights=1, features_tracked=2,
+                    features_expired=9)  # fmt: skip
+    items, got = read(expiring_file(state, footer), piece=3)
+    assert items[0] == EXPIRING and EXPIRING.width == 3
+    chunk = items[1]
+    assert isinstance(chunk, RowChunk)
+    np.testing.assert_array_equal(chunk.state, state)
+    assert got.features_expired == 9 and got.rows == 3
+    # A model that keeps every feature writes neither field: files as before.
+    plain = Writer()
+    blob = plain.start(replace(EXPIRING, expire_after=0)) + plain.finish(EMPTY)
+    assert b"expire_after" not in blob and b"features_expired" not in blob
+    assert read(blob)[1].features_expired == 0
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([0.5, 1.0, -3.0], "feature 0 has tau -3.0 and values [0.5, 1.0, -3.0]; tau must be"),
+        ([0.5, 1.0, 2.5], "has tau 2.5"),
+        ([0.5, 1.0, np.nan], "has tau nan"),
+        ([0.5, 1.0, np.inf], "has tau inf"),
+        ([0.5, 1.0, 2.0**53], "has tau 9007199254740992.0"),
+        ([0.5, 0.0, 0.0], "or 0 with every value 0 (a feature not stored)"),
+        ([0.0, -1.0, 5.0], "feature 0 has n -1.0, which must be a sum of squared gradients"),
+    ],
+)
+def test_an_expiring_row_that_no_model_holds_is_refused(row: list[float], message: str) -> None:
+    footer = Footer(t=10, logloss_sum=0.5, nonzero_weights=0, features_tracked=1)
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(expiring_file(np.array([row]), footer))
+
+
+def test_an_expiring_rows_tau_is_a_step_the_footer_has_reached() -> None:
+    footer = Footer(t=10, logloss_sum=0.5, nonzero_weights=0, features_tracked=1)
+    with pytest.raises(SnapshotError, match="t 10 is before step 11, at which a row says"):
+        read(expiring_file(np.array([[0.5, 1.0, 11.0]]), footer))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"expire_after": -1}, "the header's expire_after must be a whole number"),
+        ({"expire_after": 2.5}, "got 2.5"),
+        ({"expire_after": True}, "got True"),
+        ({"expire_after": 2**53}, "from 1 to 2^52"),
+        ({"expire_after": 9, "encoding": "compact"},
+         "the header's expire_after needs the header's encoding float64"),
+    ],
+)  # fmt: skip
+def test_a_span_a_model_cannot_have_is_refused(change: dict[str, object], message: str) -> None:
+    header = {"rule": "ftrl", "params": {}, "hash_bits": None, "fields": ["z", "n"], **change}
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        Reader().feed(rebuilt(header))

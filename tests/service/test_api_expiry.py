@@ -85,11 +85,22 @@ def test_the_setting_refuses_the_compact_encoding_naming_both() -> None:
         Settings(expire_after=10, state_encoding="compact", rule="ftrl")
 
 
-def test_its_snapshot_is_refused_and_none_replaces_it(client: TestClient, redis_url: str) -> None:
-    """Exporting a model that expires features is a 422 saying so; a snapshot of a model that
-    keeps them is refused as the served model, its spec naming the setting."""
-    refused = client.get("/models/default/snapshot")
-    assert refused.status_code == 422 and "not supported yet" in refused.text, refused.text
+def test_its_snapshot_moves_it_and_none_of_another_span_replaces_it(
+    client: TestClient, settings: Settings
+) -> None:
+    """An expiring model's snapshot imports as a model of the same span and counts; a
+    snapshot of a model that keeps its features is refused as the served model, its spec
+    naming the setting."""
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
+    assert client.post("/learn", json=body).status_code == 202
+    asyncio.run(_learn_all(settings))
+    blob = client.get("/models/default/snapshot")
+    assert blob.status_code == 200, blob.text
+    assert client.put("/models/copy/snapshot", content=blob.content).status_code == 201
+    fields = ("expire_after", "features_expired", "features_tracked", "nonzero_weights")
+    original, copy = client.get("/models/default").json(), client.get("/models/copy").json()
+    assert [copy[f] for f in fields] == [original[f] for f in fields]
+    assert copy["expire_after"] == SPAN and copy["features_expired"] > 0
     assert client.put("/models/keeper", json={"rule": "rda"}).status_code == 201
     blob = client.get("/models/keeper/snapshot")
     assert blob.status_code == 200, blob.text

@@ -20,10 +20,8 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.retention import live
-from online_ctr.learning.snapshot import SnapshotError
 from online_ctr.metrics import Metrics
 from online_ctr.store.layout import DELETE
-from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
@@ -146,19 +144,6 @@ def test_the_span_is_part_of_the_spec() -> None:
     assert spec.width == len(spec.rule.fields) + 1
     assert model_spec(Settings()).describe()["expire_after"] == "0"
     assert Admission.parse("all") == model_spec(Settings(expire_after=5)).admission
-
-
-async def test_a_snapshot_is_refused_saying_why(redis_url: str) -> None:
-    settings = settings_of(redis_url)
-    redis = aioredis.Redis.from_url(redis_url)
-    try:
-        store = ModelStore(redis, model_spec(settings))
-        await store.ensure()
-        with pytest.raises(SnapshotError, match=r"expires features .* not supported yet"):
-            await open_export(redis, "default")
-        assert not await redis.hlen(store.keys.pins)  # its pin was let go
-    finally:
-        await redis.aclose()
 
 
 async def test_commits_applied_together_delete_what_the_last_one_deleted(
