@@ -65,7 +65,8 @@ class Metrics:
         self.admission_filter_fill = Gauge(
             "online_ctr_admission_filter_fill_ratio",
             "Share of the counting Bloom filter's counters above 0 (admission bloom:N): near "
-            "1, most new features find their counters taken and are admitted early.",
+            "1, most new features find their counters taken and are admitted early (bloom:N:D "
+            "halves them every D examples).",
             model,
             registry=registry,
         )

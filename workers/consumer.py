@@ -360,9 +360,13 @@ class Worker:
         self.histogram = learning.histogram
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
-            newly = int(np.count_nonzero(self.counters[counted.positions] == 0))
-            self.counters[counted.positions] = counted.values
-            self._counters_used += newly  # counts only go up: a counter used stays used
+            if counted.whole is not None:  # halved (bloom:N:D): counted again
+                self.counters[:] = counted.whole
+                self._counters_used = int(np.count_nonzero(self.counters))
+            else:  # between halvings counts only go up: a counter used stays used
+                newly = int(np.count_nonzero(self.counters[counted.positions] == 0))
+                self.counters[counted.positions] = counted.values
+                self._counters_used += newly
             self._publish_fill()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)

@@ -14,7 +14,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning import retention
-from online_ctr.learning.admission import changed_counters, local_admitting
+from online_ctr.learning.admission import (
+    changed_counters,
+    counters_after,
+    halvings,
+    local_admitting,
+)
 from online_ctr.learning.calibration import Histogram
 from online_ctr.learning.features import Batch, bias_id
 from online_ctr.learning.learner import unique_features
@@ -149,6 +154,10 @@ async def learn_group(
         ids, rows, state, marked, deleted = _then_deleted(
             ids, rows, state, marked, gone_ids, gone_rows
         )
+    counted = CounterChange(*changed_counters(argument, where, counters))
+    times = halvings(t, len(batch), spec.admission.halve_every)
+    if times and counters is not None:  # every counter halved: the whole filter is written
+        counted = CounterChange.replacing(counters_after(argument, where, counters, times))
     change = StateChange(
         t=t,
         epoch=epoch,
@@ -162,7 +171,7 @@ async def learn_group(
         stable_delta=nonzero.stable_delta,
         tracked_delta=stored_new - int(deleted.sum()),
         weight_excess=weight_excess(batch),
-        counters=CounterChange(*changed_counters(argument, where, counters)),
+        counters=counted,
         expired=retaining.expired_count() + len(swept),
     )
     learning = Learning(

@@ -107,8 +107,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="RULE",
         help="which new features get state, as a model's admission setting: all; poisson:P "
         "(admitted with probability P at each occurrence); bloom:N (at the N-th occurrence, "
-        "in a counting Bloom filter); until then a feature contributes 0 and its gradient is "
-        "dropped; default: all",
+        "in a counting Bloom filter); bloom:N:D (its counts halved every D examples); until "
+        "then a feature contributes 0 and its gradient is dropped; default: all",
     )
     parser.add_argument(
         "--expire-after",

@@ -151,8 +151,9 @@ class Settings(BaseSettings):
     admission: str = Field(
         "all",
         description="Which new features get state: all, poisson:P (admitted with probability "
-        "P at each occurrence) or bloom:N (at the N-th occurrence); until then a feature "
-        "contributes 0 and its gradient is dropped.",
+        "P at each occurrence), bloom:N (at the N-th occurrence) or bloom:N:D (the counts "
+        "halved every D examples, so that they forget ids that do not recur); until then a "
+        "feature contributes 0 and its gradient is dropped.",
     )
     expire_after: int = Field(
         0,

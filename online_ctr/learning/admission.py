@@ -17,6 +17,13 @@ as any other. The bias is always admitted. Two rules:
   share its counters. The counters are updated in stream order and committed with the state,
   so the service equals ``replay`` at any batch size, and a learner that takes over loses no
   count.
+- **Forgetting** (``bloom:N:D``): every ``D`` examples (after ``D``, ``2D``, ... examples, at
+  fixed positions of the stream) every counter is halved, rounded down. Without it the
+  filter only fills: under churn (new ids arriving all the time, old ones never seen again)
+  its counters end up all taken, and every new feature is admitted at once, as with ``all``.
+  Halved, a count of 1 is gone at the next halving, so a feature must recur within about
+  ``D`` examples to be admitted; choose ``D`` so that the distinct new features of ``D``
+  examples stay well below ``COUNTERS / HASHES``.
 
 The compiled loop (:mod:`online_ctr.learning.kernels`) applies the rule example by example;
 this module holds its parameters and the hashes it uses.
@@ -48,13 +55,15 @@ COUNTERS = 1 << 22
 HASHES = 3
 #: A counter's most: counts saturate there, so ``N`` can be at most this.
 MOST_COUNT = 255
+#: The longest period of halving, in examples: steps are exact below 2^53.
+MOST_PERIOD = 1 << 52
 
 Kind = Literal["all", "poisson", "bloom"]
 
 #: The forms :meth:`Admission.text` writes, as a JSON Schema pattern (for the API's schema).
 PATTERN = (
     r"^(all|poisson:(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?|[1-9](\.[0-9]+)?e-[0-9]+)"
-    r"|bloom:([1-9][0-9]?|1[0-9][0-9]|2[0-4][0-9]|25[0-5]))$"
+    r"|bloom:([1-9][0-9]?|1[0-9][0-9]|2[0-4][0-9]|25[0-5])(:[1-9][0-9]{0,15})?)$"
 )
 #: The kernel's code of each kind.
 MODES: dict[str, int] = {"all": 0, "poisson": 1, "bloom": 2}
@@ -67,16 +76,21 @@ BLOOM_SALTS = (0x626C6F6F6D31, 0x626C6F6F6D32, 0x626C6F6F6D33)  # "bloom1".."blo
 @dataclass(frozen=True)
 class Admission:
     """Which features get state: ``all`` (every one, at once), ``poisson`` with probability
-    ``p`` per occurrence, ``bloom`` at the ``n``-th occurrence."""
+    ``p`` per occurrence, ``bloom`` at the ``n``-th occurrence, its counts halved every
+    ``halve_every`` examples (0: never)."""
 
     kind: Kind = "all"
     p: float = 1.0
     n: int = 1
+    halve_every: int = 0
 
     @classmethod
     def parse(cls, text: str) -> Admission:
-        """``all``, ``poisson:P`` (0 < P <= 1) or ``bloom:N`` (1 <= N <= 255)."""
+        """``all``, ``poisson:P`` (0 < P <= 1), ``bloom:N`` (1 <= N <= 255) or ``bloom:N:D``
+        (counts halved every D examples, 1 <= D <= 2^52)."""
         kind, _, value = text.partition(":")
+        if kind == "bloom":
+            return cls._bloom(text, value)
         try:
             if kind == "all" and not value:
                 return cls()
@@ -85,23 +99,39 @@ class Admission:
                 if not 0.0 < p <= 1.0 or not math.isfinite(p):
                     raise ValueError
                 return cls("poisson", p=p)
-            if kind == "bloom":
-                n = int(value)
-                if not 1 <= n <= MOST_COUNT:
-                    raise ValueError
-                return cls("bloom", n=n)
         except ValueError:
-            what = "probability must be above 0 and at most 1" if kind == "poisson" else ""
-            what = what or f"count must be a whole number from 1 to {MOST_COUNT}"
-            raise ValueError(f"admission {text!r}: the {what}") from None
-        raise ValueError(f"admission {text!r}: use all, poisson:P (0 < P <= 1) or bloom:N")
+            raise ValueError(
+                f"admission {text!r}: the probability must be above 0 and at most 1"
+            ) from None
+        raise ValueError(
+            f"admission {text!r}: use all, poisson:P (0 < P <= 1), bloom:N or bloom:N:D"
+        )
+
+    @classmethod
+    def _bloom(cls, text: str, value: str) -> Admission:
+        """``N`` or ``N:D`` of ``bloom:``."""
+        count, colon, period = value.partition(":")
+        if not (count.isdigit() and 1 <= int(count) <= MOST_COUNT):
+            raise ValueError(
+                f"admission {text!r}: the count must be a whole number from 1 to {MOST_COUNT}"
+            )
+        if not colon:
+            return cls("bloom", n=int(count))
+        if not (period.isdigit() and 1 <= int(period) <= MOST_PERIOD):
+            raise ValueError(
+                f"admission {text!r}: the period D of bloom:N:D must be a whole number of "
+                "examples from 1 to 2^52"
+            )
+        return cls("bloom", n=int(count), halve_every=int(period))
 
     @property
     def text(self) -> str:
         """The form :meth:`parse` reads."""
         if self.kind == "poisson":
             return f"poisson:{self.p!r}"
-        return f"bloom:{self.n}" if self.kind == "bloom" else "all"
+        if self.kind != "bloom":
+            return "all"
+        return f"bloom:{self.n}:{self.halve_every}" if self.halve_every else f"bloom:{self.n}"
 
     @property
     def counted(self) -> bool:
@@ -147,6 +177,8 @@ class Admitting(NamedTuple):
     positions: NDArray[np.int64]
     #: One count: the occurrences whose gradient was dropped.
     dropped: NDArray[np.int64]
+    #: Every counter is halved after every this many examples of the stream (0: never).
+    halve_every: int = 0
 
     def admitted_rows(self) -> NDArray[np.bool_]:
         """Which rows are admitted (after the learner ran: it admits as it goes)."""
@@ -190,6 +222,7 @@ def admitting(
         np.zeros(0, np.uint8) if counters is None else counters,
         positions,
         np.zeros(1, np.int64),
+        int(admission.halve_every),
     )
 
 
@@ -219,6 +252,29 @@ def changed_counters(
         return np.zeros(0, np.int64), np.zeros(0, np.uint8)
     changed = argument.counters != counters[where]
     return where[changed], argument.counters[changed]
+
+
+def halvings(t: int, examples: int, halve_every: int) -> int:
+    """How many times examples ``t + 1 .. t + examples`` halve the counters: once before each
+    example that follows a multiple of ``halve_every`` examples (0: never).
+
+    >>> halvings(0, 10, 4), halvings(4, 1, 4), halvings(5, 3, 4), halvings(0, 10, 0)
+    (2, 1, 0, 0)
+    """
+    if not halve_every:
+        return 0
+    return (t + examples - 1) // halve_every - max(t - 1, 0) // halve_every
+
+
+def counters_after(
+    argument: Admitting, where: NDArray[np.int64], counters: NDArray[np.uint8], times: int
+) -> NDArray[np.uint8]:
+    """The whole filter after a :func:`local_admitting` run over a stretch of the stream
+    that halved it ``times`` times: each counter the run used as the run left it, every other
+    one halved that many times (a copy)."""
+    whole = counters >> np.uint8(times) if times < 8 else np.zeros_like(counters)
+    whole[where] = argument.counters
+    return whole
 
 
 def empty_counters() -> NDArray[np.uint8]:

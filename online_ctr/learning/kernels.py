@@ -211,6 +211,17 @@ def _admit(
 
 
 @_helper
+def _forget(counters: NDArray[np.uint8], done: int, halve_every: int) -> None:
+    """Halve every counter, rounded down, once ``done`` examples are a multiple of
+    ``halve_every`` (0: never): the Bloom counts' forgetting
+    (:mod:`online_ctr.learning.admission`)."""
+    if halve_every == 0 or done == 0 or done % halve_every != 0:
+        return
+    for q in range(counters.shape[0]):
+        counters[q] >>= 1
+
+
+@_helper
 def _expire(
     state: Array,
     last: int,
@@ -259,13 +270,14 @@ def _learn(
     ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`).
     ``admission`` and ``retaining`` are :func:`learner`'s; with mode 0 every feature is
     admitted and nothing else of it is read, with ``expire_after`` 0 nothing expires."""
-    mode, p_admit, n_admit, admitted, counters, positions, dropped = admission
+    mode, p_admit, n_admit, admitted, counters, positions, dropped, halve_every = admission
     expire_after, expired = retaining
     last = state.shape[1] - 1  # the step column, where features expire
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
         step = float(t + j)
+        _forget(counters, t + j, halve_every)
         if expire_after != 0:
             expired[0] += _expire(
                 state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
@@ -348,11 +360,12 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     randomness). Arguments: ``p`` (``rule.kernel_params``), ``state``, ``t``, ``logit_clip``,
     ``indptr``, ``inverse``, ``values``, ``labels``, ``weights`` (each example's importance
     weight, which scales its gradient), ``ids``, ``compact``, and ``admission``: a tuple
-    (mode, p, n, admitted, counters, positions, dropped) of
+    (mode, p, n, admitted, counters, positions, dropped, halve_every) of
     :mod:`online_ctr.learning.admission`'s mode code (0: every feature is admitted), its
     probability and count, per row whether it is admitted (uint8, updated in place), the
-    counting Bloom filter (uint8, updated in place) and each row's counters in it, and a
-    one-item count of the occurrences whose gradient was dropped (added to); and
+    counting Bloom filter (uint8, updated in place) and each row's counters in it, a
+    one-item count of the occurrences whose gradient was dropped (added to), and the period
+    after which every counter is halved (0: never); and
     ``retaining`` (:class:`online_ctr.learning.retention.Retaining`): with an ``expire_after``
     above 0, ``state`` has one more column, each feature's last step, and a feature that an
     example finds expired is started again before it is scored.

@@ -28,14 +28,23 @@ from online_ctr.store.shards import Runs
 @dataclass(frozen=True)
 class CounterChange:
     """Counters of a model's counting Bloom filter (feature admission) a group changed:
-    where they are, and their values after it."""
+    where they are, and their values after it; or, for a group that halved them all
+    (``bloom:N:D``), the ``whole`` filter after it."""
 
     positions: NDArray[np.int64]
     values: NDArray[np.uint8]
+    whole: NDArray[np.uint8] | None = None
 
     def args(self) -> list[bytes | int]:
-        """``finalize.lua``'s ARGV[16..18]."""
+        """``finalize.lua``'s ARGV[16..18]: positions and values, or '' and the whole."""
+        if self.whole is not None:
+            return [b"", self.whole.tobytes(), COUNTERS]
         return [self.positions.astype("<u4").tobytes(), self.values.tobytes(), COUNTERS]
+
+    @classmethod
+    def replacing(cls, whole: NDArray[np.uint8]) -> CounterChange:
+        """The change that writes the ``whole`` filter."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.uint8), whole)
 
 
 NO_COUNTERS = CounterChange(np.zeros(0, np.int64), np.zeros(0, np.uint8))

@@ -15,7 +15,9 @@
 --       ('': the model has none), 14 the histogram it was fitted on, 15 the sum over the
 --       examples of (importance weight - 1) ('0' when every weight is 1: the meta's field
 --       weight_excess is then not written), 16 the admission counters the group changed (u32
---       each, '': none), 17 their new values (a byte each), 18 the filter's counter count,
+--       each, '': none), 17 their new values (a byte each; or, with ARGV[16] '', the whole
+--       filter, one byte per counter: a group that halved every counter, bloom:N:D), 18 the
+--       filter's counter count,
 --       19 how many features the group found expired or deleted as expired (added to the
 --       meta's field 'expired', written only when nonzero), then pairs (redo field
 --       's<shard>', that shard's records) for the redo entry.
@@ -36,9 +38,14 @@ local function each_chunk(items, size, command, ...)
 end
 
 -- The admission counters' writes, as BITFIELD operations ('SET u8 #<counter> <value>', each
--- four items), after checking that each counter is within the filter and each value a byte.
+-- four items), after checking that each counter is within the filter and each value a byte;
+-- or the whole filter (returned as a string), which must have every counter.
 local function admission_counters(positions, values, count)
   local most = whole('ARGV[18] admission counter count', count, 1)
+  if positions == '' and values ~= '' then
+    if #values ~= most then refuse('ARGV[17] whole filter is not ARGV[18] bytes long', #values) end
+    return values
+  end
   if #positions ~= 4 * #values then
     refuse('ARGV[16] has not 4 bytes per value of ARGV[17], its length', #positions)
   end
@@ -164,7 +171,11 @@ each_chunk(a.scored, 1000, 'ZADD', expiry)
 local new_t = t + tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))
 redis.call('HSET', meta, 't', string.format('%.17g', new_t))
-each_chunk(a.counters, 1500, 'BITFIELD', KEYS[8])
+if type(a.counters) == 'string' then
+  redis.call('SET', KEYS[8], a.counters)
+else
+  each_chunk(a.counters, 1500, 'BITFIELD', KEYS[8])
+end
 if ARGV[13] ~= '' then
   redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])
 end

@@ -98,8 +98,9 @@ class ModelConfig(JoinConfig):
         pattern=ADMISSION_PATTERN,
         description="Which new features get state: all; poisson:P (admitted with probability "
         "P at each occurrence); bloom:N (at the N-th occurrence, counted in a counting Bloom "
-        "filter). Until admitted a feature contributes 0 and its gradient is dropped.",
-        examples=["all", "bloom:2", "poisson:0.03"],
+        "filter); bloom:N:D (its counts halved every D examples, forgetting ids that do not "
+        "recur). Until admitted a feature contributes 0 and its gradient is dropped.",
+        examples=["all", "bloom:2", "bloom:2:100000", "poisson:0.03"],
     )
     expire_after: int = Field(
         0,

@@ -555,7 +555,8 @@ class ModelInfoResponse(BaseModel):
     group: str | None = Field(None, description="The group it learns with, if any.")
     admission: str = Field(
         "all",
-        description="Which new features get state: all, poisson:P or bloom:N (OCTR_ADMISSION).",
+        description="Which new features get state: all, poisson:P, bloom:N or bloom:N:D "
+        "(OCTR_ADMISSION).",
         examples=["all"],
     )
     negative_rate: float = Field(

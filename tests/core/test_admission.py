@@ -35,7 +35,9 @@ from tests.core.test_sequential import PARAMS
 
 ROWS = 1500
 RULES_AND_ADMISSIONS = [
-    (name, text) for name in sorted(RULES) for text in ("poisson:0.3", "bloom:2", "bloom:3")
+    (name, text)
+    for name in sorted(RULES)
+    for text in ("poisson:0.3", "bloom:2", "bloom:3", "bloom:3:100")
 ]
 BIAS_ID = FeatureHasher().id(BIAS)
 
@@ -55,6 +57,8 @@ def literal(name: str, admission: Admission) -> tuple[Array, Array, set[int], in
     state, probabilities = rule.zeros(len(features.ids)), np.empty(len(batch))
     admitted, counters, dropped = {BIAS_ID}, np.zeros(COUNTERS, np.int64), 0
     for t in range(len(batch)):
+        if admission.halve_every and t > 0 and t % admission.halve_every == 0:
+            counters //= 2  # after every halve_every examples, each count halved
         lo, hi = batch.indptr[t], batch.indptr[t + 1]
         ids, values = batch.ids[lo:hi].tolist(), batch.values[lo:hi].tolist()
         rows = np.searchsorted(features.ids, batch.ids[lo:hi])
@@ -120,7 +124,7 @@ def test_the_kernel_admits_as_the_literal_rule_bit_for_bit(name: str, text: str)
     assert BIAS_ID in got_ids and 1 < len(got_ids) < len(features.ids) and got_dropped > 0
 
 
-@pytest.mark.parametrize("text", ["poisson:0.3", "bloom:2"])
+@pytest.mark.parametrize("text", ["poisson:0.3", "bloom:2", "bloom:2:100"])
 @pytest.mark.parametrize("sizes", [1, 7, 512])
 def test_the_batch_size_changes_nothing(text: str, sizes: int) -> None:
     admission = Admission.parse(text)
@@ -129,6 +133,14 @@ def test_the_batch_size_changes_nothing(text: str, sizes: int) -> None:
     np.testing.assert_array_equal(parts[0], whole[0])
     np.testing.assert_array_equal(parts[1], whole[1])
     assert parts[2:] == whole[2:]
+
+
+def test_halving_forgets_features_that_do_not_recur() -> None:
+    """Halved every 100 examples, a count of 2 made over a longer gap is not 3: fewer features
+    are admitted than by bloom:3 alone, and none that bloom:3 does not admit."""
+    _, _, kept, _ = compiled("ftrl", Admission.parse("bloom:3"))
+    _, _, forgetting, _ = compiled("ftrl", Admission.parse("bloom:3:100"))
+    assert forgetting < kept and len(kept) - len(forgetting) > 100
 
 
 def test_a_feature_not_admitted_has_no_state_and_no_weight() -> None:
@@ -166,6 +178,12 @@ def test_poisson_admits_about_p_of_first_occurrences() -> None:
         ("poisson:nan", "probability"),
         ("bloom:256", "count"),
         ("bloom:1.5", "count"),
+        ("bloom:2:0", "the period D of bloom:N:D must be a whole number of examples from 1"),
+        ("bloom:2:-5", "period D"),
+        ("bloom:2:1.5", "period D"),
+        ("bloom:2:", "period D"),
+        ("bloom:2:4503599627370497", "period D"),
+        ("bloom:2:3:4", "period D"),
         ("sometimes", "use all"),
         ("all:1", "use all"),
     ],

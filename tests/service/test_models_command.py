@@ -88,12 +88,15 @@ def test_a_created_model_is_listed_and_deletable(redis_url: str) -> None:
     refused(models(redis_url, "delete", "chal", "--yes"), 1, "no model 'chal'")
 
 
-def test_a_model_admitting_and_sampling_is_created_with_both(redis_url: str) -> None:
-    options = ("--rule", "ftrl", "--admission", "bloom:2", "--negative-rate", "0.25")
+@pytest.mark.parametrize("admission", ["bloom:2", "bloom:2:50000"])
+def test_a_model_admitting_and_sampling_is_created_with_both(
+    redis_url: str, admission: str
+) -> None:
+    options = ("--rule", "ftrl", "--admission", admission, "--negative-rate", "0.25")
     assert "created model 'lean'" in ok(models(redis_url, "create", "lean", *options))
     stored = redis.Redis.from_url(redis_url).hget(RegistryKeys().models, "lean")
     config = ModelConfig.model_validate_json(stored)
-    assert (config.admission, config.negative_rate) == ("bloom:2", 0.25)
+    assert (config.admission, config.negative_rate) == (admission, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -109,6 +112,7 @@ def test_a_model_admitting_and_sampling_is_created_with_both(redis_url: str) -> 
         (("--rule", "ftrl", "--join-window-s", "-1"), "--join-window-s: "),
         (("--rule", "ftrl", "--admission", "bloom:0"), "--admission: admission 'bloom:0': the"),
         (("--rule", "ftrl", "--admission", "often"), "--admission: admission 'often': use all"),
+        (("--rule", "ftrl", "--admission", "bloom:2:0"), "the period D of bloom:N:D must be"),
         (("--rule", "ftrl", "--negative-rate", "0"), "--negative-rate: input should be greater"),
         (("--rule", "ftrl", "--negative-rate", "half"), "--negative-rate: input should be a"),
     ],

@@ -73,7 +73,7 @@ async def learn(store: ModelStore, batch_size: int, registry: CollectorRegistry)
     await Worker(store, config, Metrics(registry)).run_until_idle()
 
 
-@pytest.mark.parametrize("admission", ["poisson:0.2", "bloom:2"])
+@pytest.mark.parametrize("admission", ["poisson:0.2", "bloom:2", "bloom:2:250"])
 @pytest.mark.parametrize("batch_size", [1, 512, 8192])
 async def test_the_worker_admits_as_the_in_process_learner(
     redis_url: str, admission: str, batch_size: int
@@ -104,16 +104,23 @@ async def test_the_worker_admits_as_the_in_process_learner(
     )
     fill = sample("online_ctr_admission_filter_fill_ratio", {"model": "default"})
     if admission.startswith("bloom"):  # the counters in use, as committed
-        used = np.count_nonzero(np.frombuffer(counters, np.uint8))
+        committed = np.frombuffer(counters, np.uint8)
+        used = np.count_nonzero(committed)
         assert fill == used / COUNTERS and used > 0
+        # Every count is the in-process learner's, halved where bloom:N:D halves them (a
+        # string BITFIELD wrote ends at its last counter written: the rest are 0).
+        whole = np.zeros(COUNTERS, np.uint8)
+        whole[: len(committed)] = committed
+        np.testing.assert_array_equal(whole, model.counters)
     else:
         assert fill is None and counters == b""
 
 
-async def test_a_learner_that_takes_over_loses_no_count(redis_url: str) -> None:
+@pytest.mark.parametrize("admission", ["bloom:3", "bloom:3:700"])
+async def test_a_learner_that_takes_over_loses_no_count(redis_url: str, admission: str) -> None:
     """Half the stream learned by one worker, the rest by a new one (a takeover: nothing of
     the first is shared but Redis): the model is the in-process learner's of the whole."""
-    settings = settings_of(redis_url, "bloom:3")
+    settings = settings_of(redis_url, admission)
     redis = aioredis.Redis.from_url(redis_url)
     try:
         store = ModelStore(redis, model_spec(settings))

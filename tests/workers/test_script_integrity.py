@@ -374,6 +374,14 @@ CASES: dict[str, tuple[Drive, str]] = {
         "4 bytes per value",
     ),
     "finalize counter count zero": (finalize_case(counters=0), "ARGV[18]"),
+    "finalize whole filter short": (
+        finalize_case(positions=b"", counts=b"\1" * 9, counters=10),
+        "ARGV[17] whole filter is not ARGV[18] bytes long",
+    ),
+    "finalize whole filter long": (
+        finalize_case(positions=b"", counts=b"\1" * 11, counters=10),
+        "whole filter",
+    ),
     "finalize loss nan": (finalize_case(loss="nan"), "ARGV[5]"),
     "finalize loss inf": (finalize_case(loss="-inf"), "ARGV[5]"),
     "finalize examples": (finalize_case(examples="1.5"), "ARGV[4]"),
