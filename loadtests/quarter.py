@@ -10,7 +10,8 @@ their name for good (a site, a device type). Without bounds the model's distinct
 linearly with the stream, past 50M here (about 11 new ones an example).
 
 **The models.** FTRL at the service's defaults, each in a fresh Redis: keeping every feature;
-``expire_after`` :data:`SPAN`; Bloom admission ``bloom:2``; both; each of :data:`BUCKETS`
+``expire_after`` :data:`SPAN`; Bloom admission ``bloom:2``; the same with its counts halved
+every :data:`HALVE_EVERY` examples; that and ``expire_after`` both; each of :data:`BUCKETS`
 buckets. The stream goes to the model's Redis stream in entries of :data:`ENTRY` examples
 (as ``/learn`` writes them) a tenth at a time, and a real worker (the service's ``Worker``,
 in this process) learns each tenth before the next is sent. After each tenth: the model's
@@ -57,12 +58,17 @@ EXAMPLES = 5_000_000
 ENTRY = 500
 SPAN = 100_000
 TENTHS = 10
+#: The Bloom admission's halving period: about 220,000 new ids (11 an example) between two
+#: halvings, 3 counters each, leave most of the 4,194,304 counters free.
+HALVE_EVERY = 20_000
+FORGETTING = f"bloom:2:{HALVE_EVERY}"
 #: The models compared: name, admission, expire_after.
 OPTIONS = (
     ("keep every feature", "all", 0),
     (f"expire_after {SPAN:,}", "all", SPAN),
     ("bloom:2", "bloom:2", 0),
-    (f"bloom:2 + expire_after {SPAN:,}", "bloom:2", SPAN),
+    (FORGETTING, FORGETTING, 0),
+    (f"{FORGETTING} + expire_after {SPAN:,}", FORGETTING, SPAN),
 )
 #: Buckets of every model: 2^20, so that at 50M features a bucket holds about 50, within the
 #: 128 fields of a compact listpack (at 2^18 the unbounded model's buckets would outgrow it).

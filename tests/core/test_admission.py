@@ -193,7 +193,7 @@ def test_a_bad_admission_is_refused_naming_it(text: str, says: str) -> None:
         Admission.parse(text)
 
 
-@pytest.mark.parametrize("text", ["bloom:2", "poisson:0.3"])
+@pytest.mark.parametrize("text", ["bloom:2", "bloom:2:300", "poisson:0.3"])
 def test_replay_admits_as_the_in_process_model(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

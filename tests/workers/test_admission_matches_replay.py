@@ -144,11 +144,13 @@ def test_the_rule_is_part_of_the_spec() -> None:
     assert spec.describe()["admission"] == "bloom:2"
 
 
-async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None:
+@pytest.mark.parametrize("admission", ["bloom:3", "bloom:3:700"])
+async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str, admission: str) -> None:
     """Half the stream learned, the model exported and imported under another name, the rest
     learned by the copy: the copy is the in-process learner's model of the whole stream, so
-    the file carried the admission rule and every count of the counting Bloom filter."""
-    settings = settings_of(redis_url, "bloom:3")
+    the file carried the admission rule and every count of the counting Bloom filter (and its
+    step, from which the halvings of bloom:N:D follow)."""
+    settings = settings_of(redis_url, admission)
     redis = aioredis.Redis.from_url(redis_url)
     try:
         original = ModelStore(redis, model_spec(settings))
@@ -162,7 +164,7 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str) -> None
         assert any(isinstance(item, AdmissionCounters) for item in items)
         await SnapshotImport(redis, "copy", (64, 8)).run(one_piece(blob))
         copy = ModelStore(redis, replace(original.spec, name="copy"))
-        assert (await copy.info()).admission == "bloom:3"
+        assert (await copy.info()).admission == admission
         stored = await redis.get(copy.keys.admission)
         assert stored == await redis.get(original.keys.admission) and stored
         await send(copy, ROWS[half:], per_entry=50)
