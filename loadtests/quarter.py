@@ -261,7 +261,24 @@ def main() -> None:
     parser.add_argument(
         "--models", type=int, default=len(OPTIONS), help="run only the first N models"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run only the model NAME (repeatable; printed, not written)",
+    )
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        default=BUCKETS,
+        help=f"buckets of every model (default {BUCKETS}; another is printed, not written)",
+    )
     args = parser.parse_args()
+    chosen = [o for o in OPTIONS[: args.models] if not args.only or o[0] in args.only]
+    if not chosen:
+        parser.error(f"--only: no model of that name; the models: {[o[0] for o in OPTIONS]}")
+    # The report describes the default models and layout: another choice is printed only.
+    write = not (args.no_write or args.only or args.buckets != BUCKETS)
     rows = criteo_rows(args.data_dir)
     base = FeatureHasher().batch([x for x, _ in rows], [y for _, y in rows])
     results: dict[str, list[Point]] = {}
@@ -269,12 +286,14 @@ def main() -> None:
         server = RedisServer(Path(work) / "redis", persist=False)
         server.start()
         try:
-            for name, admission, expire_after in OPTIONS[: args.models]:
+            for name, admission, expire_after in chosen:
                 print(f"{name} ...", flush=True)
                 results[name] = asyncio.run(
-                    run_option(server.url, base, admission, expire_after, args.examples)
+                    run_option(
+                        server.url, base, admission, expire_after, args.examples, args.buckets
+                    )
                 )
-                if not args.no_write:  # after each model: a run stopped keeps what it measured
+                if write:  # after each model: a run stopped keeps what it measured
                     publish(results, args.examples)
         finally:
             server.stop()
