@@ -34,7 +34,7 @@ from online_ctr.process import StartupError
 from online_ctr.store.model_config import own_config
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry, RegistryError
-from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore, spec_from
+from online_ctr.store.state import ModelMismatchError, ModelSpec, ModelStore
 
 
 class ClusterModeError(ResponseError):
@@ -148,17 +148,6 @@ async def prepare_redis(settings: Settings, client: RedisClient) -> None:
 
 
 def model_spec(settings: Settings) -> ModelSpec:
-    """The spec of the model this process serves or learns."""
-    return spec_from(
-        settings.model,
-        settings.rule,
-        settings.rule_params(),
-        settings.hash_bits,
-        settings.state_buckets,
-        settings.state_shards,
-        settings.state_encoding,
-        settings.numeric,
-        settings.calibration,
-        admission=settings.admission,
-        expire_after=settings.expire_after,
-    )
+    """The spec of the model this process serves or learns: that of its configuration, as the
+    registry records it (:func:`~online_ctr.store.model_config.own_config`)."""
+    return own_config(settings).spec(settings.model)
