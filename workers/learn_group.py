@@ -27,7 +27,7 @@ from online_ctr.learning.nonzero import nonzero_change
 from online_ctr.learning.sequential import Learned, learn_sequential
 from online_ctr.learning.stream_metrics import log_loss
 from online_ctr.store.calibration_codec import encode_fit, encode_histogram
-from online_ctr.store.commits import CounterChange, StateChange
+from online_ctr.store.commits import WHOLE_FILTER_ABOVE, CounterChange, StateChange
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
@@ -156,7 +156,8 @@ async def learn_group(
         )
     counted = CounterChange(*changed_counters(argument, where, counters))
     times = halvings(t, len(batch), spec.admission.halve_every)
-    if times and counters is not None:  # every counter halved: the whole filter is written
+    many = len(counted.positions) > WHOLE_FILTER_ABOVE
+    if counters is not None and (times or many):  # every counter halved, or many changed
         counted = CounterChange.replacing(counters_after(argument, where, counters, times))
     change = StateChange(
         t=t,
