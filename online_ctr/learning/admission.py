@@ -29,7 +29,9 @@ The compiled loop (:mod:`online_ctr.learning.kernels`) applies the rule example 
 this module holds its parameters and the hashes it uses.
 
 >>> Admission.parse("poisson:0.03"), Admission.parse("bloom:2").text
-(Admission(kind='poisson', p=0.03, n=1), 'bloom:2')
+(Admission(kind='poisson', p=0.03, n=1, halve_every=0), 'bloom:2')
+>>> Admission.parse("bloom:2:20000").halve_every, Admission.parse("bloom:2:20000").text
+(20000, 'bloom:2:20000')
 >>> Admission.parse("bloom:0")
 Traceback (most recent call last):
 ...
