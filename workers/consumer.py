@@ -360,7 +360,7 @@ class Worker:
         self.histogram = learning.histogram
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
-            if counted.whole is not None:  # halved (bloom:N:D): counted again
+            if counted.whole is not None:  # halved (bloom:N:D), or many: counted again
                 self.counters[:] = counted.whole
                 self._counters_used = int(np.count_nonzero(self.counters))
             else:  # between halvings counts only go up: a counter used stays used

@@ -28,8 +28,8 @@ from online_ctr.store.shards import Runs
 @dataclass(frozen=True)
 class CounterChange:
     """Counters of a model's counting Bloom filter (feature admission) a group changed:
-    where they are, and their values after it; or, for a group that halved them all
-    (``bloom:N:D``), the ``whole`` filter after it."""
+    where they are, and their values after it; or the ``whole`` filter after it, for a group
+    that halved them all (``bloom:N:D``) or changed more than :data:`WHOLE_FILTER_ABOVE`."""
 
     positions: NDArray[np.int64]
     values: NDArray[np.uint8]

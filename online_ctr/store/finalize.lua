@@ -16,8 +16,8 @@
 --       examples of (importance weight - 1) ('0' when every weight is 1: the meta's field
 --       weight_excess is then not written), 16 the admission counters the group changed (u32
 --       each, '': none), 17 their new values (a byte each; or, with ARGV[16] '', the whole
---       filter, one byte per counter: a group that halved every counter, bloom:N:D), 18 the
---       filter's counter count,
+--       filter, one byte per counter: a group that halved every counter, bloom:N:D, or
+--       changed many), 18 the filter's counter count,
 --       19 how many features the group found expired or deleted as expired (added to the
 --       meta's field 'expired', written only when nonzero), then pairs (redo field
 --       's<shard>', that shard's records) for the redo entry.
