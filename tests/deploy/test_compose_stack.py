@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +26,8 @@ from typing import Any, NoReturn, TypeVar
 
 import httpx
 import pytest
+
+from tests.ports import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -62,13 +63,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
         time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def engine_or_skip() -> None:
@@ -196,6 +190,7 @@ def stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) -> Itera
     secrets_dir = tmp_path_factory.mktemp("compose-secrets")
     # The directory is private to root; the containers see the files, never the directory.
     key, metrics_key = secrets.token_hex(16), secrets.token_hex(16)
+    api_port, prometheus_port = free_ports(2)
     settings = {
         "OCTR_REDIS_PASSWORD_SECRET": write_secret(
             secrets_dir / "redis-password", secrets.token_hex(16) + "\n", APP_UID
@@ -209,8 +204,8 @@ def stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) -> Itera
             secrets_dir / "metrics-key", metrics_key + "\n", NOBODY_UID
         ),
         "GRAFANA_ADMIN_PASSWORD": "unused: grafana is not started",
-        "OCTR_API_PORT": free_port(),
-        "PROMETHEUS_PORT": free_port(),
+        "OCTR_API_PORT": api_port,
+        "PROMETHEUS_PORT": prometheus_port,
     }
     env_file = secrets_dir / "stack.env"
     env_file.write_text("".join(f"{name}={value}\n" for name, value in settings.items()))

@@ -31,6 +31,7 @@ import yaml
 
 from tests.deploy.bounds import JOINS, REACHED, REDIS_MAXMEMORY, SMALL_BOUNDS, drive_to_the_bounds
 from tests.deploy.conftest import with_metrics_key_file
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +44,6 @@ DEVICES = ("phone", "tablet", "desktop")
 #: The test's API keys: a client's, and the one Prometheus scrapes the API with.
 CLIENT_KEY = "client-key-of-the-dashboard-test"
 METRICS_KEY = "metrics-key-of-the-dashboard-test"
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -170,8 +163,7 @@ def stack(
         pytest.skip("redis-server is not installed")
     assert ONLINE_CTR.exists(), f"{ONLINE_CTR} missing: pip install -e . into this environment"
 
-    redis_port, api_port, prometheus_port = free_port(), free_port(), free_port()
-    worker_ports = [free_port(), free_port()]
+    redis_port, api_port, prometheus_port, *worker_ports = free_ports(5)
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     # As deploy/env.example says: the key in its own file, and in the API's keys file with the
     # metrics scope.
