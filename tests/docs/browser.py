@@ -10,8 +10,11 @@ and ``Log.entryAdded``, which carries network failures).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -88,35 +91,54 @@ def chromium() -> str | None:
 @contextmanager
 def browser(executable: str) -> Iterator[str]:
     """A headless Chromium; yields the DevTools WebSocket URL of its first tab."""
-    with tempfile.TemporaryDirectory() as profile:
-        process = subprocess.Popen(
-            [
-                executable,
-                "--headless",
-                "--no-sandbox",  # the tests may run as root, where the sandbox cannot start
-                "--disable-gpu",
-                "--no-first-run",
-                "--window-size=1280,900",
-                "--remote-debugging-port=0",
-                f"--user-data-dir={profile}",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    profile = tempfile.mkdtemp(prefix="octr-chromium-")
+    process = subprocess.Popen(
+        [
+            executable,
+            "--headless",
+            "--no-sandbox",  # the tests may run as root, where the sandbox cannot start
+            "--disable-gpu",
+            "--no-first-run",
+            "--window-size=1280,900",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its helper processes too are stopped at the end
+    )
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not port_file.is_file() or not port_file.read_text().strip():
+            assert time.monotonic() < deadline, "Chromium did not open its DevTools port"
+            assert process.poll() is None, f"Chromium exited with {process.returncode}"
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        tabs = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
+        yield next(t["webSocketDebuggerUrl"] for t in tabs if t["type"] == "page")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(15)
+        remove_profile(profile)
+
+
+def remove_profile(profile: str) -> None:
+    """Delete Chromium's profile directory. A helper process that outlives the browser's may
+    still write to it for a moment ("Directory not empty" failed a full run): try again for
+    up to 5 s, then once more, letting an error through."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
         try:
-            port_file = Path(profile) / "DevToolsActivePort"
-            deadline = time.monotonic() + 30
-            while not port_file.is_file() or not port_file.read_text().strip():
-                assert time.monotonic() < deadline, "Chromium did not open its DevTools port"
-                assert process.poll() is None, f"Chromium exited with {process.returncode}"
-                time.sleep(0.1)
-            port = port_file.read_text().split()[0]
-            tabs = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-            yield next(t["webSocketDebuggerUrl"] for t in tabs if t["type"] == "page")
-        finally:
-            process.terminate()
-            process.wait(15)
+            shutil.rmtree(profile)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(profile)
 
 
 def load(tab: str, url: str, ready: str, settle_s: float = 1.0) -> Page:
