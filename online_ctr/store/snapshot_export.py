@@ -159,7 +159,7 @@ class Export:
                 f"model {self.spec.name!r} was deleted or replaced during the export"
             )
         nonzero = int(stable) + int(expiring)
-        expired = int(text(reply[10])) if len(reply) > 10 else 0
+        expired = int(text(reply[10]))
         return Closed(
             epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
             expired,

@@ -92,9 +92,9 @@ def last_rows(rows: RowChunk) -> tuple[NDArray[np.uint64], Array]:
     """The chunk's ids and rows, each id once with its last row (a later row of an id replaces
     an earlier one; one commit writes or deletes a feature once)."""
     ids = rows.ids
-    if len(np.unique(ids)) == len(ids):
-        return ids, rows.state
     _, first_of_reversed = np.unique(ids[::-1], return_index=True)
+    if len(first_of_reversed) == len(ids):  # each id once, as an export writes them
+        return ids, rows.state
     keep = np.sort(len(ids) - 1 - first_of_reversed)
     return ids[keep], rows.state[keep]
 

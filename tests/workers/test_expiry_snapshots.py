@@ -20,7 +20,7 @@ from online_ctr.learning.retention import live
 from online_ctr.learning.snapshot import Footer, Reader, RowChunk
 from online_ctr.metrics import Metrics
 from online_ctr.store.snapshot_export import open_export
-from online_ctr.store.snapshot_import import SnapshotImport
+from online_ctr.store.snapshot_import import SnapshotImport, last_rows
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.workers.conftest import scan_state, send
@@ -171,3 +171,14 @@ async def test_an_export_while_the_worker_learns_and_deletes_is_one_steps_model(
         assert footer.features_tracked == len(stored)
         assert footer.features_expired + past_end == model.features_expired()
         assert footer.nonzero_weights == model.nonzero_weights()
+
+
+def test_an_import_takes_each_ids_last_row_of_a_chunk() -> None:
+    """A file may repeat an id within a chunk: its last row is the one (a deletion included)."""
+    ids = np.array([5, 7, 5, 9, 7], np.uint64)
+    state = np.arange(15, dtype=np.float64).reshape(5, 3)
+    got_ids, got_state = last_rows(RowChunk(ids, state))
+    assert got_ids.tolist() == [5, 9, 7]
+    np.testing.assert_array_equal(got_state, state[[2, 3, 4]])
+    unique = RowChunk(np.array([3, 1], np.uint64), state[:2])
+    assert last_rows(unique)[0] is unique.ids
