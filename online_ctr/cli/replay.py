@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from online_ctr.cli import replay_sweep, sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
-from online_ctr.learning import retention
+from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
@@ -120,6 +120,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "default: 0, never",
     )
     parser.add_argument(
+        "--max-features",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hold at most N features (plus those touched in the last 64 examples): past it, "
+        "evict the least recently touched, zero weights first; met again, an evicted feature is "
+        "learned as a new one; default: 0, no budget",
+    )
+    parser.add_argument(
         "--negative-rate",
         type=float,
         default=1.0,
@@ -183,6 +192,25 @@ def check_expire_after(args: argparse.Namespace) -> None:
         )
 
 
+def check_max_features(args: argparse.Namespace) -> None:
+    """Refuse a ``--max-features`` out of range, or with what it cannot go with."""
+    try:
+        eviction.check_max_features(args.max_features)
+    except ValueError as error:
+        raise UsageError(f"--max-features: {error}") from None
+    if not args.max_features:
+        return
+    if args.sweep is not None:
+        raise UsageError("--max-features cannot be combined with --sweep (its models keep all)")
+    if args.expire_after:
+        raise UsageError("a model has a budget or a span: give --expire-after or --max-features")
+    if args.minibatch or args.encoding != "float64":
+        raise UsageError(
+            "--max-features needs the exact learner in the float64 encoding: drop --minibatch "
+            "and --encoding compact"
+        )
+
+
 def rule_params(rule: Rule, given: dict[str, Any]) -> Any:
     """The rule's hyper-parameters from the flags ``given``, refusing any it does not use."""
     takes = [field.name for field in fields(rule.params_type)]
@@ -202,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         check_negative_rate(args)
         check_admission(args)
         check_expire_after(args)
+        check_max_features(args)
     except ValueError as error:
         return fail("replay", str(error), status=2)
     if args.sweep is not None or sweep_options.policy_given(args):
@@ -282,6 +311,8 @@ def _output(args: argparse.Namespace, result: ReplayResult, model: InMemoryModel
         "admission_dropped_gradients": model.dropped,
         "expire_after": args.expire_after,
         "features_expired": model.features_expired(),
+        "max_features": args.max_features,
+        "features_evicted": model.features_evicted(),
         "timed": TIMED,
     }
 

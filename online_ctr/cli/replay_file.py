@@ -35,6 +35,7 @@ def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
         admission=Admission.parse(args.admission),
         bias=bias_id(args.hash_bits),
         expire_after=args.expire_after,
+        max_features=args.max_features,
     )
 
 

@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.admission import POISSON_SALT, Admitting
 from online_ctr.learning.compact import RULES, SCALED
+from online_ctr.learning.eviction import CUT_ALL, CUT_ZERO, EVICTED, LOWEST, TRACKED, Evicting
 from online_ctr.learning.retention import Retaining
 from online_ctr.learning.rules.base import SCALAR, RowUpdateFn, RowWeightFn, Rule
 
@@ -59,6 +60,7 @@ _GOLDEN, _MIX1, _MIX2 = (
 )
 _S11, _S22, _S27, _S30, _S31 = (np.uint64(s) for s in (11, 22, 27, 30, 31))
 _POISSON_SALT = POISSON_SALT
+_LOWEST, _TRACKED, _EVICTED, _CUT_ZERO, _CUT_ALL = LOWEST, TRACKED, EVICTED, CUT_ZERO, CUT_ALL
 
 
 def _skip_blas_probe() -> None:
@@ -250,6 +252,85 @@ def _expire(
     return found
 
 
+@_helper
+def _advance(counts: NDArray[np.int64], marks: NDArray[np.int64], step: int, width: int) -> None:
+    """Bring the budget's bins up to the one of ``step``: a bin that falls out of the window
+    is merged into the next (:mod:`online_ctr.learning.eviction`)."""
+    window = counts.shape[1]
+    current = (step - 1) // width
+    while current - marks[_LOWEST] >= window:
+        old = marks[_LOWEST] % window
+        new = (old + 1) % window
+        for c in range(2):
+            counts[c, new] += counts[c, old]
+            counts[c, old] = 0
+        marks[_LOWEST] += 1
+
+
+def _recount(state: Array, row: int, last: int, p: Array, budget: Evicting, change: int) -> None:
+    """Add ``change`` to the features held and to the count of row ``row``'s bin (its last
+    step's; one older than the window counts in the oldest kept) in its class, its weight at
+    that step zero or not; nothing for a row not stored, or without a budget. Compiled per
+    rule, like :func:`_learn`, as it reads the rule's ``_weight_of``."""
+    _, width, counts, marks = budget
+    tau = state[row, last]
+    if budget.max_features == 0 or tau <= 0.0:
+        return
+    weighted = _weight_of(state, row, tau, p) != 0.0  # noqa: F821
+    b = max((int(tau) - 1) // width, marks[_LOWEST])
+    counts[int(weighted), b % counts.shape[1]] += change
+    marks[_TRACKED] += change
+
+
+def _restart_evicted(
+    state: Array, last: int, first: int, end: int, inverse: NDArray[np.intp], step: int,
+    p: Array, budget: Evicting, admitted: NDArray[np.uint8], mode: int,
+) -> None:  # fmt: skip
+    """Bring the budget's bins up to ``step``'s, then start again from zero (and, under an
+    admission rule, not admitted) each feature of occurrences ``first:end`` that the budget
+    evicted: stored, and its last step at most the cutoff of all, or at most the cutoff of
+    zero weights with its weight zero there. Nothing without a budget. Compiled per rule, like
+    :func:`_learn`."""
+    _, width, counts, marks = budget
+    if budget.max_features == 0:
+        return
+    _advance(counts, marks, step, width)
+    for k in range(first, end):
+        row = inverse[k]
+        tau = state[row, last]
+        if tau <= 0.0 or tau > marks[_CUT_ZERO]:
+            continue
+        if tau <= marks[_CUT_ALL] or _weight_of(state, row, tau, p) == 0.0:  # noqa: F821
+            for c in range(last + 1):
+                state[row, c] = 0.0
+            if mode != 0:
+                admitted[row] = 0
+
+
+@_helper
+def _evict(budget: Evicting, step: int) -> None:
+    """While the budget's features held are more than its most, evict the oldest bin of zero
+    weights, then of weights, never the bin of ``step``: each moves its class's cutoff past
+    the bin."""
+    most, width, counts, marks = budget
+    if most == 0 or marks[_TRACKED] <= most:
+        return
+    window = counts.shape[1]
+    current = (step - 1) // width
+    for c in range(2):
+        cut = _CUT_ZERO if c == 0 else _CUT_ALL
+        b = max(marks[_LOWEST], marks[cut] // width)
+        while marks[_TRACKED] > most and b < current:
+            n = counts[c, b % window]
+            counts[c, b % window] = 0
+            marks[_TRACKED] -= n
+            marks[_EVICTED] += n
+            marks[cut] = (b + 1) * width  # past an empty bin too: nothing of it is held
+            b += 1
+    # Every zero weight below the cutoff of all was evicted already.
+    marks[_CUT_ZERO] = max(marks[_CUT_ZERO], marks[_CUT_ALL])
+
+
 def _learn(
     compact: bool,
     p: Array,
@@ -271,7 +352,8 @@ def _learn(
     ``admission`` and ``retaining`` are :func:`learner`'s; with mode 0 every feature is
     admitted and nothing else of it is read, with ``expire_after`` 0 nothing expires."""
     mode, p_admit, n_admit, admitted, counters, positions, dropped, halve_every = admission
-    expire_after, expired = retaining
+    expire_after, expired, budget = retaining
+    stepped = expire_after != 0 or budget.max_features != 0
     last = state.shape[1] - 1  # the step column, where features expire
     examples = len(indptr) - 1
     logits, probabilities = np.empty(examples), np.empty(examples)
@@ -282,6 +364,9 @@ def _learn(
             expired[0] += _expire(
                 state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
             )
+        _restart_evicted(
+            state, last, indptr[j], indptr[j + 1], inverse, t + j + 1, p, budget, admitted, mode
+        )
         s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
         for k in range(indptr[j], indptr[j + 1]):
             if mode != 0 and admitted[inverse[k]] == 0:
@@ -303,11 +388,14 @@ def _learn(
                     continue
                 admitted[row] = 1
             g = residual * values[k]
+            _recount(state, row, last, p, budget, -1)  # it leaves the bin it was counted in
             _update_row(state, row, g, g * g, step + 1.0, p)  # noqa: F821
             if compact:
                 _quantize(_SCALED, state, row, ids[row], t + j + 1, p)  # noqa: F821
-            if expire_after != 0:
+            if stepped:
                 state[row, last] = step + 1.0  # touched by the (t + j + 1)-th example
+            _recount(state, row, last, p, budget, 1)  # and is counted in the current one
+        _evict(budget, t + j + 1)
     return logits, probabilities
 
 
@@ -377,12 +465,17 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     if rule.name not in _LEARNERS:
         files: set[str] = set()
         weight_of, update_row = _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
+        per_rule = {  # the budget's helpers that read the rule's weights
+            f.__name__: _inlined(_with_globals(f, f.__qualname__, _weight_of=weight_of))
+            for f in (_recount, _restart_evicted)
+        }
         learn = _with_globals(
             _learn,
             _learn.__qualname__,
             _weight_of=weight_of,
             _update_row=update_row,
             _SCALED=rule.name in SCALED,
+            **per_rule,
         )
         template = _learn_examples("")
         fingerprint = hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()

@@ -10,7 +10,9 @@ of :func:`~online_ctr.learning.learner.learn` instead, where a batch's size is p
 ``admission`` rule (:mod:`online_ctr.learning.admission`) a feature gets a row only once
 admitted, as the service stores it only then. With ``expire_after`` (:mod:`~online_ctr.learning.
 retention`) each row also keeps its feature's last step, and a feature untouched for that many
-examples is gone: its row is deleted, now or later (a row past its end is read as gone).
+examples is gone: its row is deleted, now or later (a row past its end is read as gone). With
+``max_features`` (:mod:`~online_ctr.learning.eviction`) the rows keep the last step too, and the
+model holds at most that many features, evicting the least recently touched, zero weights first.
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.rules import get_rule
@@ -38,6 +40,14 @@ from online_ctr.learning.admission import (
 )
 from online_ctr.learning.calibration import Calibration, Calibrator
 from online_ctr.learning.compact import check_encoding
+from online_ctr.learning.eviction import (
+    BIN_EXAMPLES,
+    UNBOUNDED,
+    WINDOW_BINS,
+    check_max_features,
+    feature_budget,
+    held,
+)
 from online_ctr.learning.features import BIAS_ID, Batch
 from online_ctr.learning.learner import (
     Features,
@@ -73,6 +83,8 @@ class InMemoryModel:
         admission: Admission = ADMIT_ALL,
         bias: int = BIAS_ID,
         expire_after: int = NEVER,
+        max_features: int = UNBOUNDED,
+        budget_bins: tuple[int, int] = (BIN_EXAMPLES, WINDOW_BINS),
     ) -> None:
         check_encoding(encoding, rule.name)
         #: Features untouched for this many examples are gone (0: never); ``expired`` counts
@@ -84,6 +96,12 @@ class InMemoryModel:
         retention.check_encoding(self.expire_after, encoding)
         if self.expire_after and minibatch:
             raise ValueError("features expire example by example: not with minibatch")
+        #: The feature budget (``budget_bins``: its bin width and window, for tests).
+        self.budget = feature_budget(check_max_features(max_features), *budget_bins)
+        retention.check_encoding(max_features, encoding, ("max_features", "the encoding"))
+        if max_features and minibatch:
+            raise ValueError("a budget evicts example by example: not with minibatch")
+        self._retaining()  # refuses expire_after with max_features
         if minibatch and encoding != "float64":
             raise ValueError("the compact encoding rounds every update: use it without minibatch")
         if minibatch and admission.kind != "all":
@@ -99,8 +117,10 @@ class InMemoryModel:
         self.minibatch = minibatch
         self.encoding = encoding
         self.t = 0
-        #: The rule's fields, the last step with ``expire_after``, then the count.
-        self.width = len(rule.fields) + (self.expire_after != NEVER)
+        #: The rule's fields, the last step with ``expire_after`` or ``max_features``, then the
+        #: count.
+        self.stepped = self.expire_after != NEVER or max_features != UNBOUNDED
+        self.width = len(rule.fields) + self.stepped
         self.table = StateTable(width=self.width + 1)
         #: With ``calibration="power"``: the calibration as the service's learner keeps it
         #: (refitted after each batch), and the progressive metrics of the calibrated
@@ -139,6 +159,8 @@ class InMemoryModel:
         self.t += len(batch)
         if self.expire_after and self.t >= self._next_purge:
             self._purge()
+        if self.budget.max_features and len(self.table) > 2 * self.budget.max_features + 4096:
+            self._purge()  # past twice the budget, in proportion to it
         if self.calibration is not None:
             self.calibration.learn(learned.probabilities, batch.labels, batch.weights)
         return learned
@@ -149,7 +171,7 @@ class InMemoryModel:
         known = rows >= 0
         state = np.zeros((len(features.ids), self.width))
         state[known] = self.table.data[rows[known], :-1]
-        if self.expire_after:  # a row zeroed when its feature expired is not admitted
+        if self.stepped:  # a row zeroed when its feature expired is not admitted
             known &= state[:, -1] > 0
         before = known | (features.ids == self.bias)
         argument = admitting(self.admission, features.ids, before, self.counters)
@@ -183,30 +205,37 @@ class InMemoryModel:
         return Learned(step.logits, step.probabilities, step.losses, step.state, step.counts)
 
     def _retaining(self) -> Retaining:
-        return retaining(self.expire_after)
+        return retaining(self.expire_after, self.budget)
 
     def _live(self, rows: Array) -> NDArray[np.bool_]:
         """Which of table ``rows`` (or rows as :meth:`state_of` gives them) the model holds now:
-        every one, unless features expire."""
-        if not self.expire_after:
-            return np.ones(len(rows), np.bool_)
-        return live(rows[:, self.width - 1], self.t, self.expire_after)
+        every one, unless features expire or are evicted."""
+        tau = rows[:, self.width - 1]
+        if self.expire_after:
+            return live(tau, self.t, self.expire_after)
+        if self.budget.max_features:
+            fields = rows[:, : len(self.rule.fields)]
+            zero = self.rule.weights(fields, tau, self.params) == 0.0
+            return held(tau, zero, self.budget.marks)
+        return np.ones(len(rows), np.bool_)
 
     def _purge(self) -> None:
-        """Delete the rows of features gone, counting them expired: only memory, since a row
-        past its end is read as gone (so how often this runs changes no result)."""
+        """Delete the rows of features gone, counting them expired (the budget counted its
+        evictions already): only memory, since a row past its end or cutoff is read as gone (so
+        how often this runs changes no result)."""
         data = self.table.data[: len(self.table)]
-        held = self._live(data)
-        self.expired += int((~held & (data[:, self.width - 1] > 0)).sum())
-        self.table.keep(np.flatnonzero(held))
+        kept = self._live(data)
+        if self.expire_after:
+            self.expired += int((~kept & (data[:, self.width - 1] > 0)).sum())
+        self.table.keep(np.flatnonzero(kept))
         self._next_purge = self.t + max(1, self.expire_after // 2)
 
     def _held(self) -> tuple[NDArray[np.uint64], Array]:
         """The ids and table rows of the features the model holds now: views of the table's,
-        but with expiry (then only the live ones, copied)."""
+        but with expiry or a budget (then only the live ones, copied)."""
         n = len(self.table)
         ids, data = self.table.ids[:n], self.table.data[:n]
-        if not self.expire_after:
+        if not self.stepped:
             return ids, data
         held = self._live(data)
         return ids[held], data[held]
@@ -226,6 +255,10 @@ class InMemoryModel:
             return 0
         data = self.table.data[: len(self.table)]
         return self.expired + int((~self._live(data) & (data[:, self.width - 1] > 0)).sum())
+
+    def features_evicted(self) -> int:
+        """How many features the budget has evicted so far."""
+        return self.budget.evicted()
 
     def nonzero_weights(self) -> int:
         """An exact recount of the weights that are nonzero at the current step."""

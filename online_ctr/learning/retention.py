@@ -34,6 +34,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.eviction import Evicting, no_budget
+
 #: ``expire_after`` of a model that keeps every feature.
 NEVER = 0
 #: The most: steps are float64 in the state, exact below 2^53.
@@ -46,13 +48,19 @@ SETTING = (
 
 
 class Retaining(NamedTuple):
-    """The expiry argument of the compiled learner
-    (:func:`online_ctr.learning.kernels.learner`): the span in examples (0: never, and the
-    state has no step column), and a one-item count of the features found expired, which the
-    learner adds to."""
+    """What the compiled learner (:func:`online_ctr.learning.kernels.learner`) lets a model
+    keep: the span in examples (0: never), a one-item count of the features found expired,
+    which the learner adds to, and the model's feature budget
+    (:mod:`online_ctr.learning.eviction`). With neither a span nor a budget the state has no
+    step column."""
 
     expire_after: int
     expired: NDArray[np.int64]
+    budget: Evicting
+
+    def stepped(self) -> bool:
+        """Whether the state carries each feature's last step."""
+        return self.expire_after != NEVER or self.budget.max_features != 0
 
     def expired_count(self) -> int:
         """How many times the learner found a feature expired (and started it again)."""
@@ -81,9 +89,14 @@ def check_encoding(
         )
 
 
-def retaining(expire_after: int = NEVER) -> Retaining:
-    """The learner's argument for a model of span ``expire_after``."""
-    return Retaining(check_expire_after(expire_after), np.zeros(1, np.int64))
+def retaining(expire_after: int = NEVER, budget: Evicting | None = None) -> Retaining:
+    """The learner's argument for a model of span ``expire_after`` and ``budget`` (its own,
+    carried from batch to batch; None: no budget). A model has one or the other: a budget
+    counts the features it holds, which a span would take away unseen."""
+    budget = no_budget() if budget is None else budget
+    if expire_after and budget.max_features:
+        raise ValueError("a model has expire_after or max_features, not both")
+    return Retaining(check_expire_after(expire_after), np.zeros(1, np.int64), budget)
 
 
 def retain_all() -> Retaining:

@@ -51,7 +51,7 @@ from online_ctr.learning.admission import Admitting, admit_all
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.features import Batch
 from online_ctr.learning.learner import LOGIT_CLIP, Features
-from online_ctr.learning.retention import NEVER, Retaining, retain_all
+from online_ctr.learning.retention import Retaining, retain_all
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 
@@ -88,15 +88,18 @@ def learn_sequential(
     (:mod:`online_ctr.learning.compact`). ``admission`` (:func:`kernels.learner`'s argument,
     its arrays per ``features``) says which features are admitted and how more are; its
     arrays are updated in place. None: every feature is admitted. ``retaining``
-    (:mod:`online_ctr.learning.retention`): with an ``expire_after``, ``state`` has one more
-    column, each feature's last step (0: not stored), which the learner keeps; its count of
-    features found expired is added to. None: nothing expires."""
+    (:mod:`online_ctr.learning.retention`): with an ``expire_after`` or a budget
+    (:mod:`online_ctr.learning.eviction`), ``state`` has one more column, each feature's last
+    step (0: not stored), which the learner keeps; its count of features found expired is added
+    to, and the budget's counts updated in place. None: nothing expires."""
     check_encoding(encoding, rule.name)
     retaining = retain_all() if retaining is None else retaining
     retention.check_encoding(retaining.expire_after, encoding)
+    budget = retaining.budget.max_features
+    retention.check_encoding(budget, encoding, ("max_features", "the encoding"))
     p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
-    _check_shapes(rule, new_state, batch, features, retaining.expire_after != NEVER)
+    _check_shapes(rule, new_state, batch, features, retaining.stepped())
     labels = np.ascontiguousarray(batch.labels, dtype=np.float64)
     logits, probabilities = kernels.learner(rule)(
         p,
