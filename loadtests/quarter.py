@@ -11,13 +11,14 @@ linearly with the stream, past 50M here (about 11 new ones an example).
 
 **The models.** FTRL at the service's defaults, each in a fresh Redis: keeping every feature;
 ``expire_after`` :data:`SPAN`; Bloom admission ``bloom:2``; the same with its counts halved
-every :data:`HALVE_EVERY` examples; that and ``expire_after`` both; each of :data:`BUCKETS`
+every :data:`HALVE_EVERY` examples; that and ``expire_after`` both; a feature budget of
+:data:`BUDGET` features (``max_features``); each of :data:`BUCKETS`
 buckets. The stream goes to the model's Redis stream in entries of :data:`ENTRY` examples
 (as ``/learn`` writes them) a tenth at a time, and a real worker (the service's ``Worker``,
 in this process) learns each tenth before the next is sent. After each tenth: the model's
 state bytes (``MEMORY USAGE`` of its buckets, :mod:`online_ctr.store.state_bytes`), its
-features tracked, its progressive log loss, and the worker's examples learned per second
-over that tenth.
+features held (a budget's count; the features tracked, for the others), its progressive log
+loss, and the worker's examples learned per second over that tenth.
 """
 
 from __future__ import annotations
@@ -62,13 +63,16 @@ TENTHS = 10
 #: halvings, 3 counters each, leave most of the 4,194,304 counters free.
 HALVE_EVERY = 20_000
 FORGETTING = f"bloom:2:{HALVE_EVERY}"
-#: The models compared: name, admission, expire_after.
+#: The feature budget's size: about what ``expire_after`` :data:`SPAN` holds here.
+BUDGET = 1_000_000
+#: The models compared: name, admission, expire_after, max_features.
 OPTIONS = (
-    ("keep every feature", "all", 0),
-    (f"expire_after {SPAN:,}", "all", SPAN),
-    ("bloom:2", "bloom:2", 0),
-    (FORGETTING, FORGETTING, 0),
-    (f"{FORGETTING} + expire_after {SPAN:,}", FORGETTING, SPAN),
+    ("keep every feature", "all", 0, 0),
+    (f"expire_after {SPAN:,}", "all", SPAN, 0),
+    ("bloom:2", "bloom:2", 0, 0),
+    (FORGETTING, FORGETTING, 0, 0),
+    (f"{FORGETTING} + expire_after {SPAN:,}", FORGETTING, SPAN, 0),
+    (f"max_features {BUDGET:,}", "all", 0, BUDGET),
 )
 #: Buckets of every model: 2^20, so that at 50M features a bucket holds about 50, within the
 #: 128 fields of a compact listpack (at 2^18 the unbounded model's buckets would outgrow it).
@@ -126,13 +130,21 @@ async def run_option(
     expire_after: int,
     examples: int,
     buckets: int = BUCKETS,
+    max_features: int = 0,
 ) -> list[Point]:
     """Feed and learn ``examples`` of the stream a tenth at a time (see the module doc)."""
     client = aioredis.Redis.from_url(url, socket_timeout=600)  # a commit of 700k new features
     await client.flushall()
     params = get_rule("ftrl").params()
     spec = spec_from(
-        "default", "ftrl", params, None, buckets, admission=admission, expire_after=expire_after
+        "default",
+        "ftrl",
+        params,
+        None,
+        buckets,
+        admission=admission,
+        expire_after=expire_after,
+        max_features=max_features,
     )
     store = ModelStore(client, spec)
     await store.ensure()
@@ -153,7 +165,7 @@ async def run_option(
             held = await state_bytes(client, store.keys, spec.layout, info.features_tracked)
             assert info.progressive_logloss is not None
             point = Point(
-                info.t, held.total, info.features_tracked, info.progressive_logloss, tenth / seconds
+                info.t, held.total, info.features_held, info.progressive_logloss, tenth / seconds
             )
             points.append(point)
             print(_line(point), flush=True)
@@ -286,11 +298,17 @@ def main() -> None:
         server = RedisServer(Path(work) / "redis", persist=False)
         server.start()
         try:
-            for name, admission, expire_after in chosen:
+            for name, admission, expire_after, max_features in chosen:
                 print(f"{name} ...", flush=True)
                 results[name] = asyncio.run(
                     run_option(
-                        server.url, base, admission, expire_after, args.examples, args.buckets
+                        server.url,
+                        base,
+                        admission,
+                        expire_after,
+                        args.examples,
+                        args.buckets,
+                        max_features,
                     )
                 )
                 if write:  # after each model: a run stopped keeps what it measured

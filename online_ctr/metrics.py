@@ -77,6 +77,14 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.features_evicted = Counter(
+            "online_ctr_features_evicted",
+            "Features the model's feature budget (max_features) evicted, the least recently "
+            "touched first and zero weights before any that carry weight; met again, an "
+            "evicted feature is learned as a new one.",
+            model,
+            registry=registry,
+        )
         self.state_bytes = Gauge(
             "online_ctr_state_bytes",
             "Redis memory the model's feature state takes: its bucket hashes (MEMORY USAGE of "

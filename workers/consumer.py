@@ -22,6 +22,7 @@ from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
 from online_ctr.learning.calibration import Histogram
+from online_ctr.learning.eviction import Evicting
 from online_ctr.metrics import Metrics
 from online_ctr.store.commits import Commit
 from online_ctr.store.failures import redis_trouble
@@ -94,6 +95,8 @@ class Worker:
         #: The model's admission counters as of ``version`` (bloom admission only), loaded
         #: with the existence filters.
         self.counters: NDArray[np.uint8] | None = None
+        #: The model's feature budget as of ``version`` (None: it has none), loaded likewise.
+        self.budget: Evicting | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         #: Why the model's meta refuses every commit ('': it does not), logged once.
@@ -112,6 +115,7 @@ class Worker:
             metrics.features_admitted,
             metrics.admission_dropped,
             metrics.features_expired,
+            metrics.features_evicted,
             metrics.progressive_logloss,
             metrics.dead_lettered,
             metrics.commit_conflicts,
@@ -247,6 +251,7 @@ class Worker:
         if self.counters is not None:
             self._counters_used = int(np.count_nonzero(self.counters))
             self._publish_fill()
+        self.budget = await store.feature_budget()
         self.version = await self.store.version()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
@@ -262,6 +267,8 @@ class Worker:
         """Nothing cached is known to be exact any more: recover before the next group."""
         self.known = None
         self.counters = None
+        self.budget = None
+        self.retention.evicted = None
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()
@@ -307,7 +314,7 @@ class Worker:
         assert group.batch is not None
         await self.committer.trim_cache()
         examples = len(group.batch)
-        gone = await self.retention.gone(self.version[0] + examples, examples)
+        gone = await self.retention.gone(self.version[0] + examples, examples, self.budget)
         try:
             learning = await learn_group(
                 self.store,
@@ -320,6 +327,7 @@ class Worker:
                 known=self.known,
                 counters=self.counters,
                 gone=gone,
+                budget=self.budget,
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -358,6 +366,7 @@ class Worker:
             self.damaged = ""
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
+        self.budget = learning.budget  # committed with the group: now the model's
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
             if counted.whole is not None:  # halved (bloom:N:D), or many: counted again
@@ -435,6 +444,7 @@ class Worker:
         self.metrics.learned_weight.labels(**label).inc(change.examples + change.weight_excess)
         self.metrics.features_admitted.labels(**label).inc(learning.stored_new)
         self.metrics.features_expired.labels(**label).inc(change.expired)
+        self.metrics.features_evicted.labels(**label).inc(change.budget.evicted)
         self.metrics.admission_dropped.labels(**label).inc(learning.dropped)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)

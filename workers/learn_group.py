@@ -21,13 +21,30 @@ from online_ctr.learning.admission import (
     local_admitting,
 )
 from online_ctr.learning.calibration import Histogram
+from online_ctr.learning.eviction import (
+    CUT_ALL,
+    CUT_ZERO,
+    EVICTED,
+    LOWEST,
+    STABLE,
+    TRACKED,
+    Evicting,
+    recount_stable,
+)
 from online_ctr.learning.features import Batch, bias_id
 from online_ctr.learning.learner import unique_features
-from online_ctr.learning.nonzero import nonzero_change
+from online_ctr.learning.nonzero import NonzeroChange, nonzero_change
 from online_ctr.learning.sequential import Learned, learn_sequential
 from online_ctr.learning.stream_metrics import log_loss
 from online_ctr.store.calibration_codec import encode_fit, encode_histogram
-from online_ctr.store.commits import WHOLE_FILTER_ABOVE, CounterChange, StateChange
+from online_ctr.store.commits import (
+    NO_BUDGET,
+    WHOLE_BUDGET_ABOVE,
+    WHOLE_FILTER_ABOVE,
+    BudgetChange,
+    CounterChange,
+    StateChange,
+)
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
@@ -62,6 +79,8 @@ class Learning:
     #: Features the commit stores for the first time.
     stored_new: int
     histogram: Histogram | None = None
+    #: The model's feature budget once the group commits (None: it has none).
+    budget: Evicting | None = None
 
 
 async def cached_rows(
@@ -97,6 +116,7 @@ async def learn_group(
     known: ExistenceFilter | None = None,
     counters: NDArray[np.uint8] | None = None,
     gone: NDArray[np.uint64] | None = None,
+    budget: Evicting | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -110,7 +130,9 @@ async def learn_group(
     state, and nothing of them is committed. ``gone``: stored features of an expiring model
     found gone as of the group's end (:class:`workers.retention.RetentionSweep`), which the
     commit deletes unless the group touches them; a stored feature the group found expired
-    and did not admit again is deleted too."""
+    and did not admit again is deleted too. ``budget``: the model's feature budget, read
+    only (the group learns on a copy, :attr:`Learning.budget` once it commits); ``gone`` then
+    holds features it evicted."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -125,7 +147,8 @@ async def learn_group(
         marked[new] = ~known.maybe(features.ids[new])
     bias = features.ids == np.uint64(bias_id(spec.hash_bits))
     argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters)
-    retaining = retention.retaining(spec.expire_after)
+    work = None if budget is None else budget.copy()
+    retaining = retention.retaining(spec.expire_after, work)
     learned = learn_sequential(
         spec.rule, spec.params, before, t, batch, features, spec.encoding, argument, retaining
     )
@@ -141,7 +164,14 @@ async def learn_group(
         ids, state = ids[kept], state[kept]
         rows, before, new, marked = rows[kept], before[kept], new[kept], marked[kept]
     end = t + len(batch)
-    nonzero = nonzero_change(spec.rule, spec.params, ids, before, t, state, end, spec.expire_after)
+    marks = None if budget is None or work is None else (budget.marks, work.marks)
+    nonzero = nonzero_change(
+        spec.rule, spec.params, ids, before, t, state, end, spec.expire_after, marks
+    )
+    budgeted = NO_BUDGET
+    if budget is not None and work is not None:
+        budgeted = _budget_change(budget, work, before, state, nonzero)
+        nonzero = replace(nonzero, stable_delta=_stable(work) - _stable(budget))
     swept = np.zeros(0, np.uint64)
     if gone is not None and len(gone):
         swept = gone[~np.isin(gone, features.ids)]
@@ -173,7 +203,8 @@ async def learn_group(
         tracked_delta=stored_new - int(deleted.sum()),
         weight_excess=weight_excess(batch),
         counters=counted,
-        expired=retaining.expired_count() + len(swept),
+        expired=0 if work is not None else retaining.expired_count() + len(swept),
+        budget=budgeted,
     )
     learning = Learning(
         change,
@@ -185,6 +216,7 @@ async def learn_group(
         argument.dropped_count(),
         deleted=deleted,
         stored_new=stored_new,
+        budget=work,
     )
     if histogram is None:
         return learning
@@ -193,6 +225,38 @@ async def learn_group(
     histogram = histogram.add(learned.probabilities, batch.labels, batch.weights)
     calibration = (encode_fit(histogram.fit()), encode_histogram(histogram))
     return replace(learning, change=replace(change, calibration=calibration), histogram=histogram)
+
+
+def _stable(budget: Evicting) -> int:
+    """How many weights that never reach zero untouched the budget's features carry."""
+    return int(budget.counts[STABLE].sum())
+
+
+def _budget_change(
+    budget: Evicting,
+    work: Evicting,
+    before: NDArray[np.float64],
+    state: NDArray[np.float64],
+    nonzero: NonzeroChange,
+) -> BudgetChange:
+    """What a group that took the model's ``budget`` to ``work`` commits of it, once the
+    stable weights of the features it touched (rows ``before`` and ``state``) are counted in
+    their bins (:func:`recount_stable`, which updates ``work``)."""
+    assert nonzero.stable_before is not None and nonzero.stable_after is not None
+    old, new = before[:, -1], state[:, -1]
+    recount_stable(work, budget, (old, nonzero.stable_before), (new, nonzero.stable_after))
+    flat_before, flat_after = budget.counts.reshape(-1), work.counts.reshape(-1)
+    slots = np.flatnonzero(flat_before != flat_after)
+    marks = work.marks
+    return BudgetChange(
+        size=len(flat_after),
+        slots=slots,
+        values=flat_after[slots],
+        marks=(int(marks[LOWEST]), int(marks[TRACKED]), int(marks[CUT_ZERO]), int(marks[CUT_ALL])),
+        evicted=int(marks[EVICTED] - budget.marks[EVICTED]),
+        entering_steps=new[nonzero.entering_rows],
+        whole=flat_after.copy() if len(slots) > WHOLE_BUDGET_ABOVE else None,
+    )
 
 
 def _then_deleted(

@@ -1,5 +1,6 @@
-"""Finding the stored features of an expiring model that are gone, for the learner's commits
-to delete (:mod:`online_ctr.learning.retention`).
+"""Finding the stored features of an expiring model that are gone, or of a model with a
+feature budget that are evicted, for the learner's commits to delete
+(:mod:`online_ctr.learning.retention`, :mod:`online_ctr.learning.eviction`).
 
 A feature past its end is read as gone whether or not its row is still stored, so deleting
 it is only a matter of memory, and any order and pace gives the same model. The learner
@@ -15,15 +16,24 @@ feature is then deleted at the latest about half a span after its end, once the 
 its last commit's writes, and a model holds about the features touched in the last span and
 a half. Each stored feature is read once per half span: per example, about three times the
 new features an example brings, once the model holds what a span and a half brings.
+
+A budget's evicted features are read as gone too (their last step at most a cutoff), and
+swept the same way, at a pace in proportion to the evictions: each commit sweeps
+``2 * buckets * e / max_features`` buckets for ``e`` features evicted since the last, so that
+a whole pass takes at most half the budget's evictions. ``expired.lua`` names the rows at or
+below the cutoff of zero weights with their values, and the learner judges which are evicted:
+every one at or below the cutoff of all, and the zero weights above it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.eviction import CUT_ZERO, Evicting, held
 from online_ctr.learning.retention import live
 from online_ctr.store import snapshot_scan
 from online_ctr.store.shards import Call
@@ -73,35 +83,79 @@ class RetentionSweep:
         self.cache = cache
         #: The next bucket to read (a new learner starts anywhere: the order changes nothing).
         self.cursor = 0
+        #: A budget's evictions as of the last sweep (None: not swept since taking the lease).
+        self.evicted: int | None = None
 
-    async def gone(self, end: int, examples: int) -> NDArray[np.uint64]:
+    async def gone(
+        self, end: int, examples: int, budget: Evicting | None = None
+    ) -> NDArray[np.uint64]:
         """Stored features of the next slice of buckets gone as of step ``end`` (the end of
-        a commit of ``examples``); none for a model whose features never expire."""
+        a commit of ``examples``), or evicted by the model's ``budget`` (as of its last
+        commit); none for a model whose features never expire nor are evicted."""
         spec = self.store.spec
         span = spec.expire_after
-        if not span:
+        if span:
+            count = buckets_per_commit(spec.layout.buckets, examples, span)
+            ids, state = await self._read(count, end - span)
+            return ids[self._judged(ids, state, lambda rows: ~live(rows[:, -1], end, span))]
+        if budget is None:
             return np.zeros(0, np.uint64)
-        layout = spec.layout
-        count = buckets_per_commit(layout.buckets, examples, span)
+        count = self._budget_buckets(budget)
+        if not count:
+            return np.zeros(0, np.uint64)
+        ids, state = await self._read(count, int(budget.marks[CUT_ZERO]))
+        return ids[self._judged(ids, state, lambda rows: ~self._held(rows, budget))]
+
+    def _budget_buckets(self, budget: Evicting) -> int:
+        """How many buckets the sweep of a budget reads now: in proportion to the features it
+        evicted since the last sweep, a whole pass per half of its features evicted (so a
+        model stores at most about twice its budget). A new learner counts from its first."""
+        buckets = self.store.spec.layout.buckets
+        evicted, self.evicted = self.evicted, budget.evicted()
+        if evicted is None:
+            return 0
+        wanted = math.ceil(2 * buckets * (budget.evicted() - evicted) / budget.max_features)
+        return min(wanted, buckets)
+
+    def _held(self, rows: NDArray[np.float64], budget: Evicting) -> NDArray[np.bool_]:
+        """Which stored ``rows`` a budget still holds (its zero weights judged by the rule)."""
+        spec = self.store.spec
+        tau = rows[:, -1]
+        zero = spec.rule.weights(spec.fields_of(rows), tau, spec.params) == 0.0
+        return held(tau, zero, budget.marks)
+
+    async def _read(
+        self, count: int, last_gone: int
+    ) -> tuple[NDArray[np.uint64], NDArray[np.float64]]:
+        """The stored features of the next ``count`` buckets last touched at or before step
+        ``last_gone``, and their rows."""
+        layout = self.store.spec.layout
         runs = shard_runs(self.cursor, count, layout.buckets, layout.shards)
         self.cursor = (self.cursor + count) % layout.buckets
-        last_gone = end - span
         replies = await self.store.shards.call_each(
             self.store.scripts.expired,
             [self._call(shard, first, stop, last_gone) for shard, first, stop in runs],
         )
         owners = np.frombuffer(b"".join(r[0] for r in replies), "<u4").astype(np.uint64)
         fields = b"".join(r[1] for r in replies)
-        values = bytes(len(owners) * layout.value_bytes)  # not read: the script judged them
-        ids, _ = snapshot_scan.features(layout, owners, fields, values)
-        # The cache is newer than the shards: a feature it holds is judged by its row.
+        values = b"".join(r[2] for r in replies)
+        return snapshot_scan.features(layout, owners, fields, values)
+
+    def _judged(
+        self,
+        ids: NDArray[np.uint64],
+        state: NDArray[np.float64],
+        gone: Callable[[NDArray[np.float64]], NDArray[np.bool_]],
+    ) -> NDArray[np.bool_]:
+        """Which of the stored features ``ids`` (rows ``state`` as the shards hold them) are
+        ``gone``: the cache is newer than the shards, so a feature it holds is judged by its
+        row, and is kept if the cache has it as not stored."""
         rows = self.cache.find(ids)
         cached = rows >= 0
-        keep = np.ones(len(ids), np.bool_)
-        state = self.cache.state(rows[cached])
-        keep[cached] = self.cache.stored(rows[cached]) & ~live(state[:, -1], end, span)
-        gone: NDArray[np.uint64] = ids[keep]
-        return gone
+        verdict = gone(state)
+        newer = self.cache.state(rows[cached])
+        verdict[cached] = self.cache.stored(rows[cached]) & gone(newer)
+        return verdict
 
     def _call(self, shard: int, first: int, stop: int, last_gone: int) -> Call:
         """The KEYS and ARGV of ``expired.lua`` over one shard's buckets ``first`` to ``stop``."""

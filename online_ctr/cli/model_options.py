@@ -33,6 +33,7 @@ CONFIG_FIELDS = (
     "unlabeled",
     "admission",
     "expire_after",
+    "max_features",
     "negative_rate",
 )
 #: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.
@@ -43,7 +44,10 @@ CHOICES = {
     "calibration": ("off", "power"),
     "unlabeled": ("negative", "drop"),
 }
-_PARAMETER_NAME = re.compile(rf"(?<![\w'-])(?:{'|'.join(HYPER_PARAMETERS)})(?![\w'])")
+#: Field names a check across fields may name, said as their options (not ``rule`` or
+#: ``group``: English words a message may use as such).
+_NAMED = (*HYPER_PARAMETERS, "hash_bits", "expire_after", "max_features", "negative_rate")
+_PARAMETER_NAME = re.compile(rf"(?<![\w'-])(?:{'|'.join(_NAMED)})(?![\w'])")
 
 
 def usage_error(message: str) -> NoReturn:

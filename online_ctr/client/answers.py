@@ -126,6 +126,9 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         learned_weight=float(body.get("learned_weight", body["global_step"])),
         expire_after=int(body.get("expire_after", 0)),
         features_expired=int(body.get("features_expired", 0)),
+        max_features=int(body.get("max_features", 0)),
+        features_evicted=int(body.get("features_evicted", 0)),
+        features_held=int(body.get("features_held", body["features_tracked"])),
         state_bytes=int(body.get("state_bytes", 0)),
     )
 

@@ -82,6 +82,11 @@ class ModelInfo:
     #: one was.
     expire_after: int = 0
     features_expired: int = 0
+    #: The most features held (0: no budget), and how many the budget has evicted.
+    max_features: int = 0
+    features_evicted: int = 0
+    #: With a budget, the features it holds (the others tracked are evicted, not deleted yet).
+    features_held: int = 0
     #: Redis memory its feature state takes, in bytes (0 from a service before it was reported).
     state_bytes: int = 0
 

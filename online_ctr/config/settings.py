@@ -33,7 +33,7 @@ from online_ctr.config.checks import (
     check_power_of_two,
     rule_params,
 )
-from online_ctr.learning import retention
+from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         ge=0,
         le=retention.MOST,
         description=retention.SETTING,
+    )
+    max_features: int = Field(
+        0,
+        ge=0,
+        le=eviction.MOST,
+        description=eviction.SETTING,
     )
     negative_rate: float = Field(
         1.0,
@@ -403,8 +409,15 @@ class Settings(BaseSettings):
         names = ("OCTR_EXPIRE_AFTER", "OCTR_STATE_ENCODING")
         try:
             retention.check_encoding(self.expire_after, self.state_encoding, names)
+            names = ("OCTR_MAX_FEATURES", "OCTR_STATE_ENCODING")
+            retention.check_encoding(self.max_features, self.state_encoding, names)
         except ValueError as error:
             raise ValueError(f"{error}: unset one of them") from None
+        if self.expire_after and self.max_features:
+            raise ValueError(
+                "OCTR_EXPIRE_AFTER and OCTR_MAX_FEATURES cannot both be set (a model has a span "
+                "or a budget): unset one of them"
+            )
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ function of the stream, so the service equals ``online-ctr replay`` at any batch
 
 >>> budget = feature_budget(3, bin_examples=2, window=4)
 >>> budget.max_features, budget.counts.shape, budget.tracked(), budget.evicted()
-(3, (2, 4), 0, 0)
+(3, (3, 4), 0, 0)
 >>> tau, zero = np.array([1.0, 2.0, 3.0, 0.0]), np.array([True, False, True, False])
 >>> budget.marks[CUT_ZERO] = 2  # bin 0 of zero weights evicted
 >>> held(tau, zero, budget.marks).tolist()
@@ -56,6 +56,10 @@ MOST = 1 << 52
 BIN_EXAMPLES = 64
 #: Bins counted apart (the last 1,048,576 examples at 64 a bin); older ones are merged.
 WINDOW_BINS = 16_384
+#: Rows of :attr:`Evicting.counts`: zero weights, weights, and of those the weights that never
+#: reach zero untouched (``rule.expiry`` infinite). The learner keeps the first two; the third
+#: is the service's exact nonzero count (:func:`recount_stable`), and goes with its bins.
+ZERO, WEIGHTED, STABLE = range(3)
 #: Indices into :attr:`Evicting.marks`: the oldest bin kept (older ones are merged into it),
 #: the features held, the features evicted so far, the cutoff of zero weights and the cutoff
 #: of all features (steps: a feature whose ``tau`` is at most a cutoff is gone).
@@ -71,9 +75,9 @@ SETTING = (
 class Evicting(NamedTuple):
     """A model's budget as the compiled learner (:func:`online_ctr.learning.kernels.learner`)
     reads and updates it: ``max_features`` (0: no budget, and nothing else is read), the bin
-    width, the counts per class (row 0 zero weights, row 1 weights) and bin (bin ``b`` in slot
-    ``b % window``), and the :data:`LOWEST` ... :data:`CUT_ALL` marks. The arrays are the
-    model's, carried from batch to batch and updated in place."""
+    width, the counts per class (rows :data:`ZERO`, :data:`WEIGHTED`, :data:`STABLE`) and bin
+    (bin ``b`` in slot ``b % window``), and the :data:`LOWEST` ... :data:`CUT_ALL` marks.
+    The arrays are the model's, carried from batch to batch and updated in place."""
 
     max_features: int
     bin_examples: int
@@ -87,6 +91,18 @@ class Evicting(NamedTuple):
     def evicted(self) -> int:
         """How many features the budget has evicted so far."""
         return int(self.marks[EVICTED])
+
+    def copy(self) -> Evicting:
+        """The same budget, with arrays of its own (a group learns on a copy, which becomes
+        the model's once committed)."""
+        return self._replace(counts=self.counts.copy(), marks=self.marks.copy())
+
+    def slots(self, tau: NDArray[np.float64]) -> NDArray[np.int64]:
+        """The slots of the bins of last steps ``tau`` (at least 1): a bin older than the
+        window is counted in the oldest kept."""
+        bins = np.maximum((tau.astype(np.int64) - 1) // self.bin_examples, self.marks[LOWEST])
+        slots: NDArray[np.int64] = bins % self.counts.shape[1]
+        return slots
 
 
 def check_max_features(value: int) -> int:
@@ -108,7 +124,7 @@ def feature_budget(
         raise ValueError(f"bins of at least 1 example and 2 bins, got {bin_examples}, {window}")
     slots = window if max_features else 2
     return Evicting(
-        max_features, bin_examples, np.zeros((2, slots), np.int64), np.zeros(5, np.int64)
+        max_features, bin_examples, np.zeros((3, slots), np.int64), np.zeros(5, np.int64)
     )
 
 
@@ -127,3 +143,32 @@ def held(
     past_zero: NDArray[np.bool_] = zero & (tau <= marks[CUT_ZERO])
     kept: NDArray[np.bool_] = stored & ~past_all & ~past_zero
     return kept
+
+
+def recount_stable(
+    after: Evicting,
+    before: Evicting,
+    old: tuple[NDArray[np.float64], NDArray[np.bool_]],
+    new: tuple[NDArray[np.float64], NDArray[np.bool_]],
+) -> None:
+    """Move the :data:`STABLE` counts of ``after`` (a budget once a group is learned, from
+    ``before``) for the features the group touched: ``old`` and ``new`` are their last steps
+    and whether they carried a weight that never reaches zero untouched, before and after the
+    group. A feature stops counting where it did unless it was gone already, or its bin was
+    evicted during the group (the learner emptied the bin's count then); it counts where it
+    is now if it is held.
+
+    >>> before = feature_budget(10, bin_examples=2, window=4)
+    >>> before.counts[STABLE, 0] = 1  # one stable weight, last touched at step 1
+    >>> after = before.copy()
+    >>> tau = np.array([1.0]), np.array([5.0])
+    >>> recount_stable(after, before, (tau[0], np.array([True])), (tau[1], np.array([True])))
+    >>> after.counts[STABLE].tolist()  # it moved to the bin of step 5
+    [0, 0, 1, 0]
+    """
+    old_tau, old_stable = old
+    new_tau, new_stable = new
+    cut = after.marks[CUT_ALL]
+    leaving = old_stable & (old_tau > before.marks[CUT_ALL]) & (old_tau > cut)
+    np.subtract.at(after.counts[STABLE], after.slots(old_tau[leaving]), 1)
+    np.add.at(after.counts[STABLE], after.slots(new_tau[new_stable & (new_tau > cut)]), 1)

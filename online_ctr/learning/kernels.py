@@ -43,7 +43,15 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.admission import POISSON_SALT, Admitting
 from online_ctr.learning.compact import RULES, SCALED
-from online_ctr.learning.eviction import CUT_ALL, CUT_ZERO, EVICTED, LOWEST, TRACKED, Evicting
+from online_ctr.learning.eviction import (
+    CUT_ALL,
+    CUT_ZERO,
+    EVICTED,
+    LOWEST,
+    STABLE,
+    TRACKED,
+    Evicting,
+)
 from online_ctr.learning.retention import Retaining
 from online_ctr.learning.rules.base import SCALAR, RowUpdateFn, RowWeightFn, Rule
 
@@ -61,6 +69,7 @@ _GOLDEN, _MIX1, _MIX2 = (
 _S11, _S22, _S27, _S30, _S31 = (np.uint64(s) for s in (11, 22, 27, 30, 31))
 _POISSON_SALT = POISSON_SALT
 _LOWEST, _TRACKED, _EVICTED, _CUT_ZERO, _CUT_ALL = LOWEST, TRACKED, EVICTED, CUT_ZERO, CUT_ALL
+_STABLE = STABLE
 
 
 def _skip_blas_probe() -> None:
@@ -261,7 +270,7 @@ def _advance(counts: NDArray[np.int64], marks: NDArray[np.int64], step: int, wid
     while current - marks[_LOWEST] >= window:
         old = marks[_LOWEST] % window
         new = (old + 1) % window
-        for c in range(2):
+        for c in range(counts.shape[0]):
             counts[c, new] += counts[c, old]
             counts[c, old] = 0
         marks[_LOWEST] += 1
@@ -323,6 +332,8 @@ def _evict(budget: Evicting, step: int) -> None:
         while marks[_TRACKED] > most and b < current:
             n = counts[c, b % window]
             counts[c, b % window] = 0
+            if c == 1:  # the weights that never reach zero untouched go with their bin
+                counts[_STABLE, b % window] = 0
             marks[_TRACKED] -= n
             marks[_EVICTED] += n
             marks[cut] = (b + 1) * width  # past an empty bin too: nothing of it is held

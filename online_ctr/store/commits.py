@@ -56,6 +56,42 @@ WHOLE_FILTER_ABOVE = COUNTERS // 256
 
 
 @dataclass(frozen=True)
+class BudgetChange:
+    """What a group changed of a model's feature budget (:mod:`online_ctr.learning.
+    eviction`): the slots of its counts (flat, int64 each) and their values, or the ``whole``
+    counts (more than :data:`WHOLE_BUDGET_ABOVE` changed); its marks after the group (the
+    oldest bin kept, the features held and the two cutoffs), the features it evicted, and
+    the last steps of the ids entering the expiry set (the budget's ``evictable`` set scores
+    them so). ``size``, the count of slots, is 0 for a model without a budget."""
+
+    size: int
+    slots: NDArray[np.int64]
+    values: NDArray[np.int64]
+    marks: tuple[int, int, int, int] | None = None
+    evicted: int = 0
+    entering_steps: Array | None = None
+    whole: NDArray[np.int64] | None = None
+
+    def args(self) -> list[bytes | int | str]:
+        """``finalize.lua``'s ARGV[20..25]."""
+        if not self.size:
+            return [b"", b"", 0, "", 0, b""]
+        assert self.marks is not None and self.entering_steps is not None
+        slots, values = self.slots.astype("<u4").tobytes(), self.values.astype("<i8").tobytes()
+        if self.whole is not None:
+            slots, values = b"", self.whole.astype("<i8").tobytes()
+        marks = " ".join(str(int(mark)) for mark in self.marks)
+        steps = self.entering_steps.astype("<f8").tobytes()
+        return [slots, values, self.size, marks, self.evicted, steps]
+
+
+NO_BUDGET = BudgetChange(0, np.zeros(0, np.int64), np.zeros(0, np.int64))
+#: Above this many changed slots a commit writes the whole counts (one SET of 384 KiB at the
+#: default window) rather than a SETRANGE per slot, which ``finalize.lua`` makes one by one.
+WHOLE_BUDGET_ABOVE = 4096
+
+
+@dataclass(frozen=True)
 class StateChange:
     """A learned group's effect, computed from the model at step ``t`` (epoch ``epoch``)."""
 
@@ -81,6 +117,8 @@ class StateChange:
     #: Features the group found expired, and features it deletes as expired
     #: (:mod:`online_ctr.learning.retention`).
     expired: int = 0
+    #: What the group changed of the model's feature budget (:class:`BudgetChange`).
+    budget: BudgetChange = NO_BUDGET
 
 
 @dataclass(frozen=True)
@@ -137,6 +175,7 @@ class CommitLog:
                 repr(change.weight_excess) if change.weight_excess else "0",
                 *change.counters.args(),
                 change.expired,
+                *change.budget.args(),
                 *redo,
             ],
         )

@@ -6,7 +6,9 @@
 -- KEYS: 1 meta, 2 stream, 3 expiry, 4 failures, 5 redo, 6 snapshot pins, 7 touched (per
 --       shard, the last commit that writes to it: set here for the commit's shards, the
 --       values before kept in the redo entry's field 'prior' as 's<shard>:<commit> ...'),
---       8 the counting Bloom filter of feature admission (a string, one byte per counter).
+--       8 the counting Bloom filter of feature admission (a string, one byte per counter),
+--       9 the counts of a feature budget (a string, int64 each), 10 the evictable set (the
+--       expiry set's members scored by their last step, for a model with a budget).
 -- ARGV: 1 fence, 2 expected t, 3 expected epoch, 4 examples learned, 5 their log-loss sum,
 --       6 stream entry ids, space-separated, 7 ids leaving the expiry set (u64 each), 8 ids
 --       entering it, 9 their expiry steps (f64), 10 change of nnz_stable, 11 change of
@@ -19,8 +21,16 @@
 --       filter, one byte per counter: a group that halved every counter, bloom:N:D, or
 --       changed many), 18 the filter's counter count,
 --       19 how many features the group found expired or deleted as expired (added to the
---       meta's field 'expired', written only when nonzero), then pairs (redo field
---       's<shard>', that shard's records) for the redo entry.
+--       meta's field 'expired', written only when nonzero), 20 the budget's slots the group
+--       changed (u32 each, '': none), 21 their new values (i64 each; or, with ARGV[20] '',
+--       all of them), 22 the budget's slot count (0: the model has no budget, and ARGV[20],
+--       21, 23 and 25 are ''), 23 the budget's marks after the group, 'lowest held cut_zero
+--       cut_all' (the oldest bin kept, the features held, the cutoffs of zero weights and of
+--       all features: steps that only move up, the first at least the second, neither past
+--       the group's end), 24
+--       how many features it evicted (added to the meta's field 'evicted'), 25 the last steps
+--       of the ids entering the expiry set (f64, one per id of ARGV[8]), then pairs (redo
+--       field 's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -59,12 +69,58 @@ local function admission_counters(positions, values, count)
   return ops
 end
 
+-- The budget's counts and marks (ARGV[20..25]) checked: nil for a model without a budget,
+-- else {slots = SETRANGE offset/value pairs, or whole = the counts, marks, evicted, scored =
+-- ZADD score/member pairs of the evictable set}.
+local function budget_arguments(entering)
+  local size = whole('ARGV[22] budget slot count', ARGV[22], 0, 3 * 1048576)
+  local evicted = whole('ARGV[24] features evicted', ARGV[24], 0)
+  if size == 0 then
+    if ARGV[20] .. ARGV[21] .. ARGV[23] .. ARGV[25] ~= '' or evicted ~= 0 then
+      refuse('ARGV[20..25] are for a budget, and ARGV[22] is', 0)
+    end
+    return nil
+  end
+  local b = {size = size, evicted = evicted, slots = {}, scored = {}}
+  local values = ARGV[21]
+  if ARGV[20] == '' and values ~= '' then
+    if #values ~= 8 * size then refuse('ARGV[21] whole budget is not 8 bytes a slot', #values) end
+    b.whole = values
+  elseif #ARGV[20] * 2 ~= #values then
+    refuse('ARGV[20] has not 4 bytes per value of ARGV[21], its length', #ARGV[20])
+  end
+  for j = 1, #values / 8 do
+    if struct.unpack('<i8', values, 8 * j - 7) < 0 then refuse('ARGV[21] budget count below 0', j) end
+    if not b.whole then
+      local at = struct.unpack('<I4', ARGV[20], 4 * j - 3)
+      if at >= size then refuse('ARGV[20] budget slot past the counts', at) end
+      b.slots[#b.slots + 1], b.slots[#b.slots + 2] = 8 * at, string.sub(values, 8 * j - 7, 8 * j)
+    end
+  end
+  -- Kept as text for Redis: Lua would write a number of more than 14 digits rounded.
+  local marks, texts = {}, {}
+  for mark in string.gmatch(ARGV[23], '%S+') do
+    marks[#marks + 1], texts[#texts + 1] = whole('ARGV[23] budget mark', mark, 0), mark
+  end
+  if #marks ~= 4 then refuse('ARGV[23] has not 4 marks but', #marks) end
+  b.lowest, b.cut_zero, b.cut_all, b.texts = marks[1], marks[3], marks[4], texts
+  if b.cut_all > b.cut_zero then refuse('ARGV[23] cutoff of all past that of zero weights', b.cut_all) end
+  if #ARGV[25] ~= #entering then refuse('ARGV[25] has not one step per id entering', #ARGV[25]) end
+  for j = 1, #entering / 8 do
+    local step = string.format('%.17g', struct.unpack('<d', ARGV[25], 8 * j - 7))
+    whole('ARGV[25] last step', step, 1)
+    b.scored[2 * j - 1] = step
+    b.scored[2 * j] = string.sub(entering, 8 * j - 7, 8 * j)
+  end
+  return b
+end
+
 -- Every argument and every stored value the commit computes from, checked before its first
 -- write (checks.lua): a commit is applied whole or not at all. A stored value that is not what
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 19 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 25 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
@@ -92,8 +148,9 @@ local function check_arguments()
     a.scored[2 * j] = string.sub(a.entering, 8 * j - 7, 8 * j)
   end
   a.counters = admission_counters(ARGV[16], ARGV[17], ARGV[18])
-  if (#ARGV - 19) % 2 ~= 0 then refuse('ARGV[20..] are not pairs, their count is', #ARGV - 19) end
-  for i = 20, #ARGV, 2 do
+  a.budget = budget_arguments(a.entering)
+  if (#ARGV - 25) % 2 ~= 0 then refuse('ARGV[26..] are not pairs, their count is', #ARGV - 25) end
+  for i = 26, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -110,9 +167,11 @@ local function check_stored(a)
   kind(redo, 'stream')
   kind(KEYS[7], 'hash')
   kind(KEYS[8], 'string')
+  kind(KEYS[9], 'string')
+  kind(KEYS[10], 'zset')
   local m = redis.call(
     'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess',
-    'expired')
+    'expired', 'evicted', 'budget_lowest', 'cut_zero', 'cut_all')
   local s = {
     t = whole('meta field t', m[1] or '0', 0),
     seq = whole('meta field seq', m[2] or '0', 0),
@@ -124,7 +183,23 @@ local function check_stored(a)
   }
   finite('log-loss sum after the commit', string.format('%.17g', s.logloss + a.logloss))
   finite('weight excess after the commit', string.format('%.17g', s.excess + a.excess))
-  whole('t after the commit', string.format('%d', s.t + a.examples), 0)
+  local t_after = whole('t after the commit', string.format('%d', s.t + a.examples), 0)
+  whole('meta field evicted', m[8] or '0', 0)
+  local b = a.budget
+  if b then
+    local length = redis.call('STRLEN', KEYS[9])
+    if length ~= 0 and length ~= 8 * b.size then
+      refuse('budget counts are not ARGV[22] slots of 8 bytes but bytes', length)
+    end
+    local names = {'budget_lowest', 'cut_zero', 'cut_all'}
+    local new = {b.lowest, b.cut_zero, b.cut_all}
+    for j = 1, 3 do
+      local old = whole('meta field ' .. names[j], m[8 + j] or '0', 0)
+      if new[j] < old then refuse('ARGV[23] moves ' .. names[j] .. ' back from ' .. old, new[j]) end
+    end
+    if b.cut_zero > t_after then refuse('ARGV[23] cutoff past the commit\'s end', b.cut_zero) end
+    s.cut_all = whole('meta field cut_all', m[11] or '0', 0)
+  end
   local last = redis.call('XREVRANGE', redo, '+', '-', 'COUNT', 1)[1]
   if last and tonumber(string.match(last[1], '^%d+')) > s.seq then
     refuse('redo log has entry ' .. last[1] .. ' past meta field seq', s.seq)
@@ -167,6 +242,29 @@ local members = {}
 for j = 1, #leaving / 8 do members[j] = string.sub(leaving, 8 * j - 7, 8 * j) end
 each_chunk(members, 1000, 'ZREM', expiry)
 each_chunk(a.scored, 1000, 'ZADD', expiry)
+local b = a.budget
+if b then
+  -- The nonzero weights of the bins it evicted leave the expiry set (their last step is at
+  -- most the new cutoff of all; the stable ones left the count with their bins' counts).
+  each_chunk(members, 1000, 'ZREM', KEYS[10])
+  each_chunk(b.scored, 1000, 'ZADD', KEYS[10])
+  if b.cut_all > s.cut_all then
+    local evicted = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', b.texts[4])
+    each_chunk(evicted, 1000, 'ZREM', expiry)
+    each_chunk(evicted, 1000, 'ZREM', KEYS[10])
+  end
+  if b.whole then
+    redis.call('SET', KEYS[9], b.whole)
+  else
+    if #b.slots > 0 and redis.call('STRLEN', KEYS[9]) == 0 then
+      redis.call('SET', KEYS[9], string.rep('\0', 8 * b.size))
+    end
+    for j = 1, #b.slots, 2 do redis.call('SETRANGE', KEYS[9], b.slots[j], b.slots[j + 1]) end
+  end
+  redis.call('HSET', meta, 'budget_lowest', b.texts[1], 'held', b.texts[2], 'cut_zero', b.texts[3],
+    'cut_all', b.texts[4])
+  if b.evicted ~= 0 then redis.call('HINCRBY', meta, 'evicted', b.evicted) end
+end
 
 local new_t = t + tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', expiry, '-inf', string.format('%.17g', new_t))

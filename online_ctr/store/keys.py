@@ -202,6 +202,18 @@ class ModelKeys:
         return self._key("admission")
 
     @property
+    def budget(self) -> str:
+        """The counts of a model with a feature budget (:mod:`online_ctr.learning.eviction`):
+        per class and bin, int64 little-endian, written by the commits."""
+        return self._key("budget")
+
+    @property
+    def evictable(self) -> str:
+        """The members of ``expiry`` of a model with a feature budget, scored by their last
+        step, so that a commit that evicts them finds them (a sorted set)."""
+        return self._key("evictable")
+
+    @property
     def pins(self) -> str:
         """Snapshot exports in progress: the redo entries each still needs (a hash)."""
         return self._key("pins")
@@ -253,6 +265,8 @@ class ModelKeys:
             self.pins,
             self.touched,
             self.admission,
+            self.budget,
+            self.evictable,
         ]
 
     def log_side(self) -> list[str]:
@@ -271,4 +285,6 @@ class ModelKeys:
             self.feature_names,
             self.units,
             self.admission,
+            self.budget,
+            self.evictable,
         ]

@@ -38,7 +38,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
-from online_ctr.learning import retention
+from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.promotion import PromotionPolicy
@@ -109,6 +109,13 @@ class ModelConfig(JoinConfig):
         description=retention.SETTING,
         examples=[0, 1000000],
     )
+    max_features: int = Field(
+        0,
+        ge=0,
+        le=eviction.MOST,
+        description=eviction.SETTING,
+        examples=[0, 10000000],
+    )
     negative_rate: Annotated[float, Strict()] = Field(
         1.0,
         ge=MIN_RATE,
@@ -159,6 +166,11 @@ class ModelConfig(JoinConfig):
         retention.check_encoding(
             self.expire_after, self.state_encoding, ("expire_after", "state_encoding")
         )
+        retention.check_encoding(
+            self.max_features, self.state_encoding, ("max_features", "state_encoding")
+        )
+        if self.expire_after and self.max_features:
+            raise ValueError("a model has expire_after or max_features, not both")
         return self
 
     def hyper_parameters(self) -> dict[str, Any]:
@@ -189,6 +201,7 @@ class ModelConfig(JoinConfig):
             self.group,
             self.admission,
             self.expire_after,
+            self.max_features,
         )
 
 
@@ -206,6 +219,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         group=spec.group,
         admission=spec.admission.text,
         expire_after=spec.expire_after,
+        max_features=spec.max_features,
     )
 
 
@@ -225,6 +239,7 @@ def own_config(settings: Settings) -> ModelConfig:
         negative_rate=settings.negative_rate,
         admission=settings.admission,
         expire_after=settings.expire_after,
+        max_features=settings.max_features,
         feature_names=settings.feature_names,
     )
 

@@ -121,6 +121,8 @@ def encode_config(config: ModelConfig) -> str:
         dropped.add("admission")
     if config.expire_after == 0:
         dropped.add("expire_after")
+    if config.max_features == 0:
+        dropped.add("max_features")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

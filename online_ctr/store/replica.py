@@ -52,6 +52,8 @@ class Fresh:
     state: Array
     t: int
     calibration_fit: bytes | None
+    #: A feature budget's cutoff of all features (:mod:`online_ctr.learning.eviction`).
+    cut_all: int = 0
 
 
 def latest(ids: NDArray[np.uint64], rows: Array) -> tuple[NDArray[np.uint64], Array]:
@@ -142,7 +144,7 @@ class StateReplica:
             keys=[self.keys.meta, self.keys.redo],
             args=[epoch, seq, MOST_COMMITS, *self._head, records_asked],
         )
-        status, new_epoch, new_seq, t, fit, *read = reply
+        status, new_epoch, new_seq, t, fit, cut_all, *read = reply
         new_seq = int(new_seq)
         if status == b"reset":
             self._restart(new_epoch, new_seq)
@@ -154,7 +156,7 @@ class StateReplica:
         if changed is not None:
             _overlay(ids, state, *changed)
         self._keep(epoch, seq, new_seq, changed, lacked, state[missing])
-        return Fresh(state, int(t), fit or None)
+        return Fresh(state, int(t), fit or None, int(cut_all))
 
     def _keep(
         self,

@@ -48,6 +48,8 @@ class StoredRows:
     stored: NDArray[np.bool_]
     t: int
     calibration_fit: bytes | None = None
+    #: A feature budget's cutoff of all features (:mod:`online_ctr.learning.eviction`).
+    cut_all: int = 0
 
 
 def stamp(seq: int, gen: int) -> str:
@@ -122,7 +124,7 @@ class StateShards:
         self, script: Any, head: list[Any], called: list[Call], step: bool = False
     ) -> list[Any]:
         """One script call per group of shards, in one pipeline of raw EVALSHAs; with
-        ``step``, the model's step and calibration fit first (one HMGET).
+        ``step``, the model's step, calibration fit and budget cutoff first (one HMGET).
 
         Raw, not through the script objects: redis-py's pipeline then asks SCRIPT EXISTS in
         a round trip of its own before every execute, which doubled the round trips of a
@@ -130,7 +132,7 @@ class StateShards:
         object, which loads it."""
         async with pipeline(self.redis) as pipe:  # a failure refreshes a cluster's slot map
             if step:
-                pipe.hmget(self.keys.meta, "t", FIT_FIELD)
+                pipe.hmget(self.keys.meta, "t", FIT_FIELD, "cut_all")
             for keys, args in called:
                 pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
             replies = list(await pipe.execute(raise_on_error=False))
@@ -153,7 +155,7 @@ class StateShards:
         layout = self.layout
         called, order = self._read_calls(ids)
         head = [layout.field_bytes, layout.value_bytes, *self.keys.bucket_prefix_parts]
-        (t, fit), *replies = await self._run(self.scripts.read, head, called, step=True)
+        (t, fit, cut), *replies = await self._run(self.scripts.read, head, called, step=True)
         values = layout.values(b"".join(reply[0] for reply in replies), len(ids))
         flags = np.frombuffer(b"".join(reply[1] for reply in replies), np.bool_)
         if order is None:
@@ -161,7 +163,7 @@ class StateShards:
         else:
             state, stored = np.empty_like(values), np.empty_like(flags)
             state[order], stored[order] = values, flags
-        return StoredRows(state, stored, int(t or 0), fit)
+        return StoredRows(state, stored, int(t or 0), fit, int(cut or 0))
 
     def _read_calls(self, ids: NDArray[np.uint64]) -> tuple[list[Call], NDArray[np.intp] | None]:
         """The read script's calls for ``ids``, and the order their replies come in (None:

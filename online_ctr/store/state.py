@@ -20,11 +20,12 @@ import numpy as np
 from numpy.typing import NDArray
 from redis.exceptions import TryAgainError
 
-from online_ctr.learning import retention
+from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import ADMIT_ALL, COUNTERS, Admission
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
+from online_ctr.learning.eviction import UNBOUNDED, Evicting, check_max_features
 from online_ctr.learning.numeric import Numeric
 from online_ctr.learning.retention import NEVER, check_expire_after, live
 from online_ctr.learning.rules import Rule, get_rule
@@ -82,11 +83,19 @@ class ModelSpec:
     #: Features untouched for this many examples are gone (:mod:`online_ctr.learning.
     #: retention`; 0: never). Each stored row then ends with the feature's last step.
     expire_after: int = NEVER
+    #: At most this many features are held, the least recently touched evicted first
+    #: (:mod:`online_ctr.learning.eviction`; 0: no budget). Each stored row then ends with the
+    #: feature's last step too.
+    max_features: int = UNBOUNDED
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
         check_expire_after(self.expire_after)
         retention.check_encoding(self.expire_after, self.encoding)
+        check_max_features(self.max_features)
+        retention.check_encoding(self.max_features, self.encoding, ("max_features", "encoding"))
+        if self.expire_after and self.max_features:
+            raise ValueError("a model has expire_after or max_features, not both")
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
@@ -103,20 +112,30 @@ class ModelSpec:
             "group": self.group or "",
             "admission": self.admission.text,
             "expire_after": str(self.expire_after),
+            "max_features": str(self.max_features),
         }
 
     @property
-    def width(self) -> int:
-        """Values per stored state row: the rule's fields, then with ``expire_after`` the
-        feature's last step."""
-        return len(self.rule.fields) + (self.expire_after != NEVER)
+    def stepped(self) -> bool:
+        """Whether each stored row ends with its feature's last step (to expire, or evict)."""
+        return self.expire_after != NEVER or self.max_features != UNBOUNDED
 
-    def weights(self, state: Array, t: int) -> Array:
+    @property
+    def width(self) -> int:
+        """Values per stored state row: the rule's fields, then with ``expire_after`` or
+        ``max_features`` the feature's last step."""
+        return len(self.rule.fields) + self.stepped
+
+    def weights(self, state: Array, t: int, cut_all: int = 0) -> Array:
         """The weights at step ``t`` of stored rows (zero rows for features not stored):
-        0 where a feature is gone (:mod:`online_ctr.learning.retention`)."""
+        0 where a feature is gone (:mod:`online_ctr.learning.retention`), or evicted by a
+        budget whose cutoff of all features is ``cut_all`` (:mod:`online_ctr.learning.
+        eviction`: a feature evicted as a zero weight has a zero weight)."""
         w = self.rule.weights(self.fields_of(state), t, self.params)
         if self.expire_after:
             w[~live(state[:, -1], t, self.expire_after)] = 0.0
+        if self.max_features:
+            w[state[:, -1] <= cut_all] = 0.0
         return w
 
     def rates(self, state: Array, t: int) -> Array:
@@ -125,7 +144,7 @@ class ModelSpec:
 
     def fields_of(self, state: Array) -> Array:
         """The rule's fields of stored rows (without the step column)."""
-        return state[:, : len(self.rule.fields)] if self.expire_after else state
+        return state[:, : len(self.rule.fields)] if self.stepped else state
 
     @property
     def layout(self) -> Layout:
@@ -168,6 +187,12 @@ class ModelInfo:
     #: feature has been (:mod:`online_ctr.learning.retention`).
     expire_after: int = 0
     features_expired: int = 0
+    #: The most features held (0: no budget), how many the budget has evicted
+    #: (:mod:`online_ctr.learning.eviction`), and how many it holds (of those tracked, the
+    #: others are evicted rows the learner has not deleted yet; without a budget, all).
+    max_features: int = 0
+    features_evicted: int = 0
+    features_held: int = 0
 
     @property
     def learned_weight(self) -> float:
@@ -189,11 +214,23 @@ _BEFORE_STORED = {
     "group": "",
     "admission": "all",
     "expire_after": "0",
+    "max_features": "0",
 }
+#: The meta hash's fields of a feature budget's marks (:mod:`online_ctr.learning.eviction`),
+#: and where each goes in :attr:`~online_ctr.learning.eviction.Evicting.marks`.
+BUDGET_MARKS = ("budget_lowest", "held", "evicted", "cut_zero", "cut_all")
+BUDGET_MARK_INDEX = (
+    eviction.LOWEST,
+    eviction.TRACKED,
+    eviction.EVICTED,
+    eviction.CUT_ZERO,
+    eviction.CUT_ALL,
+)
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 _INFO_FIELDS = (
-    "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", *_BEFORE_STORED
+    "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", "evicted", "held",
+    *_BEFORE_STORED,
 )  # fmt: skip
 
 
@@ -268,7 +305,7 @@ class ModelStore:
             rows = await self.shards.read(ids)
         spec = self.spec
         return Serving(
-            weights=spec.weights(rows.state, rows.t),
+            weights=spec.weights(rows.state, rows.t, rows.cut_all),
             rates=spec.rates(rows.state, rows.t) if rates else None,
             fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
         )
@@ -288,6 +325,7 @@ class ModelStore:
             raw, expiring, lag, dead = await pipe.execute()
         stored = {k: text(v) for k, v in zip(_INFO_FIELDS, raw, strict=True) if v is not None}
         meta = _BEFORE_STORED | stored
+        tracked = int(meta.get("tracked", 0))
         return ModelInfo(
             name=self.spec.name,
             rule=meta.get("rule", self.spec.rule.name),
@@ -295,7 +333,7 @@ class ModelStore:
             hash_bits=int(meta.get("hash_bits", 64)),
             t=int(meta.get("t", 0)),
             nonzero_weights=int(meta.get("nnz_stable", 0)) + int(expiring),
-            features_tracked=int(meta.get("tracked", 0)),
+            features_tracked=tracked,
             logloss_sum=float(meta.get("logloss_sum", 0.0)),
             stream_lag=int(lag),
             dead_letters=int(dead),
@@ -305,6 +343,9 @@ class ModelStore:
             admission=meta["admission"],
             expire_after=int(meta["expire_after"]),
             features_expired=int(meta.get("expired", 0)),
+            max_features=int(meta["max_features"]),
+            features_evicted=int(meta.get("evicted", 0)),
+            features_held=int(meta.get("held", 0) if self.spec.max_features else tracked),
         )
 
     async def admission_counters(self) -> NDArray[np.uint8] | None:
@@ -322,6 +363,40 @@ class ModelStore:
             )
         counters[: len(stored)] = np.frombuffer(stored, np.uint8)
         return counters
+
+    async def feature_budget(self) -> Evicting | None:
+        """The model's feature budget as its commits left it (None: it has none); a learner
+        loads it when it takes the lease. Counts that do not add up to the features held are
+        :class:`ModelDamagedError`: learning on would evict the wrong features."""
+        spec = self.spec
+        if not spec.max_features:
+            return None
+        budget = eviction.feature_budget(spec.max_features)
+        async with pipeline(self.redis) as pipe:
+            pipe.get(self.keys.budget)
+            pipe.hmget(self.keys.meta, *BUDGET_MARKS)
+            stored, marks = await pipe.execute()
+        stored = stored.encode() if isinstance(stored, str) else stored or b""
+        name = f"model {spec.name!r}"
+        if stored:
+            if len(stored) != budget.counts.nbytes:
+                raise ModelDamagedError(
+                    f"{name}: its budget counts are {len(stored)} bytes, not {budget.counts.nbytes}"
+                )
+            budget.counts[:] = np.frombuffer(stored, "<i8").reshape(budget.counts.shape)
+        for index, value in zip(BUDGET_MARK_INDEX, marks, strict=True):
+            budget.marks[index] = int(value or 0)
+        held = int(budget.counts[: eviction.STABLE].sum())
+        if (budget.counts < 0).any() or held != budget.tracked():
+            raise ModelDamagedError(
+                f"{name}: its budget counts {held} features held, its meta {budget.tracked()}"
+            )
+        return budget
+
+    async def cut_all(self) -> int:
+        """The model's feature budget's cutoff of all features: a stored feature last touched
+        at or before it is evicted (0: none, or no budget)."""
+        return int(await self.redis.hget(self.keys.meta, "cut_all") or 0)
 
     async def version(self) -> tuple[int, str]:
         """The model's step and epoch (which changes if it is deleted and created again)."""
@@ -426,6 +501,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         stored["group"] or None,
         Admission.parse(stored["admission"]),
         int(stored["expire_after"]),
+        int(stored["max_features"]),
     )
 
 
@@ -442,6 +518,7 @@ def spec_from(
     group: str | None = None,
     admission: str = "all",
     expire_after: int = NEVER,
+    max_features: int = UNBOUNDED,
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
@@ -458,4 +535,5 @@ def spec_from(
         group,
         Admission.parse(admission),
         expire_after,
+        max_features,
     )

@@ -82,6 +82,7 @@ class WeightsReader:
         """The ``count`` features of largest ``|w|`` (ties: smaller id first), largest first."""
         spec = self.spec
         t, _ = await self.store.version()
+        cut_all = await self.store.cut_all()
         best_ids = np.zeros(0, np.uint64)
         best_w = np.zeros(0)
         best_state = np.zeros((0, spec.width))
@@ -89,7 +90,7 @@ class WeightsReader:
             self.store.redis, self.store.keys, spec.layout, self.store.scripts
         )
         async for ids, state in scan:
-            w = spec.weights(state, t)
+            w = spec.weights(state, t, cut_all)
             best_ids = np.concatenate([best_ids, ids])
             best_w = np.concatenate([best_w, w])
             best_state = np.concatenate([best_state, state])
@@ -117,13 +118,13 @@ class WeightsReader:
                 "it was never learned, or its state was dropped; names are field=value as "
                 "sent (a number in log_bucket mode: field=bucket)"
             )
-        w = float(spec.weights(rows.state, rows.t)[0])
+        w = float(spec.weights(rows.state, rows.t, rows.cut_all)[0])
         return await self._weights(rows.t, [self._feature(feature_id, name, w, rows.state[0])])
 
     def _feature(
         self, feature_id: int, name: str | None, w: float, row: NDArray[np.float64]
     ) -> FeatureWeight:
-        names = self.spec.rule.fields + (("last_step",) if self.spec.expire_after else ())
+        names = self.spec.rule.fields + (("last_step",) if self.spec.stepped else ())
         state = dict(zip(names, map(float, row), strict=True))
         return FeatureWeight(int(feature_id), name, w, state)
 

@@ -582,6 +582,24 @@ class ModelInfoResponse(BaseModel):
         "examples): started again when met, or deleted by the learner's sweep.",
         examples=[0],
     )
+    max_features: int = Field(
+        0,
+        description="The most features it holds (past it the least recently touched are "
+        "evicted, zero weights first; 0: no budget).",
+        examples=[0],
+    )
+    features_evicted: int = Field(
+        0,
+        description="How many features its budget has evicted so far.",
+        examples=[0],
+    )
+    features_held: int = Field(
+        0,
+        description="With a budget, the features it holds (of features_tracked, the others "
+        "are evicted ones whose rows the learner has not deleted yet); without one, "
+        "features_tracked.",
+        examples=[0],
+    )
     state_bytes: int = Field(
         0,
         description="Redis memory its feature state takes, in bytes: the bucket hashes "

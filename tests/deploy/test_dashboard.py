@@ -176,6 +176,7 @@ LEAN_METRICS = (
     "online_ctr_admission_filter_fill_ratio",
     "online_ctr_state_bytes",
     "online_ctr_features_expired_total",
+    "online_ctr_features_evicted_total",
 )
 
 
@@ -183,7 +184,7 @@ LEAN_METRICS = (
 def test_the_lean_models_row_shows_admission_and_sampling(
     dashboard: dict[str, Any], metric: str
 ) -> None:
-    title = "Lean models: admission, expiry and negative sampling"
+    title = "Lean models: admission, expiry, budgets and negative sampling"
     expressions = [
         target["expr"] for panel in row_panels(dashboard, title) for target in panel["targets"]
     ]

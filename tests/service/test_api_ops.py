@@ -79,6 +79,9 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "learned_weight": 0.0,
         "expire_after": 0,
         "features_expired": 0,
+        "max_features": 0,
+        "features_evicted": 0,
+        "features_held": 0,
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]

@@ -99,6 +99,13 @@ def test_a_model_admitting_and_sampling_is_created_with_both(
     assert (config.admission, config.negative_rate) == (admission, 0.25)
 
 
+def test_a_model_with_a_budget_is_created_with_it(redis_url: str) -> None:
+    options = ("--rule", "fobos", "--max-features", "100000")
+    assert "created model 'small'" in ok(models(redis_url, "create", "small", *options))
+    stored = redis.Redis.from_url(redis_url).hget(RegistryKeys().models, "small")
+    assert ModelConfig.model_validate_json(stored).max_features == 100_000
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -115,6 +122,11 @@ def test_a_model_admitting_and_sampling_is_created_with_both(
         (("--rule", "ftrl", "--admission", "bloom:2:0"), "the period D of bloom:N:D must be"),
         (("--rule", "ftrl", "--negative-rate", "0"), "--negative-rate: input should be greater"),
         (("--rule", "ftrl", "--negative-rate", "half"), "--negative-rate: input should be a"),
+        (("--rule", "ftrl", "--max-features", "-2"), "--max-features: input should be greater"),
+        (
+            ("--rule", "ftrl", "--max-features", "9", "--expire-after", "9"),
+            "a model has --expire-after or --max-features, not both",
+        ),
     ],
 )
 def test_an_invalid_option_is_one_line_and_status_2(

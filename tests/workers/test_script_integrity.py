@@ -43,6 +43,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "leaving": b"", "entering": b"", "steps": b"", "stable": 0, "tracked": 0,
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
         "positions": b"", "counts": b"", "counters": 1 << 22, "expired": 0,
+        "slots": b"", "values": b"", "size": 0, "marks": "", "evicted": 0, "taus": b"",
     }  # fmt: skip
     args.update(changed)
     return [
@@ -115,6 +116,20 @@ async def set_then(store: ModelStore, key: str, field: str, value: str) -> None:
 
 def finalize_case(meta: dict[str, Any] | None = None, **args: Any) -> Drive:
     return lambda store: finalize(store, meta, **args)
+
+
+#: finalize.lua's arguments of a commit to a feature budget of 8 slots, changing none.
+BUDGET: dict[str, Any] = {"size": 8, "marks": "0 0 0 0"}
+
+
+def set_key_then(key: str, value: bytes, then: Drive) -> Drive:
+    """``then``, after setting the model's ``key`` (a :class:`ModelKeys` property) to ``value``."""
+
+    async def drive(store: ModelStore) -> Any:
+        await store.redis.set(getattr(store.keys, key), value)
+        return await then(store)
+
+    return drive
 
 
 def lease(ttl: Any, token: str = "", meta: dict[str, str] | None = None) -> Drive:
@@ -393,6 +408,58 @@ CASES: dict[str, tuple[Drive, str]] = {
     "finalize expired negative": (finalize_case(expired=-1), "ARGV[19]"),
     "finalize expired fraction": (finalize_case(expired="0.5"), "ARGV[19]"),
     "finalize meta expired": (finalize_case({"expired": "x"}), "expired"),
+    # finalize: a feature budget's counts and marks (issue 34).
+    "finalize budget slot past the counts": (
+        finalize_case(slots=struct.pack("<I", 9), values=struct.pack("<q", 1), **BUDGET),
+        "past the counts",
+    ),
+    "finalize budget count below zero": (
+        finalize_case(slots=struct.pack("<I", 1), values=struct.pack("<q", -1), **BUDGET),
+        "below 0",
+    ),
+    "finalize budget slots not 4 bytes each": (
+        finalize_case(slots=b"\0" * 3, values=struct.pack("<q", 1), **BUDGET),
+        "ARGV[20]",
+    ),
+    "finalize budget whole short": (
+        finalize_case(values=struct.pack("<7q", *[0] * 7), **BUDGET),
+        "8 bytes a slot",
+    ),
+    "finalize budget three marks": (finalize_case(**{**BUDGET, "marks": "0 0 0"}), "4 marks"),
+    "finalize budget mark fraction": (finalize_case(**{**BUDGET, "marks": "0 0 1.5 0"}), "mark"),
+    "finalize budget held negative": (finalize_case(**{**BUDGET, "marks": "0 -1 0 0"}), "mark"),
+    "finalize budget cutoffs crossed": (
+        finalize_case(**{**BUDGET, "marks": "0 0 0 1"}),
+        "cutoff of all",
+    ),
+    "finalize budget cutoff back": (
+        finalize_case({"cut_zero": "1"}, **BUDGET),
+        "moves cut_zero back",
+    ),
+    "finalize budget cutoff past the end": (
+        finalize_case(**{**BUDGET, "marks": "0 0 999 0"}),
+        "past the commit",
+    ),
+    "finalize budget steps": (
+        finalize_case(entering=b"\0" * 8, steps=struct.pack("<d", 9), **BUDGET),
+        "ARGV[25]",
+    ),
+    "finalize budget step fraction": (
+        finalize_case(
+            entering=b"\0" * 8,
+            steps=struct.pack("<d", 9),
+            **{**BUDGET, "taus": struct.pack("<d", 1.5)},
+        ),
+        "last step",
+    ),
+    "finalize no budget but marks": (finalize_case(marks="0 0 0 0"), "ARGV[20..25]"),
+    "finalize no budget but evicted": (finalize_case(evicted=1), "ARGV[20..25]"),
+    "finalize budget stored counts": (
+        set_key_then("budget", b"x" * 7, finalize_case(**BUDGET)),
+        "budget counts",
+    ),
+    "finalize meta evicted": (finalize_case({"evicted": "x"}), "evicted"),
+    "finalize meta cut_all": (finalize_case({"cut_all": "-1"}, **BUDGET), "cut_all"),
     "apply seq": (apply({0: "1e3"}), "ARGV[1]"),
     "apply records": (apply({6: b"\0" * 5}), "records"),
     "apply arguments": (apply({4: 0}), "ARGV[5]"),

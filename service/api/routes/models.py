@@ -179,5 +179,8 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         learned_weight=info.learned_weight,
         expire_after=info.expire_after,
         features_expired=info.features_expired,
+        max_features=info.max_features,
+        features_evicted=info.features_evicted,
+        features_held=info.features_held,
         state_bytes=(await served.state_bytes(info.features_tracked)).total,
     )
