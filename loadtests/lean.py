@@ -9,11 +9,15 @@
    untouched for a span of examples deleted, beside the model that keeps every feature:
    progressive log loss and AUC, the features held at the end and at most (after each batch
    of 512), and how many times a feature expired.
-3. **Negative sampling** (4.4), offline: a stream with Criteo-1TB-like CTR (every non-click of
+3. **A feature budget** (``max_features``), on every shared click log: the same model holding
+   at most a budget of features, the least recently touched evicted first, zero weights
+   before any that carry weight: progressive log loss and AUC, the features held at the end
+   and at most, and how many were evicted.
+4. **Negative sampling** (4.4), offline: a stream with Criteo-1TB-like CTR (every non-click of
    the Criteo head and as many of its clicks, in file order, as make 3%), learned whole and at
    negative rates 0.3 and 0.1 with importance weights: weighted progressive log loss against
    the whole stream's, and examples learned.
-4. **Negative sampling, end to end**: the same stream, repeated, sent through a real ``online-ctr
+5. **Negative sampling, end to end**: the same stream, repeated, sent through a real ``online-ctr
    api`` (``/learn``, 1,000-example bodies, four clients at once) and learned by a real
    ``online-ctr worker``, at rates 1, 0.3 and 0.1: examples absorbed per second, from the first
    request to the worker's last commit. Each rate runs twice, in the order 1, 0.3, 0.1, 0.1,
@@ -57,6 +61,8 @@ ADMISSIONS = ("all", "bloom:2", "bloom:3", "poisson:0.1", "poisson:0.3", "poisso
 RATES = (1.0, 0.3, 0.1)
 #: Spans of ``expire_after``, in examples: these files have 10k to 27k rows.
 SPANS = (0, 5000, 2000, 1000, 500)
+#: Budgets of ``max_features``: these files meet 11k to 44k features.
+BUDGETS = (0, 20_000, 10_000, 5_000, 2_000)
 #: The CTR of the sampled stream: about Criteo 1TB's.
 CTR = 0.03
 BODY = 1000
@@ -70,18 +76,28 @@ class Quality:
     auc: float
     features: int
     examples: int
-    #: The most features held after any batch, and how many times a feature expired.
+    #: The most features held after any batch, how many times a feature expired, and how
+    #: many features a budget evicted.
     most: int
     expired: int
+    evicted: int = 0
 
 
 def learn(
-    rows: list[Row], admission: str = "all", rate: float = 1.0, expire_after: int = 0
+    rows: list[Row],
+    admission: str = "all",
+    rate: float = 1.0,
+    expire_after: int = 0,
+    max_features: int = 0,
 ) -> Quality:
     """FTRL (the service's defaults, numbers log-bucketed) over ``rows`` in file order."""
     rule = get_rule("ftrl")
     model = InMemoryModel(
-        rule, rule.params(), admission=Admission.parse(admission), expire_after=expire_after
+        rule,
+        rule.params(),
+        admission=Admission.parse(admission),
+        expire_after=expire_after,
+        max_features=max_features,
     )
     hasher = FeatureHasher(numeric="log_bucket")
     metrics = StreamMetrics()
@@ -102,6 +118,7 @@ def learn(
         learned,
         most,
         model.features_expired(),
+        model.features_evicted(),
     )
 
 
@@ -152,6 +169,21 @@ def expiry_table(data_dir: Path) -> str:
 
     header = ["expire after", "log loss", "vs never", "AUC", "held at end", "most held"]
     return per_click_log(data_dir, [*header, "vs never", "expired"], lines)
+
+
+def budget_table(data_dir: Path) -> str:
+    """Per click log, a table of each ``max_features`` against keeping every feature."""
+
+    def lines(rows: list[Row], base: Quality) -> list[list[str]]:
+        got = {b: base if b == 0 else learn(rows, max_features=b) for b in BUDGETS}
+        return [
+            [f"{b:,}" if b else "none", *against(q, base), f"{q.most:,}",
+             f"{q.most / base.most:.2f}x", f"{q.evicted:,}"]
+            for b, q in got.items()
+        ]  # fmt: skip
+
+    header = ["max features", "log loss", "vs none", "AUC", "held at end", "most held"]
+    return per_click_log(data_dir, [*header, "vs none", "evicted"], lines)
 
 
 def sparse_clicks(data_dir: Path) -> list[Row]:
@@ -297,6 +329,8 @@ def main() -> None:
     admission = admission_table(args.data_dir)
     print("expiry ...", flush=True)
     expiry = expiry_table(args.data_dir)
+    print("budget ...", flush=True)
+    budget = budget_table(args.data_dir)
     rows = sparse_clicks(args.data_dir)
     print(f"negative sampling offline ({len(rows):,} rows) ...", flush=True)
     sampling = sampling_table(rows)
@@ -304,7 +338,7 @@ def main() -> None:
     absorption, medians = absorption_table(rows, args.repeat)
     verdict = absorption_verdict(medians)
     report = render(
-        admission, expiry, sampling, absorption + "\n\n" + verdict, len(rows), args.repeat
+        admission, expiry, budget, sampling, absorption + "\n\n" + verdict, len(rows), args.repeat
     )
     print(report)
     if not args.no_write:
@@ -329,11 +363,17 @@ def absorption_verdict(medians: dict[float, float]) -> str:
 
 
 def render(
-    admission: str, expiry: str, sampling: str, absorption: str, rows: int, repeat: int
+    admission: str,
+    expiry: str,
+    budget: str,
+    sampling: str,
+    absorption: str,
+    rows: int,
+    repeat: int,
 ) -> str:
     return "\n".join(
         [
-            "# Lean models: admission, expiry and negative sampling",
+            "# Lean models: admission, expiry, budgets and negative sampling",
             "",
             "Measured with `make bench-lean` (`python -m loadtests.lean`) on a 2-core machine;",
             "what each rule is: [Lean models](concepts/lean-models.md).",
@@ -354,6 +394,15 @@ def render(
             "every expiry (a feature met again and expired again counts each time).",
             "",
             expiry,
+            "",
+            "## A feature budget",
+            "",
+            "The same model with `max_features`: past it, the least recently touched features",
+            "are evicted (in bins of 64 examples), zero weights before any that carries one.",
+            "`most held` is the most features held after any batch of 512 examples (a budget",
+            "plus at most the features of the current bin); `evicted` counts every eviction.",
+            "",
+            budget,
             "",
             "## Negative sampling, offline",
             "",

@@ -7,7 +7,7 @@ Layout, little-endian throughout::
     b"H" | u32 length | u32 crc32 | header JSON   (rule, params, hash_bits, fields, origin)
     b"R" | u32 count  | u32 crc32 | u64 ids[count] | f64 state[count][width]   (0 or more)
     b"A" | u32 length | u32 crc32 | zlib of the admission counters   (bloom admission only)
-    b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows)
+    b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows, budget marks)
     b"E" | sha256 of every byte before the b"E"
 
 Rows are written as they are read, and a later row of an id replaces an earlier one: an export
@@ -22,6 +22,17 @@ that last touched the feature. Its commits delete features, so its file can say 
 whose ``tau`` is 0, every value 0, is a feature not stored (it replaces an earlier row of the
 id like any later row). The footer then counts the features the model found expired.
 
+A model with a feature budget (``max_features`` in the header,
+:mod:`online_ctr.learning.eviction`) has the ``tau`` column too, read the same way. Its rows
+are what was stored, and a stored row may be of a feature the budget evicted already (the
+learner deletes those when it suits it: ``features_tracked`` counts them too); only the
+footer, written last, knows which: it carries the budget's marks at its step (the features
+held ``features_held``, ``features_evicted``, the cutoffs ``cut_zero`` and ``cut_all``, the
+oldest bin kept ``budget_lowest``), and a row is of a feature held unless its ``tau`` is at
+most ``cut_all``, or at most ``cut_zero`` with its weight at ``tau`` zero
+(:func:`online_ctr.learning.eviction.held`). The budget's counts are not written: they are a
+function of the rows held and those marks, which an import rebuilds them from.
+
 A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
 So every field is checked against what a model can hold (a rule and its hyper-parameters, a
 state encoding it may use, every state row one that learning produces, steps and counts whole
@@ -35,6 +46,24 @@ numbers below 2^53, a finite log-loss sum >= 0), and what is not is named.
 >>> items = reader.feed(blob)
 >>> reader.close().t, [type(item).__name__ for item in items]
 (3, ['Header', 'RowChunk', 'Footer'])
+
+A budget's file: the row of tau 2, its weight zero there, is at or below ``cut_zero``, so
+stored but evicted; the other is held.
+
+>>> budgeted = Header("ftrl", header.params, None, ("z", "n"), max_features=1)
+>>> writer = Writer()
+>>> state = np.array([[0.5, 1.0, 2.0], [-9.0, 4.0, 70.0]])  # z, n, tau
+>>> blob = writer.start(budgeted) + writer.rows(np.array([7, 8], np.uint64), state)
+>>> footer = Footer(t=70, logloss_sum=9.0, nonzero_weights=1, features_tracked=2,
+...                 features_held=1, features_evicted=1, cut_zero=64, budget_lowest=1)
+>>> blob += writer.finish(footer)
+>>> reader = Reader()
+>>> _, chunk, read = reader.feed(blob)
+>>> rule = get_rule("ftrl")
+>>> fields, tau = chunk.state[:, :2], chunk.state[:, 2]
+>>> zero = rule.weights(fields, tau, rule.params_type(**header.params)) == 0
+>>> eviction.held(tau, zero, read.marks()).tolist()
+[False, True]
 """
 
 from __future__ import annotations
@@ -50,7 +79,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning import retention
+from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
@@ -67,8 +96,11 @@ SECTION = struct.Struct("<cII")
 MAX_ROWS = 1 << 16
 MAX_JSON_BYTES = 1 << 20
 DIGEST_BYTES = 32
-#: How a span's refusal names the header's two settings.
+#: How a span's refusal names the header's two settings, and a budget's.
 SPAN_NAMES = ("the header's expire_after", "the header's encoding")
+BUDGET_NAMES = ("the header's max_features", "the header's encoding")
+#: The footer's marks of a feature budget (absent: 0, as for a model without one).
+BUDGET_MARKS = ("features_held", "features_evicted", "cut_zero", "cut_all", "budget_lowest")
 
 
 class SnapshotError(ValueError):
@@ -94,10 +126,18 @@ class Header:
     #: The span after which an untouched feature is gone (0: never; absent from files
     #: written before it existed). With a span, each row ends with ``tau``.
     expire_after: int = 0
+    #: The most features the model holds (0: no budget; absent from files written before
+    #: budgets existed). With a budget, each row ends with ``tau`` too.
+    max_features: int = eviction.UNBOUNDED
+
+    @property
+    def stepped(self) -> bool:
+        """Whether each row ends with its feature's last step ``tau``."""
+        return self.expire_after != NEVER or self.max_features != eviction.UNBOUNDED
 
     @property
     def width(self) -> int:
-        return len(self.fields) + (self.expire_after != NEVER)
+        return len(self.fields) + self.stepped
 
 
 @dataclass(frozen=True)
@@ -133,6 +173,23 @@ class Footer:
     weight_excess: str = ""
     #: How many times the model found a feature expired (its meta's ``expired``).
     features_expired: int = 0
+    #: A feature budget's marks at ``t`` (all 0 without one): the features it holds (of
+    #: ``features_tracked``, the others are evicted rows still stored), those it evicted so
+    #: far, its cutoffs of zero weights and of all features (steps), its oldest bin kept.
+    features_held: int = 0
+    features_evicted: int = 0
+    cut_zero: int = 0
+    cut_all: int = 0
+    budget_lowest: int = 0
+
+    def marks(self) -> NDArray[np.int64]:
+        """The budget's marks as :attr:`online_ctr.learning.eviction.Evicting.marks` holds
+        them."""
+        marks = np.zeros(5, np.int64)
+        marks[eviction.LOWEST], marks[eviction.TRACKED] = self.budget_lowest, self.features_held
+        marks[eviction.EVICTED] = self.features_evicted
+        marks[eviction.CUT_ZERO], marks[eviction.CUT_ALL] = self.cut_zero, self.cut_all
+        return marks
 
 
 Item = Header | RowChunk | AdmissionCounters | Footer
@@ -169,6 +226,8 @@ class Writer:
             del body["admission"]
         if header.expire_after == NEVER:  # as files written before expiry existed
             del body["expire_after"]
+        if header.max_features == eviction.UNBOUNDED:  # as files written before budgets
+            del body["max_features"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -196,6 +255,9 @@ class Writer:
             del body["weight_excess"]
         if not footer.features_expired:  # as files written before expiry existed
             del body["features_expired"]
+        for mark in BUDGET_MARKS:  # as files written before budgets existed
+            if not body[mark]:
+                del body[mark]
         payload = _json(body)
         end = self._out(_section(b"F", len(payload), payload) + b"E")
         return end + self.digest.digest()
@@ -217,11 +279,18 @@ def parse_header(payload: bytes) -> Header:
             calibration=_choice(body, "calibration", CALIBRATIONS),
             admission=Admission.parse(str(body.get("admission", "all"))).text,
             expire_after=_span(body.get("expire_after", NEVER)),
+            max_features=_budget(body.get("max_features", eviction.UNBOUNDED)),
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)
         check_encoding(header.encoding, header.rule)
         retention.check_encoding(header.expire_after, header.encoding, SPAN_NAMES)
+        retention.check_encoding(header.max_features, header.encoding, BUDGET_NAMES)
+        if header.expire_after and header.max_features:
+            raise SnapshotError(
+                f"the header has expire_after {header.expire_after} and max_features "
+                f"{header.max_features}: a model has one or the other"
+            )
     except SnapshotError:
         raise
     except KeyError as error:
@@ -251,6 +320,11 @@ def parse_footer(payload: bytes) -> Footer:
             logloss_text=_logloss_text(body.get("logloss_text")),
             weight_excess=_weight_excess(body.get("weight_excess")),
             features_expired=_whole(body, "features_expired", "a count", 0),
+            features_held=_whole(body, "features_held", "a count", 0),
+            features_evicted=_whole(body, "features_evicted", "a count", 0),
+            cut_zero=_whole(body, "cut_zero", "a step", 0),
+            cut_all=_whole(body, "cut_all", "a step", 0),
+            budget_lowest=_whole(body, "budget_lowest", "a bin", 0),
         )
     except SnapshotError:
         raise
@@ -259,6 +333,7 @@ def parse_footer(payload: bytes) -> Footer:
     except (TypeError, ValueError) as error:
         raise SnapshotError(f"the footer is not valid: {error}") from None
     _check_counts(footer)
+    _check_cutoffs(footer)
     return footer
 
 
@@ -311,6 +386,14 @@ def _span(value: object) -> int:
     """The header's ``expire_after``: a span a model can have."""
     try:
         return retention.check_expire_after(value)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise SnapshotError(f"the header's {error}") from None
+
+
+def _budget(value: object) -> int:
+    """The header's ``max_features``: a budget a model can have."""
+    try:
+        return eviction.check_max_features(value)  # type: ignore[arg-type]
     except ValueError as error:
         raise SnapshotError(f"the header's {error}") from None
 
@@ -382,6 +465,48 @@ def _check_counts(footer: Footer) -> None:
             f"{footer.features_tracked} features and {footer.rows} rows: a feature is counted "
             "once at most, a nonzero weight is a feature's, and a feature has a row"
         )
+
+
+def _check_cutoffs(footer: Footer) -> None:
+    """The budget's cutoffs are steps it has reached, that of zero weights at least that of
+    all (every zero weight at or below the cutoff of all is evicted too)."""
+    if not footer.cut_all <= footer.cut_zero <= footer.t:
+        raise SnapshotError(
+            f"the footer's cut_all {footer.cut_all}, cut_zero {footer.cut_zero} and t "
+            f"{footer.t} are not cutoffs a budget has: cut_all <= cut_zero <= t"
+        )
+
+
+def _check_budget(footer: Footer) -> None:
+    """The budget's features held are some of those stored, and have the nonzero weights;
+    its oldest bin kept is one of its window at step ``t``: not after ``t``'s, and not so old
+    that ``t``'s would share its slot (the learner merges older bins into the next as the
+    window moves on), or the counts rebuilt from it would mix two bins."""
+    if not footer.nonzero_weights <= footer.features_held <= footer.features_tracked:
+        raise SnapshotError(
+            f"the footer counts {footer.nonzero_weights} nonzero weights, "
+            f"{footer.features_held} features held and {footer.features_tracked} stored: a "
+            "budget holds some of the features stored, and a nonzero weight is a feature's "
+            "it holds"
+        )
+    current = (footer.t - 1) // eviction.BIN_EXAMPLES if footer.t else 0
+    oldest = max(0, current - eviction.WINDOW_BINS + 1)
+    if not oldest <= footer.budget_lowest <= current:
+        raise SnapshotError(
+            f"the footer's budget_lowest {footer.budget_lowest} is not a bin a budget keeps at "
+            f"step {footer.t}: it must be in {oldest}..{current} (bins of "
+            f"{eviction.BIN_EXAMPLES} examples, {eviction.WINDOW_BINS} kept)"
+        )
+
+
+def _check_no_budget(footer: Footer) -> None:
+    """A model without a budget has no budget marks (an import would drop them unseen)."""
+    for mark in BUDGET_MARKS:
+        if getattr(footer, mark):
+            raise SnapshotError(
+                f"the footer's {mark} {getattr(footer, mark)} is a feature budget's, and the "
+                "header has no max_features"
+            )
 
 
 def _load(payload: bytes, what: str) -> dict[str, Any]:
@@ -549,7 +674,7 @@ class Reader:
         """Every row is a state the rule's learning can produce (a negative ``n`` or a NaN
         would make the model's answers NaN, or its later updates fail)."""
         assert self.rule is not None and self.header is not None
-        if self.header.expire_after != NEVER:
+        if self.header.stepped:
             self._check_steps(rows)
         # A row not stored is all zero, which every rule's check passes.
         fields = rows.state[:, : len(self.rule.fields)]
@@ -580,12 +705,18 @@ class Reader:
             self.latest_step = max(self.latest_step, float(tau.max()))
 
     def _after_rows(self, footer: Footer) -> Footer:
-        """The footer's step is not before any row's last touch."""
+        """The footer's step is not before any row's last touch, and only a model with a
+        budget has its marks."""
         if self.latest_step > footer.t:
             raise SnapshotError(
                 f"the footer's t {footer.t} is before step {self.latest_step:.0f}, at which "
                 "a row says its feature was last touched"
             )
+        assert self.header is not None
+        if self.header.max_features:
+            _check_budget(footer)
+        else:
+            _check_no_budget(footer)
         return footer
 
     def _end(self) -> Item | None:

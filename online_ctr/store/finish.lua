@@ -3,18 +3,25 @@
 -- from then on it is an ordinary model. KEYS: 1 meta. Returns 1, or 0 if the name was
 -- claimed again or deleted meanwhile.
 -- The counters every commit adds to are checked first (checks.lua): a meta whose log-loss sum
--- is NaN, say, would refuse every commit (finalize.lua), so it is refused here, unwritten.
+-- is NaN, say, would refuse every commit (finalize.lua), so it is refused here, unwritten. So
+-- are a feature budget's marks, as finalize.lua reads them: steps and counts >= 0, the
+-- cutoff of all features at most that of zero weights, and that at most the step t.
+local function count(what, value) return whole(what, value, 0) end
 local COUNTERS = {t = whole, seq = whole, nnz_stable = whole, tracked = whole, fence = whole,
-  trimmed = whole, logloss_sum = finite, weight_excess = finite, expired = whole}
+  trimmed = whole, logloss_sum = finite, weight_excess = finite, expired = whole,
+  held = count, evicted = count, budget_lowest = count, cut_zero = count, cut_all = count}
 local fields, problem = checked('finish', function()
   kind(KEYS[1], 'hash')
   if #ARGV % 2 ~= 1 then refuse('fields and values are not pairs: argument count', #ARGV) end
-  local pairs_ = {}
+  local pairs_, given = {}, {}
   for i = 2, #ARGV, 2 do
     local counter = COUNTERS[ARGV[i]]
-    if counter then counter('meta field ' .. ARGV[i], ARGV[i + 1]) end
+    if counter then given[ARGV[i]] = counter('meta field ' .. ARGV[i], ARGV[i + 1]) end
     pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = ARGV[i], ARGV[i + 1]
   end
+  local cut_all, cut_zero = given.cut_all or 0, given.cut_zero or 0
+  if cut_all > cut_zero then refuse('meta field cut_all is past cut_zero', cut_all) end
+  if cut_zero > (given.t or 0) then refuse('meta field cut_zero is past t', cut_zero) end
   return pairs_
 end)
 if problem then return redis.error_reply(problem) end

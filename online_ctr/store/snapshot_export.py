@@ -21,6 +21,9 @@ then applied to the shards; an entry is trimmed once every shard has applied it.
    A commit of a model that expires features also deletes some: its record of a deleted
    feature is a row of zeros, ``tau`` 0 included, which the file format reads as a feature
    not stored (:mod:`online_ctr.learning.snapshot`), so a row the scan wrote is taken back.
+   A model with a feature budget writes its rows the same way, evicted ones still stored
+   included: the close reads the budget's marks at ``S1`` with the rest, and the footer
+   carries them, from which a reader judges which rows are of features held.
 
 The pin has a deadline the export keeps renewing; a pin past it is dropped by the next trim.
 If that happened, entries may be gone and the export fails (the stream then ends without its
@@ -75,6 +78,13 @@ class Closed:
     counters: bytes = b""
     #: How many times the model had found a feature expired.
     expired: int = 0
+    #: Its feature budget's marks (all 0: no budget): the oldest bin kept, the features held
+    #: and evicted so far, the cutoffs of zero weights and of all features.
+    budget_lowest: int = 0
+    held: int = 0
+    evicted: int = 0
+    cut_zero: int = 0
+    cut_all: int = 0
 
 
 class Export:
@@ -123,7 +133,7 @@ class Export:
         return Header(
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
             source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
-            spec.expire_after,
+            spec.expire_after, spec.max_features,
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -159,10 +169,10 @@ class Export:
                 f"model {self.spec.name!r} was deleted or replaced during the export"
             )
         nonzero = int(stable) + int(expiring)
-        expired = int(text(reply[10]))
+        expired, lowest, held, evicted, cut_zero, cut_all = (int(p) for p in parts[10:16])
         return Closed(
             epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
-            expired,
+            expired, lowest, held, evicted, cut_zero, cut_all,
         )  # fmt: skip
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
@@ -200,6 +210,11 @@ class Export:
             logloss_text=closed.logloss_sum,
             weight_excess=closed.weight_excess,
             features_expired=closed.expired,
+            features_held=closed.held,
+            features_evicted=closed.evicted,
+            cut_zero=closed.cut_zero,
+            cut_all=closed.cut_all,
+            budget_lowest=closed.budget_lowest,
         )
 
 

@@ -11,10 +11,21 @@
 3. Each chunk of rows is written with ``apply.lua`` as a commit of its own, so a later row of
    an id replaces an earlier one, as the file format says; every row as a new feature, so the
    existence filters, made empty after the claim, end holding them all. A row of a model that
-   expires features whose ``tau`` is 0 says the feature is not stored: it is deleted.
+   expires features, or has a feature budget, whose ``tau`` is 0 says the feature is not
+   stored: it is deleted.
 4. After the checksum: a pass over the written state recounts what the meta needs (features
-   tracked, stable nonzero weights, the expiring set); they must equal the file's footer.
+   stored and held, stable nonzero weights, the expiring set); they must equal the file's
+   footer.
    ``finish.lua`` then writes the meta (a new epoch, the file's step and log-loss sum).
+
+A model with a feature budget (:mod:`online_ctr.learning.eviction`) is exact only with its
+budget, which the file has in part: the footer's marks, from which the pass of step 4 judges
+which rows are of features held (the footer comes last, so a row is written before it can be
+judged). It deletes the others, as the learner's sweep would, and rebuilds the budget's counts
+from the rows held, each in its class and its bin's slot, the stable nonzero weights counted
+apart as the learner's commits count them; the budget's key and marks are written with the
+meta, and the expiring weights go in the evictable set too, scored by their last step. The
+learner then loads the budget as the exported model's (:meth:`ModelStore.feature_budget`).
 
 Anything failing after the claim deletes what was written: no half-imported model remains
 (with ``replace``, the old model is gone then too). A model to be recorded in the registry
@@ -33,7 +44,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
+from online_ctr.learning import eviction
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting, held
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.rules.base import Array
@@ -55,9 +68,9 @@ from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import StateShards, parse_stamp, stamp
-from online_ctr.store.state import ModelSpec, ModelStore
+from online_ctr.store.state import BUDGET_MARK_INDEX, BUDGET_MARKS, ModelSpec, ModelStore
 
-#: Expiring features added to the expiry set per call.
+#: Expiring features added to the expiry set (and the evictable set) per call.
 ZADD_BATCH = 1000
 
 
@@ -83,9 +96,14 @@ class Imported:
 
 @dataclass
 class _Counts:
+    #: Features the file stores, and of those the ones the import keeps (with a budget, the
+    #: features it holds; else every one).
+    stored: int = 0
     tracked: int = 0
     stable: int = 0
     expiring: int = 0
+    #: The feature budget rebuilt from the rows held (None: the model has none).
+    budget: Evicting | None = None
 
 
 def last_rows(rows: RowChunk) -> tuple[NDArray[np.uint64], Array]:
@@ -128,6 +146,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "calibration": spec.calibration,
         "admission": spec.admission.text,
         "expire_after": spec.expire_after,
+        "max_features": spec.max_features,
         **vars(spec.params),
     }
     got = {
@@ -138,6 +157,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "calibration": header.calibration,
         "admission": header.admission,
         "expire_after": header.expire_after,
+        "max_features": header.max_features,
         **header.params,
     }
     return [
@@ -212,7 +232,7 @@ class SnapshotImport:
             assert self.spec is not None and self.shards is not None
             self.seq += 1
             ids, state = last_rows(item)
-            if self.spec.expire_after:  # a row of tau 0 is a feature not stored: no bit
+            if self.spec.stepped:  # a row of tau 0 is a feature not stored: no bit
                 deleted = state[:, -1] == 0
                 records = self.spec.layout.records(ids, state, ~deleted, deleted)
             else:
@@ -234,6 +254,7 @@ class SnapshotImport:
             header.calibration,  # type: ignore[arg-type]
             admission=Admission.parse(header.admission),
             expire_after=header.expire_after,
+            max_features=header.max_features,
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)
@@ -303,37 +324,71 @@ class SnapshotImport:
             assert self.spec is not None
             await ModelStore(self.redis, self.spec).delete()
 
-    async def _recount(self, t: int) -> _Counts:
-        """Tracked, stable and expiring features of the written state; the expiring set."""
+    async def _recount(self, footer: Footer) -> _Counts:
+        """Stored, held, stable and expiring features of the written state; the expiring set;
+        with a budget, its counts and the evictable set, once the rows of features it does not
+        hold are deleted."""
         assert self.spec is not None
-        spec, counts = self.spec, _Counts()
-        await self.redis.delete(self.keys.expiry)
+        spec, t = self.spec, footer.t
+        counts = _Counts(budget=_empty_budget(spec, footer) if spec.max_features else None)
+        await self.redis.delete(self.keys.expiry, self.keys.evictable)
         async for ids, state in snapshot_scan.scan_state(
             self.redis, self.keys, spec.layout, self.scripts
         ):
-            nonzero, steps = classify(spec.rule, spec.params, state, t, spec.expire_after)
+            budget = counts.budget
+            counts.stored += len(ids)
+            if budget is not None:
+                ids, state = await self._held(ids, state, budget)
+            marks = None if budget is None else budget.marks
+            nonzero, steps = classify(spec.rule, spec.params, state, t, spec.expire_after, marks)
             expiring = nonzero & np.isfinite(steps)
             counts.tracked += len(ids)
             counts.stable += int((nonzero & ~expiring).sum())
             counts.expiring += int(expiring.sum())
-            members = ids[expiring].astype("<u8")
-            scores = steps[expiring]
-            for first in range(0, len(members), ZADD_BATCH):
-                part = range(first, min(first + ZADD_BATCH, len(members)))
-                mapping = {members[i].tobytes(): float(scores[i]) for i in part}
-                await self.redis.zadd(self.keys.expiry, mapping)
+            await self._zadd(self.keys.expiry, ids[expiring], steps[expiring])
+            if budget is not None:
+                _count(spec, budget, state, nonzero & ~expiring)
+                # So that the commit that evicts them finds them (finalize.lua).
+                await self._zadd(self.keys.evictable, ids[expiring], state[expiring, -1])
         return counts
+
+    async def _held(
+        self, ids: NDArray[np.uint64], state: Array, budget: Evicting
+    ) -> tuple[NDArray[np.uint64], Array]:
+        """The rows of features the budget holds; the others, stored but evicted, are
+        deleted (in buckets the scan has read: it goes on unaffected)."""
+        assert self.spec is not None and self.shards is not None
+        kept = held(state[:, -1], _zero_at_tau(self.spec, state), budget.marks)
+        if not kept.all():
+            gone = ~kept
+            count = int(gone.sum())
+            deleted = np.ones(count, np.bool_)
+            records = self.spec.layout.records(ids[gone], state[gone], ~deleted, deleted)
+            self.seq += 1
+            await self.shards.apply(self.seq, records, self.gen)
+        return ids[kept], state[kept]
+
+    async def _zadd(self, key: str, ids: NDArray[np.uint64], scores: Array) -> None:
+        """Add ``ids`` to sorted set ``key`` with ``scores``, in batches."""
+        members = ids.astype("<u8")
+        for first in range(0, len(members), ZADD_BATCH):
+            part = range(first, min(first + ZADD_BATCH, len(members)))
+            mapping = {members[i].tobytes(): float(scores[i]) for i in part}
+            await self.redis.zadd(key, mapping)
 
     async def _finish(self, footer: Footer) -> Imported:
         if self.spec is None:
             raise SnapshotError("the file has no header")
-        counts = await self._recount(footer.t)
+        counts = await self._recount(footer)
         nonzero = counts.stable + counts.expiring
-        if (counts.tracked, nonzero) != (footer.features_tracked, footer.nonzero_weights):
+        # Without a budget, every feature stored is held.
+        holds = footer.features_held if self.spec.max_features else footer.features_tracked
+        said = (footer.features_tracked, holds, footer.nonzero_weights)
+        if (counts.stored, counts.tracked, nonzero) != said:
             raise SnapshotError(
-                f"the file's state has {counts.tracked} features and {nonzero} nonzero weights "
-                f"at step {footer.t}, its footer says {footer.features_tracked} and "
-                f"{footer.nonzero_weights}"
+                f"the file's state has {counts.stored} features stored, {counts.tracked} held "
+                f"and {nonzero} nonzero weights at step {footer.t}; its footer says "
+                f"{footer.features_tracked}, {holds} and {footer.nonzero_weights}"
             )
         meta = {
             **self.spec.describe(),
@@ -346,6 +401,7 @@ class SnapshotImport:
             **({"gen": str(self.gen)} if self.gen else {}),
             **({"weight_excess": footer.weight_excess} if footer.weight_excess else {}),
             **({"expired": str(footer.features_expired)} if footer.features_expired else {}),
+            **(await self._write_budget(counts.budget)),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):
@@ -354,3 +410,41 @@ class SnapshotImport:
         return Imported(
             self.name, self.spec.rule.name, footer.t, counts.tracked, nonzero, footer.rows
         )
+
+    async def _write_budget(self, budget: Evicting | None) -> dict[str, str]:
+        """Write the budget's counts (nobody reads them before the import finishes); its
+        marks, as the meta fields :meth:`ModelStore.feature_budget` reads them."""
+        if budget is None:
+            return {}
+        await self.redis.set(self.keys.budget, budget.counts.astype("<i8").tobytes())
+        marks = budget.marks
+        return {
+            field: str(int(marks[index]))
+            for field, index in zip(BUDGET_MARKS, BUDGET_MARK_INDEX, strict=True)
+        }
+
+
+def _empty_budget(spec: ModelSpec, footer: Footer) -> Evicting:
+    """A budget of ``spec`` with the footer's marks and no feature counted yet."""
+    budget = eviction.feature_budget(spec.max_features)
+    budget.marks[:] = footer.marks()
+    budget.marks[eviction.TRACKED] = 0
+    return budget
+
+
+def _zero_at_tau(spec: ModelSpec, state: Array) -> NDArray[np.bool_]:
+    """Which stored rows' weights were zero at their last step (the budget's classes)."""
+    weights = spec.rule.weights(spec.fields_of(state), state[:, -1], spec.params)
+    zero: NDArray[np.bool_] = weights == 0
+    return zero
+
+
+def _count(spec: ModelSpec, budget: Evicting, state: Array, stable: NDArray[np.bool_]) -> None:
+    """Count held rows ``state`` in ``budget``: each in its class (its weight at its last step
+    zero or not) and its bin's slot, those of a ``stable`` weight (one that never reaches zero
+    untouched) in :data:`STABLE` too, as the learner's commits count them."""
+    slots = budget.slots(state[:, -1])
+    classes = np.where(_zero_at_tau(spec, state), ZERO, WEIGHTED)
+    np.add.at(budget.counts, (classes, slots), 1)
+    np.add.at(budget.counts[STABLE], slots[stable], 1)
+    budget.marks[eviction.TRACKED] += len(state)

@@ -5,7 +5,10 @@
 --   commit whose entry is kept, last commit}, or {'missing'} if there is no model (or one being imported).
 -- 'renew': move the deadline on. 'close': renew, and return the model at this instant:
 --   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring, weight_excess ('': none),
---   admission counters ('': none), features expired}, all read at one instant. 'release': drop it.
+--   admission counters ('': none), features expired, then a feature budget's marks: its oldest
+--   bin kept, features held, features evicted, cutoff of zero weights, cutoff of all ('0'
+--   each: no budget)}, all read at one instant (a caller that reads the first eleven is
+--   unaffected by the marks after them). 'release': drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
 -- needed may have been trimmed, so the export cannot be exact and must fail.
 -- The arguments, the stored seq, the export's pin and the keys' types are checked first
@@ -58,7 +61,7 @@ end
 redis.call('HSET', pins, token, keep .. ' ' .. (now_ms + ttl))
 if what == 'renew' then return {'ok'} end
 local m = redis.call('HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked',
-  'weight_excess', 'expired')
+  'weight_excess', 'expired', 'budget_lowest', 'held', 'evicted', 'cut_zero', 'cut_all')
 return {'ok', m[1] or '', m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '0', m[6] or '0',
   redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or '',
-  m[8] or '0'}
+  m[8] or '0', m[9] or '0', m[10] or '0', m[11] or '0', m[12] or '0', m[13] or '0'}

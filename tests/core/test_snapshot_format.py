@@ -14,6 +14,7 @@ import pytest
 
 from online_ctr.learning.admission import COUNTERS
 from online_ctr.learning.snapshot import (
+    BUDGET_MARKS,
     MAX_JSON_BYTES,
     MAX_ROWS,
     PREAMBLE,
@@ -422,3 +423,174 @@ def test_a_span_a_model_cannot_have_is_refused(change: dict[str, object], messag
     header = {"rule": "ftrl", "params": {}, "hash_bits": None, "fields": ["z", "n"], **change}
     with pytest.raises(SnapshotError, match=re.escape(message)):
         Reader().feed(rebuilt(header))
+
+
+BUDGETED = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"),
+                  max_features=500)  # fmt: skip
+#: A budget's footer at step 400 (bins 0..6 of 64 examples): 2 features stored, 1 held, 9
+#: evicted, zero weights up to step 256, every feature up to step 128.
+BUDGET_FOOTER = Footer(t=400, logloss_sum=2.5, nonzero_weights=1, features_tracked=2,
+                       features_held=1, features_evicted=9, cut_zero=256, cut_all=128,
+                       budget_lowest=2)  # fmt: skip
+
+
+def budget_file(state: np.ndarray, footer: Footer, header: Header = BUDGETED) -> bytes:
+    writer = Writer()
+    ids = np.arange(len(state), dtype=np.uint64)
+    return writer.start(header) + writer.rows(ids, state) + writer.finish(footer)
+
+
+def sections(blob: bytes, width: int) -> dict[bytes, dict[str, object]]:
+    """The header's and the footer's JSON of a file of rows of ``width``, by section kind."""
+    found, at = {}, PREAMBLE.size
+    while blob[at : at + 1] != b"E":
+        kind, size, _ = SECTION.unpack_from(blob, at)
+        at += SECTION.size
+        length = 8 * size * (1 + width) if kind == b"R" else size
+        if kind in (b"H", b"F"):
+            found[kind] = json.loads(blob[at : at + length])
+        at += length
+    return found
+
+
+def test_a_budgets_setting_and_marks_round_trip_and_rows_carry_tau() -> None:
+    # Held (tau 300), stored but evicted (tau 100 <= cut_all), and not stored (all 0).
+    state = np.array([[-5.0, 4.0, 300.0], [-5.0, 1.0, 100.0], [0.0, 0.0, 0.0]])
+    blob = budget_file(state, BUDGET_FOOTER)
+    items, footer = read(blob, piece=5)
+    assert items[0] == BUDGETED and BUDGETED.width == 3
+    assert footer == replace(BUDGET_FOOTER, rows=3)
+    chunk = items[1]
+    assert isinstance(chunk, RowChunk)
+    np.testing.assert_array_equal(chunk.state, state)
+    assert footer.marks().tolist() == [2, 1, 9, 256, 128]  # LOWEST .. CUT_ALL
+    written = sections(blob, 3)
+    assert written[b"H"]["max_features"] == 500
+    marks = {mark: written[b"F"][mark] for mark in BUDGET_MARKS}
+    assert marks == {"features_held": 1, "features_evicted": 9, "cut_zero": 256, "cut_all": 128,
+                     "budget_lowest": 2}  # fmt: skip
+
+
+def test_a_file_without_a_budget_is_written_and_read_as_before() -> None:
+    plain = replace(BUDGETED, max_features=0)
+    footer = Footer(t=400, logloss_sum=2.5, nonzero_weights=1, features_tracked=1)
+    blob = budget_file(np.array([[-5.0, 4.0]]), footer, plain)
+    # The JSON of files written before budgets existed: no key of theirs, not even as 0.
+    written = sections(blob, 2)
+    assert set(written[b"H"]) == {"rule", "params", "hash_bits", "fields", "origin", "source",
+                                  "encoding", "numeric", "calibration"}  # fmt: skip
+    assert set(written[b"F"]) == {"t", "logloss_sum", "nonzero_weights", "features_tracked",
+                                  "rows", "source", "logloss_text"}  # fmt: skip
+    items, got = read(blob)
+    assert items[0] == plain and plain.width == 2
+    assert [getattr(got, mark) for mark in BUDGET_MARKS] == [0, 0, 0, 0, 0]
+    assert got.marks().tolist() == [0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"max_features": -1}, "the header's max_features must be a whole number"),
+        ({"max_features": 2.5}, "got 2.5"),
+        ({"max_features": True}, "got True"),
+        ({"max_features": 2**53}, "from 1 to 2^52"),
+        ({"max_features": 9, "expire_after": 20},
+         "the header has expire_after 20 and max_features 9: a model has one or the other"),
+        ({"max_features": 9, "encoding": "compact"},
+         "the header's max_features needs the header's encoding float64"),
+    ],
+)  # fmt: skip
+def test_a_budget_a_model_cannot_have_is_refused(change: dict[str, object], message: str) -> None:
+    header = {"rule": "ftrl", "params": {}, "hash_bits": None, "fields": ["z", "n"], **change}
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        Reader().feed(rebuilt(header))
+
+
+#: The footer of BUDGETED's file of one held row (tau 300) at step 400, as JSON.
+BUDGET_GOOD = GOOD | {"t": 400, "features_held": 1, "features_evicted": 9, "cut_zero": 256,
+                      "cut_all": 128, "budget_lowest": 2}  # fmt: skip
+
+
+def with_budget_footer(footer: dict[str, object], header: Header = BUDGETED) -> bytes:
+    """A file of ``header`` (rows with ``tau``) and one held row whose footer is ``footer``
+    as given (checksums right)."""
+    writer = Writer()
+    blob = writer.start(header) + writer.rows(np.array([1], np.uint64), np.array([[-5, 4, 300.0]]))
+    payload = json.dumps(footer).encode()
+    blob += SECTION.pack(b"F", len(payload), zlib.crc32(payload)) + payload + b"E"
+    return blob + hashlib.sha256(blob).digest()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"features_held": -1}, "the footer's features_held -1 is not a count"),
+        ({"features_held": 2},
+         "the footer counts 0 nonzero weights, 2 features held and 1 stored: a budget holds "
+         "some of the features stored"),
+        ({"features_held": 0, "nonzero_weights": 1}, "1 nonzero weights, 0 features held"),
+        ({"features_evicted": -1}, "the footer's features_evicted -1 is not a count"),
+        ({"features_evicted": 0.5}, "features_evicted 0.5 is not a count"),
+        ({"cut_zero": -64}, "the footer's cut_zero -64 is not a step"),
+        ({"cut_all": 1.5}, "the footer's cut_all 1.5 is not a step"),
+        ({"budget_lowest": -1}, "the footer's budget_lowest -1 is not a bin"),
+        ({"budget_lowest": "2"}, "the footer's budget_lowest '2' is not a bin"),
+        ({"cut_all": 320},
+         "the footer's cut_all 320, cut_zero 256 and t 400 are not cutoffs a budget has: "
+         "cut_all <= cut_zero <= t"),
+        ({"cut_zero": 448, "cut_all": 0}, "cut_zero 448 and t 400 are not cutoffs"),
+        # Step 400 is in bin 6: a later bin is not kept yet.
+        ({"budget_lowest": 7}, "the footer's budget_lowest 7 is not a bin a budget keeps at "
+                               "step 400: it must be in 0..6"),
+        # At step 64 * 20,000 the window of 16,384 bins starts at bin 3,616.
+        ({"t": 64 * 20_000, "budget_lowest": 3_615}, "it must be in 3616..19999"),
+    ],
+)  # fmt: skip
+def test_budget_marks_a_budget_cannot_have_are_refused_naming_the_field(
+    change: dict[str, object], message: str
+) -> None:
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(with_budget_footer(BUDGET_GOOD | change))
+
+
+@pytest.mark.parametrize(
+    ("t", "lowest"),
+    [(300, 0), (384, 5), (385, 6), (64 * 20_000, 3_616), (64 * 20_000, 19_999)],
+)
+def test_every_bin_of_the_window_is_a_budgets_oldest(t: int, lowest: int) -> None:
+    footer = BUDGET_GOOD | {"t": t, "budget_lowest": lowest}
+    assert read(with_budget_footer(footer))[1].budget_lowest == lowest
+
+
+@pytest.mark.parametrize(
+    ("marks", "named"),
+    [
+        ({"features_held": 1}, "features_held 1"),
+        ({"features_evicted": 3}, "features_evicted 3"),
+        ({"cut_zero": 64}, "cut_zero 64"),
+        ({"cut_zero": 64, "cut_all": 64}, "cut_zero 64"),
+        ({"budget_lowest": 1}, "budget_lowest 1"),
+    ],
+)
+def test_budget_marks_without_a_budget_are_refused(marks: dict[str, int], named: str) -> None:
+    plain = replace(BUDGETED, max_features=0, expire_after=1000)  # tau, but no budget
+    message = f"the footer's {named} is a feature budget's, and the header has no max_features"
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(with_budget_footer(GOOD | {"t": 400} | marks, plain))
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ([0.5, 1.0, -3.0], "feature 0 has tau -3.0 and values [0.5, 1.0, -3.0]; tau must be"),
+        ([0.5, 1.0, 2.5], "has tau 2.5"),
+        ([0.5, 1.0, np.nan], "has tau nan"),
+        ([0.5, 1.0, 2.0**53], "has tau 9007199254740992.0"),
+        ([0.5, 0.0, 0.0], "or 0 with every value 0 (a feature not stored)"),
+        ([0.5, 1.0, 401.0], "the footer's t 400 is before step 401, at which a row says"),
+    ],
+)
+def test_a_budgets_row_that_no_model_holds_is_refused(row: list[float], message: str) -> None:
+    footer = replace(BUDGET_FOOTER, features_tracked=1)
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(budget_file(np.array([row]), footer))

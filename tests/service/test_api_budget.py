@@ -100,3 +100,27 @@ def test_the_setting_refuses_what_it_cannot_do_naming_it(
 ) -> None:
     with pytest.raises(ValidationError, match=says):
         Settings(**{"max_features": 10, "rule": "ftrl", **settings})
+
+
+def test_its_snapshot_moves_it_and_none_of_another_budget_replaces_it(
+    client: TestClient, settings: Settings
+) -> None:
+    """A budgeted model's snapshot imports as a model of the same budget and counts (only the
+    features it holds); a snapshot of a model without one is refused as the served model,
+    its spec naming the setting."""
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
+    assert client.post("/learn", json=body).status_code == 202
+    asyncio.run(_learn_all(settings))
+    blob = client.get("/models/default/snapshot")
+    assert blob.status_code == 200, blob.text
+    assert client.put("/models/copy/snapshot", content=blob.content).status_code == 201
+    fields = ("max_features", "features_evicted", "features_held", "nonzero_weights")
+    original, copy = client.get("/models/default").json(), client.get("/models/copy").json()
+    assert [copy[f] for f in fields] == [original[f] for f in fields]
+    assert copy["features_tracked"] == copy["features_held"] < original["features_tracked"]
+    assert client.put("/models/keeper", json={"rule": "ftrl"}).status_code == 201
+    blob = client.get("/models/keeper/snapshot")
+    assert blob.status_code == 200, blob.text
+    replaced = client.put("/models/default/snapshot?replace=true", content=blob.content)
+    assert replaced.status_code == 409, replaced.text
+    assert f"OCTR_MAX_FEATURES=0 (served: {MOST})" in replaced.json()["detail"]
