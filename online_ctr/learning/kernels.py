@@ -466,8 +466,10 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     one-item count of the occurrences whose gradient was dropped (added to), and the period
     after which every counter is halved (0: never); and
     ``retaining`` (:class:`online_ctr.learning.retention.Retaining`): with an ``expire_after``
-    above 0, ``state`` has one more column, each feature's last step, and a feature that an
-    example finds expired is started again before it is scored.
+    above 0 or a feature budget (:mod:`online_ctr.learning.eviction`), ``state`` has one more
+    column, each feature's last step, and a feature that an example finds expired or evicted
+    is started again before it is scored; the budget's counts and marks are updated in place,
+    and after each example it evicts what is past its most.
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
     with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of
