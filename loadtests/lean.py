@@ -158,32 +158,32 @@ def admission_table(data_dir: Path) -> str:
 
 def expiry_table(data_dir: Path) -> str:
     """Per click log, a table of each span of ``expire_after`` against keeping every feature."""
-
-    def lines(rows: list[Row], base: Quality) -> list[list[str]]:
-        got = {s: base if s == 0 else learn(rows, expire_after=s) for s in SPANS}
-        return [
-            [f"{s:,}" if s else "never", *against(q, base), f"{q.most:,}",
-             f"{q.most / base.most:.2f}x", f"{q.expired:,}"]
-            for s, q in got.items()
-        ]  # fmt: skip
-
-    header = ["expire after", "log loss", "vs never", "AUC", "held at end", "most held"]
-    return per_click_log(data_dir, [*header, "vs never", "expired"], lines)
+    return bound_table(data_dir, "expire_after", SPANS, ("expire after", "never", "expired"))
 
 
 def budget_table(data_dir: Path) -> str:
     """Per click log, a table of each ``max_features`` against keeping every feature."""
+    return bound_table(data_dir, "max_features", BUDGETS, ("max features", "none", "evicted"))
+
+
+def bound_table(
+    data_dir: Path, setting: str, values: tuple[int, ...], names: tuple[str, str, str]
+) -> str:
+    """Per click log, a table of each value of a bound (``setting``, 0: none) against keeping
+    every feature; ``names``: the setting's column, its name for 0, and the count's column
+    (a :class:`Quality` field)."""
+    title, none, removed = names
 
     def lines(rows: list[Row], base: Quality) -> list[list[str]]:
-        got = {b: base if b == 0 else learn(rows, max_features=b) for b in BUDGETS}
+        got = {v: base if v == 0 else learn(rows, **{setting: v}) for v in values}
         return [
-            [f"{b:,}" if b else "none", *against(q, base), f"{q.most:,}",
-             f"{q.most / base.most:.2f}x", f"{q.evicted:,}"]
-            for b, q in got.items()
+            [f"{v:,}" if v else none, *against(q, base), f"{q.most:,}",
+             f"{q.most / base.most:.2f}x", f"{getattr(q, removed):,}"]
+            for v, q in got.items()
         ]  # fmt: skip
 
-    header = ["max features", "log loss", "vs none", "AUC", "held at end", "most held"]
-    return per_click_log(data_dir, [*header, "vs none", "evicted"], lines)
+    header = [title, "log loss", f"vs {none}", "AUC", "held at end", "most held"]
+    return per_click_log(data_dir, [*header, f"vs {none}", removed], lines)
 
 
 def sparse_clicks(data_dir: Path) -> list[Row]:

@@ -175,38 +175,29 @@ def check_admission(args: argparse.Namespace) -> None:
         raise UsageError("--admission cannot be combined with --sweep (its models admit all)")
 
 
-def check_expire_after(args: argparse.Namespace) -> None:
-    """Refuse an ``--expire-after`` out of range, or with a sweep (its models keep all)."""
-    try:
-        retention.check_expire_after(args.expire_after)
-    except ValueError as error:
-        raise UsageError(f"--expire-after: {error}") from None
-    if not args.expire_after:
-        return
-    if args.sweep is not None:
-        raise UsageError("--expire-after cannot be combined with --sweep (its models keep all)")
-    if args.minibatch or args.encoding != "float64":
-        raise UsageError(
-            "--expire-after needs the exact learner in the float64 encoding: drop --minibatch "
-            "and --encoding compact"
-        )
-
-
-def check_max_features(args: argparse.Namespace) -> None:
-    """Refuse a ``--max-features`` out of range, or with what it cannot go with."""
-    try:
-        eviction.check_max_features(args.max_features)
-    except ValueError as error:
-        raise UsageError(f"--max-features: {error}") from None
-    if not args.max_features:
-        return
-    if args.sweep is not None:
-        raise UsageError("--max-features cannot be combined with --sweep (its models keep all)")
-    if args.expire_after:
+def check_retention(args: argparse.Namespace) -> None:
+    """Refuse an ``--expire-after`` or ``--max-features`` out of range, both, or either with
+    a sweep (its models keep all), the mini-batch learner or the compact encoding."""
+    given = []
+    for flag, value, check in (
+        ("--expire-after", args.expire_after, retention.check_expire_after),
+        ("--max-features", args.max_features, eviction.check_max_features),
+    ):
+        try:
+            check(value)
+        except ValueError as error:
+            raise UsageError(f"{flag}: {error}") from None
+        if value:
+            given.append(flag)
+    if len(given) > 1:
         raise UsageError("a model has a budget or a span: give --expire-after or --max-features")
+    if not given:
+        return
+    if args.sweep is not None:
+        raise UsageError(f"{given[0]} cannot be combined with --sweep (its models keep all)")
     if args.minibatch or args.encoding != "float64":
         raise UsageError(
-            "--max-features needs the exact learner in the float64 encoding: drop --minibatch "
+            f"{given[0]} needs the exact learner in the float64 encoding: drop --minibatch "
             "and --encoding compact"
         )
 
@@ -229,8 +220,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_negative_rate(args)
         check_admission(args)
-        check_expire_after(args)
-        check_max_features(args)
+        check_retention(args)
     except ValueError as error:
         return fail("replay", str(error), status=2)
     if args.sweep is not None or sweep_options.policy_given(args):

@@ -5,31 +5,23 @@ refused with a message where it cannot work."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import warnings
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from online_ctr.config.settings import Settings
-from online_ctr.learning.readers import read_examples
-from online_ctr.metrics import Metrics
 from online_ctr.store.keys import RegistryKeys
-from online_ctr.store.state import ModelStore
-from online_ctr.wiring import model_spec
 from service.app import create_app
-from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
-from workers.consumer import Worker, WorkerConfig
+from tests.service.test_api_expiry import ROWS, learn_all
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
 MOST = 1000
 
 
@@ -40,13 +32,6 @@ def settings(redis_url: str) -> Settings:
     )
 
 
-async def _learn_all(settings: Settings) -> None:
-    client = aioredis.Redis.from_url(str(settings.redis_url))
-    store = ModelStore(client, model_spec(settings))
-    await Worker(store, WorkerConfig(name="w1"), Metrics(CollectorRegistry())).run_until_idle()
-    await client.aclose()
-
-
 def test_the_own_model_holds_its_budget_and_says_how_many_it_evicted(
     client: TestClient, settings: Settings
 ) -> None:
@@ -54,7 +39,7 @@ def test_the_own_model_holds_its_budget_and_says_how_many_it_evicted(
     assert (info["max_features"], info["features_evicted"]) == (MOST, 0)
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     assert client.post("/learn", json=body).status_code == 202
-    asyncio.run(_learn_all(settings))
+    asyncio.run(learn_all(settings))
     info = client.get("/models/default").json()
     assert info["global_step"] == len(ROWS) and info["features_evicted"] > 5_000
     # At most the budget, and the features of the current bin of 64 examples.
@@ -110,7 +95,7 @@ def test_its_snapshot_moves_it_and_none_of_another_budget_replaces_it(
     its spec naming the setting."""
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     assert client.post("/learn", json=body).status_code == 202
-    asyncio.run(_learn_all(settings))
+    asyncio.run(learn_all(settings))
     blob = client.get("/models/default/snapshot")
     assert blob.status_code == 200, blob.text
     assert client.put("/models/copy/snapshot", content=blob.content).status_code == 201

@@ -40,7 +40,8 @@ def settings(redis_url: str) -> Settings:
     )
 
 
-async def _learn_all(settings: Settings) -> None:
+async def learn_all(settings: Settings) -> None:
+    """Learn what was sent, with a real worker, until the stream is empty."""
     client = aioredis.Redis.from_url(str(settings.redis_url))
     store = ModelStore(client, model_spec(settings))
     await Worker(store, WorkerConfig(name="w1"), Metrics(CollectorRegistry())).run_until_idle()
@@ -52,7 +53,7 @@ def test_the_own_model_expires_and_says_how_many(client: TestClient, settings: S
     assert (info["expire_after"], info["features_expired"]) == (SPAN, 0)
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     assert client.post("/learn", json=body).status_code == 202
-    asyncio.run(_learn_all(settings))
+    asyncio.run(learn_all(settings))
     info = client.get("/models/default").json()
     assert info["global_step"] == len(ROWS) and info["features_expired"] > 0
     # Predictions read the model as it is: features gone count for nothing.
@@ -93,7 +94,7 @@ def test_its_snapshot_moves_it_and_none_of_another_span_replaces_it(
     naming the setting."""
     body = {"examples": [{"features": x, "label": y} for x, y in ROWS]}
     assert client.post("/learn", json=body).status_code == 202
-    asyncio.run(_learn_all(settings))
+    asyncio.run(learn_all(settings))
     blob = client.get("/models/default/snapshot")
     assert blob.status_code == 200, blob.text
     assert client.put("/models/copy/snapshot", content=blob.content).status_code == 201
