@@ -384,8 +384,11 @@ class ModelStore:
                     f"{name}: its budget counts are {len(stored)} bytes, not {budget.counts.nbytes}"
                 )
             budget.counts[:] = np.frombuffer(stored, "<i8").reshape(budget.counts.shape)
-        for index, value in zip(BUDGET_MARK_INDEX, marks, strict=True):
-            budget.marks[index] = int(value or 0)
+        for field, index, value in zip(BUDGET_MARKS, BUDGET_MARK_INDEX, marks, strict=True):
+            mark = text(value or b"0")
+            if not mark.isdigit() or not mark.isascii():
+                raise ModelDamagedError(f"{name}: meta field {field} is not a whole number: {mark}")
+            budget.marks[index] = int(mark)
         held = int(budget.counts[: eviction.STABLE].sum())
         if (budget.counts < 0).any() or held != budget.tracked():
             raise ModelDamagedError(

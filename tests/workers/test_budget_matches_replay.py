@@ -6,7 +6,9 @@ swept; a learner that takes over mid-stream changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
-from tests.workers.conftest import scan_state, send
+from tests.workers.conftest import make_worker, scan_state, send
 from workers.consumer import Worker, WorkerConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -118,12 +120,14 @@ def check(got: dict[str, Any], settings: Settings) -> InMemoryModel:
 async def test_the_worker_evicts_as_the_in_process_learner(redis_url: str, batch_size: int) -> None:
     settings = settings_of(redis_url)
     got = await run(settings, batch_size)
-    model = check(got, settings)
+    check(got, settings)
     if batch_size < len(ROWS):
-        # The sweep deletes what was evicted, a pass per half a budget of evictions: the
-        # rows stored stay within about twice the budget and a bin, not the 15,000 met.
-        assert len(got["stored"]) < 2 * MOST + 2 * 2_600
-        assert len(got["stored"]) < model.features_tracked() + model.features_evicted() // 2
+        # The sweep deletes what was evicted, a pass per half a budget of evictions: the rows
+        # stored are the features held and those evicted since the last passes (5,739 and
+        # 6,087 in 12 runs here, the last commit's evictions most of them), not the 18,620
+        # features the stream met, which a learner without the sweep would still store.
+        met = len(np.unique(FeatureHasher().batch([x for x, _ in ROWS], [0] * len(ROWS)).ids))
+        assert len(got["stored"]) < met / 2
 
 
 @pytest.mark.parametrize(("rule", "admission"), [("fobos", "all"), ("ftrl", "bloom:2")])
@@ -147,3 +151,57 @@ def test_the_budget_is_part_of_the_spec() -> None:
     assert spec.max_features == 1000 and spec.describe()["max_features"] == "1000"
     assert spec.width == len(spec.rule.fields) + 1
     assert model_spec(Settings()).describe()["max_features"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("key", "field", "value", "says"),
+    [
+        ("meta", "held", "x", "meta field held is not a whole number: x"),
+        ("meta", "cut_all", "-1", "meta field cut_all is not a whole number: -1"),
+        ("meta", "held", "7", "features held, its meta 7"),
+        ("budget", "", "short", "its budget counts are 5 bytes"),
+    ],
+)
+async def test_a_damaged_budget_is_waited_on_not_fatal(
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+    key: str,
+    field: str,
+    value: str,
+    says: str,
+) -> None:
+    """A budget whose stored counts or marks no commit could have left stops its learner with
+    one line naming them, nothing written; mended, it learns on as before."""
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        with caplog.at_level(logging.ERROR, logger="workers.consumer"):
+            store = ModelStore(redis, model_spec(settings_of(redis_url)))
+            await damaged(store, key, field, value)
+    finally:
+        await redis.aclose()
+    said = [r.getMessage() for r in caplog.records if "refuses every commit" in r.getMessage()]
+    assert len(said) == 1 and says in said[0], said
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+
+
+async def damaged(store: ModelStore, key: str, field: str, value: str) -> None:
+    """Learn, damage the budget's ``key`` (its ``field``) with ``value``: the next learner
+    waits, learning nothing; mended, it learns on."""
+    await store.ensure()
+    await send(store, ROWS[:1000], per_entry=50)
+    await make_worker(store, "w1", batch_size=512).run_until_idle()
+    await store.redis.delete(store.keys.lease)
+    target = store.keys.meta if key == "meta" else store.keys.budget
+    saved = await (store.redis.hget(target, field) if field else store.redis.get(target))
+    await (store.redis.hset(target, field, value) if field else store.redis.set(target, value))
+    await send(store, ROWS[1000:1100], per_entry=50)
+    worker = make_worker(store, "w2", batch_size=512, damaged_retry_s=0.05)
+    running = asyncio.create_task(worker.run())
+    await asyncio.sleep(0.5)
+    assert not running.done()  # waiting, not dead
+    worker.stop()
+    await asyncio.wait_for(running, 10)
+    assert (await store.version())[0] == 1000  # nothing learned meanwhile
+    await (store.redis.hset(target, field, saved) if field else store.redis.set(target, saved))
+    await make_worker(store, "w3", batch_size=512).run_until_idle()
+    assert (await store.info()).t == 1100
