@@ -4,8 +4,9 @@ recently touched first, and those whose weight is zero before any that carries w
 Expiry (:mod:`online_ctr.learning.retention`) bounds what a model holds by age; a budget bounds
 it by count, the ceiling an operator sets from Redis memory. McMahan et al. (2013, section 4)
 keep state for the features that matter; of those a model holds, most weigh exactly zero at
-FTRL's ``l1`` (92-98% on the shared click logs), so they go first. Like expiry it is a pure
-function of the stream, so the service equals ``online-ctr replay`` at any batch size:
+FTRL's ``l1`` (92% of the Criteo head's, 93% of the Avazu head's), so they go first. Like
+expiry it is a pure function of the stream, so the service equals ``online-ctr replay`` at any
+batch size:
 
 * Each stored feature carries its last step ``tau`` (the state's step column, as with expiry)
   and a class: whether its weight at ``tau``, as its last update left it, is zero. Only a touch
@@ -52,7 +53,8 @@ UNBOUNDED = 0
 #: The most: counts are exact in the int64 marks, and steps in float64 below 2^53.
 MOST = 1 << 52
 #: Examples per bin: the granularity of "least recently touched", and the most a model can
-#: hold past its budget is the features of this many examples (64 Criteo rows: about 2,500).
+#: hold past its budget is the features of this many examples (64 Criteo rows touch at most
+#: 2,560: 39 fields and the bias each).
 BIN_EXAMPLES = 64
 #: Bins counted apart (the last 1,048,576 examples at 64 a bin); older ones are merged.
 WINDOW_BINS = 16_384
