@@ -27,6 +27,7 @@ from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import make_worker, scan_state, send
+from workers import learn_group
 from workers.consumer import Worker, WorkerConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -205,3 +206,13 @@ async def damaged(store: ModelStore, key: str, field: str, value: str) -> None:
     await (store.redis.hset(target, field, saved) if field else store.redis.set(target, saved))
     await make_worker(store, "w3", batch_size=512).run_until_idle()
     assert (await store.info()).t == 1100
+
+
+async def test_commits_that_write_the_whole_counts_are_the_same_model(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that changes many of the budget's slots writes all of them (one SET): the
+    same model as writing each (every commit writes the whole counts here)."""
+    monkeypatch.setattr(learn_group, "WHOLE_BUDGET_ABOVE", 0)
+    settings = settings_of(redis_url, rule="fobos")
+    check(await run(settings, 512), settings)
