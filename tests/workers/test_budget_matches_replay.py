@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
+from online_ctr.learning import eviction
 from online_ctr.learning.eviction import CUT_ALL, CUT_ZERO, STABLE, held
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -40,15 +41,21 @@ MOST = 500
 
 def settings_of(redis_url: str, **extra: Any) -> Settings:
     return Settings(
-        redis_url=redis_url, state_buckets=64, state_shards=8, max_features=MOST, **extra, **AUTH
-    )
+        **{"max_features": MOST, **extra},
+        redis_url=redis_url, state_buckets=64, state_shards=8, **AUTH,
+    )  # fmt: skip
 
 
-def reference(settings: Settings) -> tuple[InMemoryModel, float]:
-    """The in-process model of the same settings over ROWS, and its log-loss sum."""
+def reference(settings: Settings, window: int) -> tuple[InMemoryModel, float]:
+    """The in-process model of the same settings (and budget ``window``) over ROWS, and its
+    log-loss sum."""
     spec = model_spec(settings)
     model = InMemoryModel(
-        spec.rule, spec.params, admission=spec.admission, max_features=spec.max_features
+        spec.rule,
+        spec.params,
+        admission=spec.admission,
+        max_features=spec.max_features,
+        budget_bins=(eviction.BIN_EXAMPLES, window),
     )
     hasher = FeatureHasher(numeric=settings.numeric)
     learned = model.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
@@ -82,9 +89,11 @@ async def run(settings: Settings, batch_size: int, halves: bool = False) -> dict
             "expiring": expiring}  # fmt: skip
 
 
-def check(got: dict[str, Any], settings: Settings) -> InMemoryModel:
+def check(
+    got: dict[str, Any], settings: Settings, window: int = eviction.WINDOW_BINS
+) -> InMemoryModel:
     """The model in Redis is the in-process one, and the counts add up."""
-    model, logloss_sum = reference(settings)
+    model, logloss_sum = reference(settings, window)
     spec = model_spec(settings)
     info, stored, budget = got["info"], got["stored"], got["budget"]
     rows = np.array(list(stored.values()))
@@ -103,7 +112,7 @@ def check(got: dict[str, Any], settings: Settings) -> InMemoryModel:
     assert info.features_evicted == model.features_evicted() > 10_000
     assert model.budget.marks[CUT_ALL] > 0 and model.budget.marks[CUT_ZERO] > 0
     assert info.nonzero_weights == model.nonzero_weights() > 0
-    assert info.max_features == MOST
+    assert info.max_features == settings.max_features
     assert info.logloss_sum == pytest.approx(logloss_sum, rel=1e-12)
     # The expiring weights are the evictable ones (scored by their last step instead).
     assert got["evictable"] >= got["expiring"]
@@ -216,3 +225,15 @@ async def test_commits_that_write_the_whole_counts_are_the_same_model(
     monkeypatch.setattr(learn_group, "WHOLE_BUDGET_ABOVE", 0)
     settings = settings_of(redis_url, rule="fobos")
     check(await run(settings, 512), settings)
+
+
+async def test_bins_merged_out_of_the_window_are_the_same_model(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window of 16 bins (the default holds 16,384): the 3,000 rows' 47 bins merge out of
+    it as the worker learns, commit by commit, as they do in the in-process learner."""
+    monkeypatch.setattr(eviction.feature_budget, "__defaults__", (eviction.BIN_EXAMPLES, 16))
+    settings = settings_of(redis_url, max_features=1_200)
+    got = await run(settings, 512)
+    model = check(got, settings, window=16)
+    assert model.budget.counts.shape == (3, 16) and model.budget.marks[eviction.LOWEST] > 0
