@@ -268,7 +268,7 @@ class Worker:
         self.known = None
         self.counters = None
         self.budget = None
-        self.retention.evicted = None
+        self.retention.forget()
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning.eviction import CUT_ZERO, Evicting, held
+from online_ctr.learning.eviction import CUT_ZERO, Evicting
 from online_ctr.learning.retention import live
 from online_ctr.store import snapshot_scan
 from online_ctr.store.shards import Call
@@ -86,6 +86,10 @@ class RetentionSweep:
         #: A budget's evictions as of the last sweep (None: not swept since taking the lease).
         self.evicted: int | None = None
 
+    def forget(self) -> None:
+        """Start counting a budget's evictions again (a learner that lost what it knew)."""
+        self.evicted = None
+
     async def gone(
         self, end: int, examples: int, budget: Evicting | None = None
     ) -> NDArray[np.uint64]:
@@ -104,25 +108,20 @@ class RetentionSweep:
         if not count:
             return np.zeros(0, np.uint64)
         ids, state = await self._read(count, int(budget.marks[CUT_ZERO]))
-        return ids[self._judged(ids, state, lambda rows: ~self._held(rows, budget))]
+        marks = budget.marks
+        return ids[self._judged(ids, state, lambda rows: ~spec.held(rows, marks))]
 
     def _budget_buckets(self, budget: Evicting) -> int:
         """How many buckets the sweep of a budget reads now: in proportion to the features it
-        evicted since the last sweep, a whole pass per half of its features evicted (so a
-        model stores at most about twice its budget). A new learner counts from its first."""
+        evicted since the last sweep, a whole pass per half of its features evicted (so that a
+        model stores its budget, the rows evicted since the last pass and those of the last
+        commit). A new learner counts from its first."""
         buckets = self.store.spec.layout.buckets
         evicted, self.evicted = self.evicted, budget.evicted()
         if evicted is None:
             return 0
         wanted = math.ceil(2 * buckets * (budget.evicted() - evicted) / budget.max_features)
         return min(wanted, buckets)
-
-    def _held(self, rows: NDArray[np.float64], budget: Evicting) -> NDArray[np.bool_]:
-        """Which stored ``rows`` a budget still holds (its zero weights judged by the rule)."""
-        spec = self.store.spec
-        tau = rows[:, -1]
-        zero = spec.rule.weights(spec.fields_of(rows), tau, spec.params) == 0.0
-        return held(tau, zero, budget.marks)
 
     async def _read(
         self, count: int, last_gone: int

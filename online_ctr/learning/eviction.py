@@ -43,10 +43,13 @@ ValueError: max_features must be a whole number of features from 1 to 2^52, or 0
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from online_ctr.learning.rules.base import Rule
 
 #: ``max_features`` of a model without a budget.
 UNBOUNDED = 0
@@ -133,6 +136,15 @@ def feature_budget(
 def no_budget() -> Evicting:
     """The learner's argument for a model without a budget."""
     return feature_budget(UNBOUNDED)
+
+
+def weightless(
+    rule: Rule, params: Any, fields: NDArray[np.float64], tau: NDArray[np.float64]
+) -> NDArray[np.bool_]:
+    """Which rows (the rule's ``fields``) had a zero weight at their last step ``tau``: the
+    budget's class of zero weights."""
+    zero: NDArray[np.bool_] = rule.weights(fields, tau, params) == 0.0
+    return zero
 
 
 def held(

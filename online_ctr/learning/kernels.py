@@ -233,6 +233,16 @@ def _forget(counters: NDArray[np.uint8], done: int, halve_every: int) -> None:
 
 
 @_helper
+def _restart(state: Array, row: int, last: int, admitted: NDArray[np.uint8], mode: int) -> None:
+    """Start row ``row`` again as a feature never seen (and, under an admission rule, not
+    admitted): its feature expired, or was evicted."""
+    for c in range(last + 1):
+        state[row, c] = 0.0
+    if mode != 0:
+        admitted[row] = 0
+
+
+@_helper
 def _expire(
     state: Array,
     last: int,
@@ -253,10 +263,7 @@ def _expire(
         row = inverse[k]
         tau = state[row, last]
         if tau > 0.0 and step - tau >= expire_after:
-            for c in range(last + 1):
-                state[row, c] = 0.0
-            if mode != 0:
-                admitted[row] = 0
+            _restart(state, row, last, admitted, mode)
             found += 1
     return found
 
@@ -310,10 +317,7 @@ def _restart_evicted(
         if tau <= 0.0 or tau > marks[_CUT_ZERO]:
             continue
         if tau <= marks[_CUT_ALL] or _weight_of(state, row, tau, p) == 0.0:  # noqa: F821
-            for c in range(last + 1):
-                state[row, c] = 0.0
-            if mode != 0:
-                admitted[row] = 0
+            _restart(state, row, last, admitted, mode)
 
 
 @_helper

@@ -47,6 +47,7 @@ from online_ctr.learning.eviction import (
     check_max_features,
     feature_budget,
     held,
+    weightless,
 )
 from online_ctr.learning.features import BIAS_ID, Batch
 from online_ctr.learning.learner import (
@@ -215,8 +216,7 @@ class InMemoryModel:
             return live(tau, self.t, self.expire_after)
         if self.budget.max_features:
             fields = rows[:, : len(self.rule.fields)]
-            zero = self.rule.weights(fields, tau, self.params) == 0.0
-            return held(tau, zero, self.budget.marks)
+            return held(tau, weightless(self.rule, self.params, fields, tau), self.budget.marks)
         return np.ones(len(rows), np.bool_)
 
     def _purge(self) -> None:

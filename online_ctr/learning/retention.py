@@ -89,13 +89,19 @@ def check_encoding(
         )
 
 
+def check_one_bound(expire_after: int, max_features: int) -> None:
+    """Refuse a model with both a span and a feature budget: a budget counts the features it
+    holds, which a span would take away unseen."""
+    if expire_after and max_features:
+        raise ValueError("a model has expire_after or max_features, not both")
+
+
 def retaining(expire_after: int = NEVER, budget: Evicting | None = None) -> Retaining:
     """The learner's argument for a model of span ``expire_after`` and ``budget`` (its own,
-    carried from batch to batch; None: no budget). A model has one or the other: a budget
-    counts the features it holds, which a span would take away unseen."""
+    carried from batch to batch; None: no budget), at most one of them
+    (:func:`check_one_bound`)."""
     budget = no_budget() if budget is None else budget
-    if expire_after and budget.max_features:
-        raise ValueError("a model has expire_after or max_features, not both")
+    check_one_bound(expire_after, budget.max_features)
     return Retaining(check_expire_after(expire_after), np.zeros(1, np.int64), budget)
 
 

@@ -169,8 +169,7 @@ class ModelConfig(JoinConfig):
         retention.check_encoding(
             self.max_features, self.state_encoding, ("max_features", "state_encoding")
         )
-        if self.expire_after and self.max_features:
-            raise ValueError("a model has expire_after or max_features, not both")
+        retention.check_one_bound(self.expire_after, self.max_features)
         return self
 
     def hyper_parameters(self) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from pydantic import ValidationError
 
 from online_ctr.learning import eviction
 from online_ctr.learning.admission import Admission
-from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting, held
+from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.rules.base import Array
@@ -358,7 +358,7 @@ class SnapshotImport:
         """The rows of features the budget holds; the others, stored but evicted, are
         deleted (in buckets the scan has read: it goes on unaffected)."""
         assert self.spec is not None and self.shards is not None
-        kept = held(state[:, -1], _zero_at_tau(self.spec, state), budget.marks)
+        kept = self.spec.held(state, budget.marks)
         if not kept.all():
             gone = ~kept
             count = int(gone.sum())
@@ -432,19 +432,12 @@ def _empty_budget(spec: ModelSpec, footer: Footer) -> Evicting:
     return budget
 
 
-def _zero_at_tau(spec: ModelSpec, state: Array) -> NDArray[np.bool_]:
-    """Which stored rows' weights were zero at their last step (the budget's classes)."""
-    weights = spec.rule.weights(spec.fields_of(state), state[:, -1], spec.params)
-    zero: NDArray[np.bool_] = weights == 0
-    return zero
-
-
 def _count(spec: ModelSpec, budget: Evicting, state: Array, stable: NDArray[np.bool_]) -> None:
     """Count held rows ``state`` in ``budget``: each in its class (its weight at its last step
     zero or not) and its bin's slot, those of a ``stable`` weight (one that never reaches zero
     untouched) in :data:`STABLE` too, as the learner's commits count them."""
     slots = budget.slots(state[:, -1])
-    classes = np.where(_zero_at_tau(spec, state), ZERO, WEIGHTED)
+    classes = np.where(spec.weightless(state), ZERO, WEIGHTED)
     np.add.at(budget.counts, (classes, slots), 1)
     np.add.at(budget.counts[STABLE], slots[stable], 1)
     budget.marks[eviction.TRACKED] += len(state)

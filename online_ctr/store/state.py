@@ -94,8 +94,7 @@ class ModelSpec:
         retention.check_encoding(self.expire_after, self.encoding)
         check_max_features(self.max_features)
         retention.check_encoding(self.max_features, self.encoding, ("max_features", "encoding"))
-        if self.expire_after and self.max_features:
-            raise ValueError("a model has expire_after or max_features, not both")
+        retention.check_one_bound(self.expire_after, self.max_features)
 
     def describe(self) -> dict[str, str]:
         """The spec as stored in the model's meta hash."""
@@ -137,6 +136,14 @@ class ModelSpec:
         if self.max_features:
             w[state[:, -1] <= cut_all] = 0.0
         return w
+
+    def weightless(self, state: Array) -> NDArray[np.bool_]:
+        """Which stored rows had a zero weight at their last step (a budget's zero class)."""
+        return eviction.weightless(self.rule, self.params, self.fields_of(state), state[:, -1])
+
+    def held(self, state: Array, marks: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Which stored rows a feature budget of ``marks`` still holds."""
+        return eviction.held(state[:, -1], self.weightless(state), marks)
 
     def rates(self, state: Array, t: int) -> Array:
         """The per-coordinate step sizes at step ``t`` of stored rows."""
