@@ -299,6 +299,7 @@ def _output(args: argparse.Namespace, result: ReplayResult, model: InMemoryModel
         "admission": args.admission,
         "features_admitted": result.features_tracked,
         "admission_dropped_gradients": model.dropped,
+        "features_pending_admission": model.features_pending(),
         "expire_after": args.expire_after,
         "features_expired": model.features_expired(),
         "max_features": args.max_features,

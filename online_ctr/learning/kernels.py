@@ -222,14 +222,39 @@ def _admit(
 
 
 @_helper
-def _forget(counters: NDArray[np.uint8], done: int, halve_every: int) -> None:
+def _forget(
+    counters: NDArray[np.uint8], recent: NDArray[np.int64], done: int, halve_every: int
+) -> None:
     """Halve every counter, rounded down, once ``done`` examples are a multiple of
     ``halve_every`` (0: never): the Bloom counts' forgetting
-    (:mod:`online_ctr.learning.admission`)."""
+    (:mod:`online_ctr.learning.admission`); the period it starts has admitted none yet."""
     if halve_every == 0 or done == 0 or done % halve_every != 0:
         return
     for q in range(counters.shape[0]):
         counters[q] >>= 1
+    recent[(done // halve_every) % recent.shape[0]] = 0
+
+
+@_inlined
+def _enters(admission: Admitting, row: int, feature: np.uint64, done: int) -> bool:
+    """Whether the occurrence in example ``done + 1`` of row ``row``'s feature, not admitted
+    yet, admits it (:func:`_admit`): then it is marked admitted and counted in its halving
+    period (a counting filter's), else its dropped gradient is counted."""
+    mode, p_admit, n_admit, admitted, counters, positions, dropped, recent, every = admission
+    if not _admit(mode, feature, done + 1, p_admit, n_admit, counters, positions, row):
+        dropped[0] += 1
+        return False
+    admitted[row] = 1
+    if mode == 2:
+        recent[_period(done, every, recent.shape[0])] += 1
+    return True
+
+
+@_helper
+def _period(done: int, halve_every: int, slots: int) -> int:
+    """The slot of :attr:`~online_ctr.learning.admission.Admitting.recent` that counts the
+    admissions of the example after ``done``."""
+    return 0 if halve_every == 0 else (done // halve_every) % slots
 
 
 @_helper
@@ -257,7 +282,10 @@ def _expire(
     """Start again from zero (and, under an admission rule, not admitted) each feature of
     occurrences ``first:end`` that example ``step + 1`` finds expired
     (:mod:`online_ctr.learning.retention`): stored (its step in column ``last`` above 0) and
-    untouched for more than ``expire_after`` examples. Returns how many it started again."""
+    untouched for more than ``expire_after`` examples (0: never, and ``state`` may have no
+    step column). Returns how many it started again."""
+    if expire_after == 0:
+        return 0
     found = 0
     for k in range(first, end):
         row = inverse[k]
@@ -366,7 +394,7 @@ def _learn(
     ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`).
     ``admission`` and ``retaining`` are :func:`learner`'s; with mode 0 every feature is
     admitted and nothing else of it is read, with ``expire_after`` 0 nothing expires."""
-    mode, p_admit, n_admit, admitted, counters, positions, dropped, halve_every = admission
+    mode, p_admit, n_admit, admitted, counters, positions, dropped, recent, every = admission
     expire_after, expired, budget = retaining
     stepped = expire_after != 0 or budget.max_features != 0
     last = state.shape[1] - 1  # the step column, where features expire
@@ -374,11 +402,10 @@ def _learn(
     logits, probabilities = np.empty(examples), np.empty(examples)
     for j in range(examples):
         step = float(t + j)
-        _forget(counters, t + j, halve_every)
-        if expire_after != 0:
-            expired[0] += _expire(
-                state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
-            )
+        _forget(counters, recent, t + j, every)
+        expired[0] += _expire(
+            state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
+        )
         _restart_evicted(
             state, last, indptr[j], indptr[j + 1], inverse, t + j + 1, p, budget, admitted, mode
         )
@@ -402,6 +429,8 @@ def _learn(
                     dropped[0] += 1  # its gradient is dropped (McMahan et al. 2013, 4.1)
                     continue
                 admitted[row] = 1
+                if mode == 2:
+                    recent[_period(t + j, every, recent.shape[0])] += 1
             g = residual * values[k]
             _recount(state, row, last, p, budget, -1)  # it leaves the bin it was counted in
             _update_row(state, row, g, g * g, step + 1.0, p)  # noqa: F821
@@ -463,12 +492,13 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     randomness). Arguments: ``p`` (``rule.kernel_params``), ``state``, ``t``, ``logit_clip``,
     ``indptr``, ``inverse``, ``values``, ``labels``, ``weights`` (each example's importance
     weight, which scales its gradient), ``ids``, ``compact``, and ``admission``: a tuple
-    (mode, p, n, admitted, counters, positions, dropped, halve_every) of
+    (mode, p, n, admitted, counters, positions, dropped, recent, halve_every) of
     :mod:`online_ctr.learning.admission`'s mode code (0: every feature is admitted), its
     probability and count, per row whether it is admitted (uint8, updated in place), the
     counting Bloom filter (uint8, updated in place) and each row's counters in it, a
-    one-item count of the occurrences whose gradient was dropped (added to), and the period
-    after which every counter is halved (0: never); and
+    one-item count of the occurrences whose gradient was dropped (added to), the filter's
+    admissions per halving period (added to; a period's slot zeroed as it starts), and the
+    period after which every counter is halved (0: never); and
     ``retaining`` (:class:`online_ctr.learning.retention.Retaining`): with an ``expire_after``
     above 0 or a feature budget (:mod:`online_ctr.learning.eviction`), ``state`` has one more
     column, each feature's last step, and a feature that an example finds expired or evicted

@@ -34,9 +34,11 @@ from numpy.typing import NDArray
 from online_ctr.learning import retention
 from online_ctr.learning.admission import (
     ADMIT_ALL,
+    PERIODS,
     Admission,
     admitting,
     empty_counters,
+    features_pending,
 )
 from online_ctr.learning.calibration import Calibration, Calibrator
 from online_ctr.learning.compact import check_encoding
@@ -108,10 +110,12 @@ class InMemoryModel:
         if minibatch and admission.kind != "all":
             raise ValueError("admission drops gradients example by example: not with minibatch")
         #: The admission rule, the bias feature's id (always admitted), the counters of a
-        #: counting Bloom filter, and the gradients dropped so far.
+        #: counting Bloom filter and its admissions per halving period, and the gradients
+        #: dropped so far.
         self.admission = admission
         self.bias = np.uint64(bias)
         self.counters = empty_counters() if admission.counted else None
+        self.recent = np.zeros(PERIODS, np.int64)
         self.dropped = 0
         self.rule = rule
         self.params = rule.params() if params is None else params
@@ -175,7 +179,7 @@ class InMemoryModel:
         if self.stepped:  # a row zeroed when its feature expired is not admitted
             known &= state[:, -1] > 0
         before = known | (features.ids == self.bias)
-        argument = admitting(self.admission, features.ids, before, self.counters)
+        argument = admitting(self.admission, features.ids, before, self.counters, self.recent)
         retaining = self._retaining()
         learned = learn_sequential(
             self.rule, self.params, state, self.t, batch, features, self.encoding, argument,
@@ -255,6 +259,14 @@ class InMemoryModel:
             return 0
         data = self.table.data[: len(self.table)]
         return self.expired + int((~self._live(data) & (data[:, self.width - 1] > 0)).sum())
+
+    def features_pending(self) -> int | None:
+        """An estimate of the features waiting for admission (``bloom`` only, else None):
+        :func:`~online_ctr.learning.admission.features_pending`."""
+        if self.counters is None:
+            return None
+        used = int(np.count_nonzero(self.counters))
+        return features_pending(used, self.recent, self.admission, self.t)
 
     def features_evicted(self) -> int:
         """How many features the budget has evicted so far."""

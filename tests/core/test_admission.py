@@ -208,6 +208,8 @@ def test_replay_admits_as_the_in_process_model(
     assert out["admission"] == text
     assert out["features_tracked"] == out["features_admitted"] == model.features_tracked()
     assert out["admission_dropped_gradients"] == model.dropped > 0
+    assert out["features_pending_admission"] == model.features_pending()
+    assert (out["features_pending_admission"] is None) == (text == "poisson:0.3")
     assert out["logloss"] == pytest.approx(float(learned.losses.mean()), rel=1e-12)
 
 
