@@ -70,6 +70,14 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.features_pending_admission = Gauge(
+            "online_ctr_features_pending_admission",
+            "Features waiting for admission (admission bloom:N), estimated from the counting "
+            "filter's fill less the features it admitted that it still remembers; 0 for "
+            "other rules.",
+            model,
+            registry=registry,
+        )
         self.features_expired = Counter(
             "online_ctr_features_expired",
             "Features found gone, untouched for the model's expire_after examples: started "

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
+from online_ctr.learning.admission import Tally, features_pending
 from online_ctr.learning.calibration import Histogram
 from online_ctr.learning.eviction import Evicting
 from online_ctr.metrics import Metrics
@@ -91,10 +92,10 @@ class Worker:
         self.committer = Committer(store, self.cache, self.lease)
         #: The model's existence filters, loaded on taking the lease (None: not loaded yet).
         self.known: ExistenceFilter | None = None
-        self._counters_used = 0
-        #: The model's admission counters as of ``version`` (bloom admission only), loaded
-        #: with the existence filters.
+        #: The model's admission counters and their tally as of ``version`` (bloom
+        #: admission only), loaded with the existence filters.
         self.counters: NDArray[np.uint8] | None = None
+        self.tally: Tally | None = None
         #: The model's feature budget as of ``version`` (None: it has none), loaded likewise.
         self.budget: Evicting | None = None
         self._recovered = False
@@ -127,10 +128,14 @@ class Worker:
             metrics.replica_ack_timeouts.labels(waited)
 
     def _publish_fill(self) -> None:
-        """The share of the admission counters in use, as of the last commit."""
-        assert self.counters is not None
-        fill = self._counters_used / len(self.counters)
+        """The share of the admission counters in use, and the features waiting for
+        admission, as of the last commit."""
+        assert self.counters is not None and self.tally is not None
+        fill = self.tally.used / len(self.counters)
         self.metrics.admission_filter_fill.labels(**self._label).set(fill)
+        used, recent = self.tally
+        pending = features_pending(used, recent, self.store.spec.admission, self.version[0])
+        self.metrics.features_pending_admission.labels(**self._label).set(pending or 0)
 
     def stop(self) -> None:
         """Stop taking new groups; the one in flight still commits."""
@@ -248,11 +253,11 @@ class Worker:
         store = self.store
         self.known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
         self.counters = await store.admission_counters()
+        self.version = await self.store.version()
         if self.counters is not None:
-            self._counters_used = int(np.count_nonzero(self.counters))
+            self.tally = await store.admission_tally(self.counters)
             self._publish_fill()
         self.budget = await store.feature_budget()
-        self.version = await self.store.version()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
         self._recovered = True
@@ -266,7 +271,7 @@ class Worker:
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
         self.known = None
-        self.counters = None
+        self.counters = self.tally = None
         self.budget = None
         self.retention.forget()
         self.committer.abandon()
@@ -326,6 +331,7 @@ class Worker:
                 served=group.served,
                 known=self.known,
                 counters=self.counters,
+                tally=self.tally,
                 gone=gone,
                 budget=self.budget,
             )
@@ -369,13 +375,11 @@ class Worker:
         self.budget = learning.budget  # committed with the group: now the model's
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
-            if counted.whole is not None:  # halved (bloom:N:D), or many: counted again
+            if counted.whole is not None:  # halved (bloom:N:D), or many changed
                 self.counters[:] = counted.whole
-                self._counters_used = int(np.count_nonzero(self.counters))
-            else:  # between halvings counts only go up: a counter used stays used
-                newly = int(np.count_nonzero(self.counters[counted.positions] == 0))
+            else:
                 self.counters[counted.positions] = counted.values
-                self._counters_used += newly
+            self.tally = learning.tally
             self._publish_fill()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)

@@ -15,6 +15,8 @@ from numpy.typing import NDArray
 
 from online_ctr.learning import retention
 from online_ctr.learning.admission import (
+    Admitting,
+    Tally,
     changed_counters,
     counters_after,
     halvings,
@@ -81,6 +83,8 @@ class Learning:
     histogram: Histogram | None = None
     #: The model's feature budget once the group commits (None: it has none).
     budget: Evicting | None = None
+    #: The admission filter's tally once the group commits (None: it has no filter).
+    tally: Tally | None = None
 
 
 async def cached_rows(
@@ -117,6 +121,7 @@ async def learn_group(
     counters: NDArray[np.uint8] | None = None,
     gone: NDArray[np.uint64] | None = None,
     budget: Evicting | None = None,
+    tally: Tally | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -126,7 +131,9 @@ async def learn_group(
     metric, and the learner's own progressive loss for the rest. The state is unaffected.
     ``known`` is the model's existence filter, if the learner trusts one. ``counters``: the
     model's admission counters (a counting Bloom filter), read only: the change says what the
-    group's commit writes to them. Features the model's admission rule leaves out get no
+    group's commit writes to them, and ``tally``, their tally, read only too (the change
+    carries the group's, :attr:`Learning.tally` once it commits; needed with ``counters``).
+    Features the model's admission rule leaves out get no
     state, and nothing of them is committed. ``gone``: stored features of an expiring model
     found gone as of the group's end (:class:`workers.retention.RetentionSweep`), which the
     commit deletes unless the group touches them; a stored feature the group found expired
@@ -146,7 +153,8 @@ async def learn_group(
     if known is not None:
         marked[new] = ~known.maybe(features.ids[new])
     bias = features.ids == np.uint64(bias_id(spec.hash_bits))
-    argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters)
+    recent = None if tally is None else tally.recent
+    argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters, recent)
     work = None if budget is None else budget.copy()
     retaining = retention.retaining(spec.expire_after, work)
     learned = learn_sequential(
@@ -184,11 +192,7 @@ async def learn_group(
         ids, rows, state, marked, deleted = _then_deleted(
             ids, rows, state, marked, gone_ids, gone_rows
         )
-    counted = CounterChange(*changed_counters(argument, where, counters))
-    times = halvings(t, len(batch), spec.admission.halve_every)
-    many = len(counted.positions) > WHOLE_FILTER_ABOVE
-    if counters is not None and (times or many):  # every counter halved, or many changed
-        counted = CounterChange.replacing(counters_after(argument, where, counters, times))
+    counted, tallied = _counter_change(argument, where, counters, tally, t, len(batch))
     change = StateChange(
         t=t,
         epoch=epoch,
@@ -217,6 +221,7 @@ async def learn_group(
         deleted=deleted,
         stored_new=stored_new,
         budget=work,
+        tally=tallied,
     )
     if histogram is None:
         return learning
@@ -329,3 +334,29 @@ def check_finite(
             f"{learned.state[row].tolist()}"
         )
     raise NonFiniteError(f"non-finite log loss {logloss_sum!r}")
+
+
+def _counter_change(
+    argument: Admitting,
+    where: NDArray[np.int64],
+    counters: NDArray[np.uint8] | None,
+    tally: Tally | None,
+    t: int,
+    examples: int,
+) -> tuple[CounterChange, Tally | None]:
+    """What a group changed of the admission filter (the counters it used, or all of them
+    if it halved them or changed many), and the filter's tally after it."""
+    changed = changed_counters(argument, where, counters)
+    if counters is None:
+        return CounterChange(*changed), None
+    if tally is None:
+        raise ValueError("an admission filter's counters need their tally")
+    times = halvings(t, examples, int(argument.halve_every))
+    if times or len(changed[0]) > WHOLE_FILTER_ABOVE:  # every counter halved, or many changed
+        whole = counters_after(argument, where, counters, times)
+        after = Tally.of(whole, argument.recent)
+        return CounterChange.replacing(whole, after.text()), after
+    # Between halvings counts only go up: a counter used stays used.
+    used = tally.used + int(np.count_nonzero(counters[changed[0]] == 0))
+    after = Tally(used, argument.recent)
+    return CounterChange(*changed, tally=after.text()), after

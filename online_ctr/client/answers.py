@@ -108,7 +108,7 @@ def accepted(body: dict[str, Any], response: httpx.Response) -> Accepted:
 
 @_parser
 def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
-    loss = body.get("progressive_logloss")
+    loss, pending = body.get("progressive_logloss"), body.get("features_pending_admission")
     return ModelInfo(
         name=str(body["name"]),
         rule=str(body["rule"]),
@@ -129,6 +129,7 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         max_features=int(body.get("max_features", 0)),
         features_evicted=int(body.get("features_evicted", 0)),
         features_held=int(body.get("features_held", body["features_tracked"])),
+        features_pending_admission=None if pending is None else int(pending),
         state_bytes=int(body.get("state_bytes", 0)),
     )
 

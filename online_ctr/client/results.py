@@ -87,6 +87,8 @@ class ModelInfo:
     features_evicted: int = 0
     #: With a budget, the features it holds (the others tracked are evicted, not deleted yet).
     features_held: int = 0
+    #: With bloom admission, an estimate of the features waiting for admission (else None).
+    features_pending_admission: int | None = None
     #: Redis memory its feature state takes, in bytes (0 from a service before it was reported).
     state_bytes: int = 0
 

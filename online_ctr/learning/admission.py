@@ -298,6 +298,33 @@ def empty_counters() -> NDArray[np.uint8]:
     return np.zeros(COUNTERS, np.uint8)
 
 
+class Tally(NamedTuple):
+    """What a model keeps of its counting filter besides the counters, for
+    :func:`features_pending`: how many counters are above 0, and its admissions per halving
+    period (:attr:`Admitting.recent`)."""
+
+    used: int
+    recent: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, counters: NDArray[np.uint8], recent: NDArray[np.int64] | None = None) -> Tally:
+        """The tally of ``counters``, with ``recent`` (none admitted if None)."""
+        admitted = np.zeros(PERIODS, np.int64) if recent is None else recent
+        return cls(int(np.count_nonzero(counters)), admitted)
+
+    @classmethod
+    def parse(cls, used: str, recent: str) -> Tally:
+        """From the texts :meth:`text` writes: the count, then the periods' admissions."""
+        admitted = np.array([int(part) for part in recent.split()], np.int64)
+        if len(admitted) != PERIODS:
+            raise ValueError(f"admissions of {PERIODS} periods expected, not {recent!r}")
+        return cls(int(used), admitted)
+
+    def text(self) -> str:
+        """The count and the periods' admissions, space-separated (``finalize.lua``'s form)."""
+        return " ".join(str(number) for number in (self.used, *self.recent.tolist()))
+
+
 def features_pending(
     used: int, recent: NDArray[np.int64], admission: Admission, t: int
 ) -> int | None:

@@ -34,6 +34,9 @@ class CounterChange:
     positions: NDArray[np.int64]
     values: NDArray[np.uint8]
     whole: NDArray[np.uint8] | None = None
+    #: The filter's :class:`~online_ctr.learning.admission.Tally` after the group, as
+    #: ``finalize.lua``'s ARGV[26] takes it ('': the model has no filter).
+    tally: str = ""
 
     def args(self) -> list[bytes | int]:
         """``finalize.lua``'s ARGV[16..18]: positions and values, or '' and the whole."""
@@ -42,9 +45,9 @@ class CounterChange:
         return [self.positions.astype("<u4").tobytes(), self.values.tobytes(), COUNTERS]
 
     @classmethod
-    def replacing(cls, whole: NDArray[np.uint8]) -> CounterChange:
+    def replacing(cls, whole: NDArray[np.uint8], tally: str = "") -> CounterChange:
         """The change that writes the ``whole`` filter."""
-        return cls(np.zeros(0, np.int64), np.zeros(0, np.uint8), whole)
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.uint8), whole, tally)
 
 
 NO_COUNTERS = CounterChange(np.zeros(0, np.int64), np.zeros(0, np.uint8))
@@ -176,6 +179,7 @@ class CommitLog:
                 *change.counters.args(),
                 change.expired,
                 *change.budget.args(),
+                change.counters.tally,
                 *redo,
             ],
         )

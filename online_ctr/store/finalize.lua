@@ -29,8 +29,11 @@
 --       all features: steps that only move up, the first at least the second, neither past
 --       the group's end), 24
 --       how many features it evicted (added to the meta's field 'evicted'), 25 the last steps
---       of the ids entering the expiry set (f64, one per id of ARGV[8]), then pairs (redo
---       field 's<shard>', that shard's records) for the redo entry.
+--       of the ids entering the expiry set (f64, one per id of ARGV[8]), 26 the admission
+--       filter's tally after the group, 'used r0 .. r7' (its counters above 0, and the
+--       features it admitted in each of the last 8 halving periods, by period modulo 8; ''
+--       for a model without a filter: nothing written), then pairs (redo field 's<shard>',
+--       that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -67,6 +70,20 @@ local function admission_counters(positions, values, count)
     ops[#ops + 1], ops[#ops + 2] = '#' .. at, string.byte(values, j)
   end
   return ops
+end
+
+-- The admission filter's tally (ARGV[26]) checked: nil for none, else {used, recent} as text
+-- (Lua would write a number of more than 14 digits rounded).
+local function admission_tally(text, count)
+  if text == '' then return nil end
+  local numbers = {}
+  for number in string.gmatch(text, '%S+') do
+    whole('ARGV[26] admission tally', number, 0)
+    numbers[#numbers + 1] = number
+  end
+  if #numbers ~= 9 then refuse('ARGV[26] has not 9 numbers but', #numbers) end
+  if tonumber(numbers[1]) > count then refuse('ARGV[26] counters used past ARGV[18]', numbers[1]) end
+  return {used = numbers[1], recent = table.concat(numbers, ' ', 2)}
 end
 
 -- The budget's counts and marks (ARGV[20..25]) checked: nil for a model without a budget,
@@ -120,7 +137,7 @@ end
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 25 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 26 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
@@ -149,8 +166,9 @@ local function check_arguments()
   end
   a.counters = admission_counters(ARGV[16], ARGV[17], ARGV[18])
   a.budget = budget_arguments(a.entering)
-  if (#ARGV - 25) % 2 ~= 0 then refuse('ARGV[26..] are not pairs, their count is', #ARGV - 25) end
-  for i = 26, #ARGV, 2 do
+  a.tally = admission_tally(ARGV[26], tonumber(ARGV[18]))
+  if (#ARGV - 26) % 2 ~= 0 then refuse('ARGV[27..] are not pairs, their count is', #ARGV - 26) end
+  for i = 27, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -273,6 +291,9 @@ if type(a.counters) == 'string' then
   redis.call('SET', KEYS[8], a.counters)
 else
   each_chunk(a.counters, 1500, 'BITFIELD', KEYS[8])
+end
+if a.tally then
+  redis.call('HSET', meta, 'counters_used', a.tally.used, 'admitted_recent', a.tally.recent)
 end
 if ARGV[13] ~= '' then
   redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])

@@ -21,7 +21,13 @@ from numpy.typing import NDArray
 from redis.exceptions import TryAgainError
 
 from online_ctr.learning import eviction, retention
-from online_ctr.learning.admission import ADMIT_ALL, COUNTERS, Admission
+from online_ctr.learning.admission import (
+    ADMIT_ALL,
+    COUNTERS,
+    Admission,
+    Tally,
+    features_pending,
+)
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
@@ -200,6 +206,9 @@ class ModelInfo:
     max_features: int = 0
     features_evicted: int = 0
     features_held: int = 0
+    #: An estimate of the features waiting for admission (bloom admission only, else None;
+    #: :func:`~online_ctr.learning.admission.features_pending`).
+    features_pending_admission: int | None = None
 
     @property
     def learned_weight(self) -> float:
@@ -235,9 +244,11 @@ BUDGET_MARK_INDEX = (
 )
 #: The meta hash's fields ``info`` reports.
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
+#: The meta's fields of the admission filter's tally (finalize.lua writes them).
+TALLY_FIELDS = ("counters_used", "admitted_recent")
 _INFO_FIELDS = (
     "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", "evicted", "held",
-    *_BEFORE_STORED,
+    *TALLY_FIELDS, *_BEFORE_STORED,
 )  # fmt: skip
 
 
@@ -353,7 +364,19 @@ class ModelStore:
             max_features=int(meta["max_features"]),
             features_evicted=int(meta.get("evicted", 0)),
             features_held=int(meta.get("held", 0) if self.spec.max_features else tracked),
+            features_pending_admission=self._pending(meta),
         )
+
+    def _pending(self, meta: dict[str, str]) -> int | None:
+        """The estimate of features waiting for admission, from the meta's tally (none
+        before the first commit; None if it is not one finalize.lua writes)."""
+        used, recent = (meta.get(field) for field in TALLY_FIELDS)
+        try:
+            tally = Tally.parse(used or "0", recent or " ".join(["0"] * 8))
+        except ValueError:
+            return None
+        t = int(meta.get("t", 0))
+        return features_pending(tally.used, tally.recent, self.spec.admission, t)
 
     async def admission_counters(self) -> NDArray[np.uint8] | None:
         """The model's counting Bloom filter of feature admission as its commits left it
@@ -370,6 +393,18 @@ class ModelStore:
             )
         counters[: len(stored)] = np.frombuffer(stored, np.uint8)
         return counters
+
+    async def admission_tally(self, counters: NDArray[np.uint8]) -> Tally:
+        """The tally of the model's admission filter ``counters`` (as
+        :meth:`admission_counters` read them), with the admissions per period its commits
+        left; unreadable ones (not finalize.lua's) are taken as none: they only feed an
+        estimate, and the next commit writes them whole."""
+        recent = await self.redis.hget(self.keys.meta, TALLY_FIELDS[1])
+        try:
+            stored = None if recent is None else Tally.parse("0", text(recent)).recent
+        except ValueError:
+            stored = None
+        return Tally.of(counters, stored)
 
     async def feature_budget(self) -> Evicting | None:
         """The model's feature budget as its commits left it (None: it has none); a learner

@@ -600,6 +600,14 @@ class ModelInfoResponse(BaseModel):
         "features_tracked.",
         examples=[0],
     )
+    features_pending_admission: int | None = Field(
+        None,
+        description="With admission bloom:N, an estimate of the features waiting for "
+        "admission (met, not admitted, still counted): the counting filter's fill less the "
+        "admitted features it still remembers, within about 2% measured; null for other "
+        "admission rules (poisson keeps nothing of the features it has not admitted).",
+        examples=[120000],
+    )
     state_bytes: int = Field(
         0,
         description="Redis memory its feature state takes, in bytes: the bucket hashes "

@@ -174,6 +174,7 @@ LEAN_METRICS = (
     "online_ctr_sampled_out_examples_total",
     "online_ctr_learned_weight_total",
     "online_ctr_admission_filter_fill_ratio",
+    "online_ctr_features_pending_admission",
     "online_ctr_state_bytes",
     "online_ctr_features_expired_total",
     "online_ctr_features_evicted_total",

@@ -44,6 +44,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
         "positions": b"", "counts": b"", "counters": 1 << 22, "expired": 0,
         "slots": b"", "values": b"", "size": 0, "marks": "", "evicted": 0, "taus": b"",
+        "tally": "",
     }  # fmt: skip
     args.update(changed)
     return [
@@ -53,7 +54,11 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
     ]
 
 
-async def finalize(store: ModelStore, meta: dict[str, Any] | None = None, **args: Any) -> Any:
+async def finalize(
+    store: ModelStore, meta: dict[str, Any] | None = None, cut: int = 0, **args: Any
+) -> Any:
+    """finalize.lua with the stored fence, step and epoch, after writing ``meta``; the
+    arguments the defaults of :func:`finalize_args` with ``args``, less the last ``cut``."""
     if meta:
         pin = meta.pop("pin", None)
         if pin is not None:
@@ -65,7 +70,7 @@ async def finalize(store: ModelStore, meta: dict[str, Any] | None = None, **args
     keys = store.keys
     return await store.scripts.finalize(
         keys=keys.finalize_keys(),
-        args=finalize_args(store, fence, t, epoch=epoch, **args),
+        args=finalize_args(store, fence, t, epoch=epoch, **args)[: -cut or None],
     )
 
 
@@ -452,6 +457,15 @@ CASES: dict[str, tuple[Drive, str]] = {
         ),
         "last step",
     ),
+    "finalize tally short": (finalize_case(tally="1 0 0"), "ARGV[26] has not 9 numbers"),
+    "finalize tally long": (finalize_case(tally=" ".join(["0"] * 10)), "ARGV[26] has not 9"),
+    "finalize tally fraction": (finalize_case(tally="1 0 0 0 0 0 0 0 0.5"), "ARGV[26]"),
+    "finalize tally negative": (finalize_case(tally="-1 0 0 0 0 0 0 0 0"), "ARGV[26]"),
+    "finalize tally past the filter": (
+        finalize_case(tally="11 0 0 0 0 0 0 0 0", counters=10),
+        "counters used past ARGV[18]",
+    ),
+    "finalize redo fields not pairs": (finalize_case(cut=1), "ARGV[27..] are not pairs"),
     "finalize no budget but marks": (finalize_case(marks="0 0 0 0"), "ARGV[20..25]"),
     "finalize no budget but evicted": (finalize_case(evicted=1), "ARGV[20..25]"),
     "finalize budget stored counts": (

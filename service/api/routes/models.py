@@ -182,5 +182,6 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         max_features=info.max_features,
         features_evicted=info.features_evicted,
         features_held=info.features_held,
+        features_pending_admission=info.features_pending_admission,
         state_bytes=(await served.state_bytes(info.features_tracked)).total,
     )
