@@ -7,7 +7,8 @@ Layout, little-endian throughout::
     b"H" | u32 length | u32 crc32 | header JSON   (rule, params, hash_bits, fields, origin)
     b"R" | u32 count  | u32 crc32 | u64 ids[count] | f64 state[count][width]   (0 or more)
     b"A" | u32 length | u32 crc32 | zlib of the admission counters   (bloom admission only)
-    b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows, budget marks)
+    b"F" | u32 length | u32 crc32 | footer JSON   (t, logloss_sum, counts, rows, budget marks,
+                                                    admissions per halving period)
     b"E" | sha256 of every byte before the b"E"
 
 Rows are written as they are read, and a later row of an id replaces an earlier one: an export
@@ -32,6 +33,14 @@ oldest bin kept ``budget_lowest``), and a row is of a feature held unless its ``
 most ``cut_all``, or at most ``cut_zero`` with its weight at ``tau`` zero
 (:func:`online_ctr.learning.eviction.held`). The budget's counts are not written: they are a
 function of the rows held and those marks, which an import rebuilds them from.
+
+A model with a counting Bloom filter of admission (``bloom:N[:D]`` in the header,
+:mod:`online_ctr.learning.admission`) has its counters in the ``A`` section, and its footer
+the features the filter admitted in each of the last :data:`PERIODS` halving periods,
+``admitted_recent`` (:attr:`online_ctr.learning.admission.Admitting.recent`: period ``k`` at
+``k % PERIODS``), from which the features waiting for admission are estimated
+(:func:`online_ctr.learning.admission.features_pending`). Absent (files written before it
+existed, or none admitted): zeros.
 
 A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
 So every field is checked against what a model can hold (a rule and its hyper-parameters, a
@@ -80,7 +89,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning import eviction, retention
-from online_ctr.learning.admission import COUNTERS, Admission
+from online_ctr.learning.admission import COUNTERS, PERIODS, Admission
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
@@ -101,6 +110,8 @@ SPAN_NAMES = ("the header's expire_after", "the header's encoding")
 BUDGET_NAMES = ("the header's max_features", "the header's encoding")
 #: The footer's marks of a feature budget (absent: 0, as for a model without one).
 BUDGET_MARKS = ("features_held", "features_evicted", "cut_zero", "cut_all", "budget_lowest")
+#: The footer's admissions per halving period of a model without any (absent: these).
+NONE_ADMITTED = (0,) * PERIODS
 
 
 class SnapshotError(ValueError):
@@ -181,6 +192,10 @@ class Footer:
     cut_zero: int = 0
     cut_all: int = 0
     budget_lowest: int = 0
+    #: A counting filter's admissions in each of the last :data:`PERIODS` halving periods,
+    #: period ``k`` at ``k % PERIODS`` (all 0 without a filter, or none admitted): the
+    #: meta's ``admitted_recent``.
+    admitted_recent: tuple[int, ...] = NONE_ADMITTED
 
     def marks(self) -> NDArray[np.int64]:
         """The budget's marks as :attr:`online_ctr.learning.eviction.Evicting.marks` holds
@@ -258,6 +273,8 @@ class Writer:
         for mark in BUDGET_MARKS:  # as files written before budgets existed
             if not body[mark]:
                 del body[mark]
+        if not any(footer.admitted_recent):  # as files written before the periods were kept
+            del body["admitted_recent"]
         payload = _json(body)
         end = self._out(_section(b"F", len(payload), payload) + b"E")
         return end + self.digest.digest()
@@ -325,6 +342,7 @@ def parse_footer(payload: bytes) -> Footer:
             cut_zero=_whole(body, "cut_zero", "a step", 0),
             cut_all=_whole(body, "cut_all", "a step", 0),
             budget_lowest=_whole(body, "budget_lowest", "a bin", 0),
+            admitted_recent=_admitted(body.get("admitted_recent", NONE_ADMITTED)),
         )
     except SnapshotError:
         raise
@@ -380,6 +398,25 @@ def _whole(body: dict[str, Any], key: str, what: str, absent: int | None = None)
             "0..2^53"
         )
     return value
+
+
+def _admitted(value: object) -> tuple[int, ...]:
+    """The footer's ``admitted_recent``: :data:`PERIODS` counts, each a whole number that a
+    float64 holds exactly (as :func:`_whole`)."""
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != PERIODS
+        or not all(
+            isinstance(count, int) and not isinstance(count, bool) and 0 <= count < MAX_STEP
+            for count in value
+        )
+    ):
+        raise SnapshotError(
+            f"the footer's admitted_recent {_shown(value)} is not the features admitted in "
+            f"each of {PERIODS} halving periods: it must be a list of {PERIODS} whole numbers "
+            "in 0..2^53"
+        )
+    return tuple(value)
 
 
 def _span(value: object) -> int:
@@ -507,6 +544,16 @@ def _check_no_budget(footer: Footer) -> None:
                 f"the footer's {mark} {getattr(footer, mark)} is a feature budget's, and the "
                 "header has no max_features"
             )
+
+
+def _check_no_filter(footer: Footer) -> None:
+    """A model without a counting filter admitted nothing through one (an import would drop
+    the counts unseen)."""
+    if any(footer.admitted_recent):
+        raise SnapshotError(
+            f"the footer's admitted_recent {list(footer.admitted_recent)} is a counting "
+            "filter's, and the header's admission is not bloom"
+        )
 
 
 def _load(payload: bytes, what: str) -> dict[str, Any]:
@@ -705,8 +752,8 @@ class Reader:
             self.latest_step = max(self.latest_step, float(tau.max()))
 
     def _after_rows(self, footer: Footer) -> Footer:
-        """The footer's step is not before any row's last touch, and only a model with a
-        budget has its marks."""
+        """The footer's step is not before any row's last touch, only a model with a budget
+        has its marks, and only one with a counting filter its admissions."""
         if self.latest_step > footer.t:
             raise SnapshotError(
                 f"the footer's t {footer.t} is before step {self.latest_step:.0f}, at which "
@@ -717,6 +764,8 @@ class Reader:
             _check_budget(footer)
         else:
             _check_no_budget(footer)
+        if not Admission.parse(self.header.admission).counted:
+            _check_no_filter(footer)
         return footer
 
     def _end(self) -> Item | None:

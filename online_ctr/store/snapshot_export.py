@@ -24,6 +24,10 @@ then applied to the shards; an entry is trimmed once every shard has applied it.
    A model with a feature budget writes its rows the same way, evicted ones still stored
    included: the close reads the budget's marks at ``S1`` with the rest, and the footer
    carries them, from which a reader judges which rows are of features held.
+   A model with a counting Bloom filter of admission has its counters written, and the close
+   reads them with the filter's admissions per halving period (the meta's
+   ``admitted_recent``), which the footer carries: the copy estimates the features waiting
+   for admission as the original does.
 
 The pin has a deadline the export keeps renewing; a pin past it is dropped by the next trim.
 If that happened, entries may be gone and the export fails (the stream then ends without its
@@ -39,7 +43,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from online_ctr.learning.snapshot import Footer, Header, Writer
+from online_ctr.learning.admission import Tally
+from online_ctr.learning.rules.base import MAX_STEP
+from online_ctr.learning.snapshot import NONE_ADMITTED, Footer, Header, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
@@ -85,6 +91,8 @@ class Closed:
     evicted: int = 0
     cut_zero: int = 0
     cut_all: int = 0
+    #: Its admission filter's admissions per halving period (all 0: none, or no filter).
+    admitted_recent: tuple[int, ...] = NONE_ADMITTED
 
 
 class Export:
@@ -170,9 +178,12 @@ class Export:
             )
         nonzero = int(stable) + int(expiring)
         expired, lowest, held, evicted, cut_zero, cut_all = (int(p) for p in parts[10:16])
+        # Only a counting filter admits through one (a reader refuses admissions without).
+        counted = self.spec.admission.counted
+        recent = _admitted(parts[16:17]) if counted else NONE_ADMITTED
         return Closed(
             epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
-            expired, lowest, held, evicted, cut_zero, cut_all,
+            expired, lowest, held, evicted, cut_zero, cut_all, recent,
         )  # fmt: skip
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
@@ -215,7 +226,24 @@ class Export:
             cut_zero=closed.cut_zero,
             cut_all=closed.cut_all,
             budget_lowest=closed.budget_lowest,
+            admitted_recent=closed.admitted_recent,
         )
+
+
+def _admitted(parts: list[str]) -> tuple[int, ...]:
+    """The meta's ``admitted_recent`` as the close returned it (none: an older script's
+    reply); '' (no commit wrote it) or a text that is not finalize.lua's is taken as none
+    admitted, as :meth:`~online_ctr.store.state.ModelStore.admission_tally` takes it: it only
+    feeds an estimate."""
+    if not parts or not parts[0]:
+        return NONE_ADMITTED
+    try:
+        counts = Tally.parse("0", parts[0]).recent.tolist()
+    except (ValueError, OverflowError):
+        return NONE_ADMITTED
+    if not all(0 <= count < MAX_STEP for count in counts):
+        return NONE_ADMITTED
+    return tuple(counts)
 
 
 async def open_export(redis: RedisClient, name: str, group: str | None = None) -> Export:

@@ -27,6 +27,15 @@ apart as the learner's commits count them; the budget's key and marks are writte
 meta, and the expiring weights go in the evictable set too, scored by their last step. The
 learner then loads the budget as the exported model's (:meth:`ModelStore.feature_budget`).
 
+A model with a counting Bloom filter of admission gets the file's counters (written when read,
+before anyone may read them) and, with the meta, its filter's tally as the learner's commits
+write it (:data:`~online_ctr.store.state.TALLY_FIELDS`): the counters above 0, recounted from
+those imported, and the footer's admissions per halving period, from which the copy estimates
+the features waiting for admission as the original did. A file written before the footer
+carried them gives none admitted: the estimate then errs high (it counts the admitted features
+the filter still remembers as waiting) until the halving periods they were admitted in have
+passed (``bloom:N:D``: at most 8 of ``D`` examples; without halving it stays high).
+
 Anything failing after the claim deletes what was written: no half-imported model remains
 (with ``replace``, the old model is gone then too). A model to be recorded in the registry
 (:func:`check_name` before the upload is read, :class:`SnapshotImport`'s ``registry``) is
@@ -45,7 +54,7 @@ from numpy.typing import NDArray
 from pydantic import ValidationError
 
 from online_ctr.learning import eviction
-from online_ctr.learning.admission import Admission
+from online_ctr.learning.admission import Admission, Tally
 from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
@@ -68,7 +77,13 @@ from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import StateShards, parse_stamp, stamp
-from online_ctr.store.state import BUDGET_MARK_INDEX, BUDGET_MARKS, ModelSpec, ModelStore
+from online_ctr.store.state import (
+    BUDGET_MARK_INDEX,
+    BUDGET_MARKS,
+    TALLY_FIELDS,
+    ModelSpec,
+    ModelStore,
+)
 
 #: Expiring features added to the expiry set (and the evictable set) per call.
 ZADD_BATCH = 1000
@@ -194,6 +209,7 @@ class SnapshotImport:
         self.registry = registry
         self.seq = 0
         self.gen = 0  # the log generation of the import's commits (_latest_generation)
+        self.counters_used = 0  # the imported admission counters above 0
         self.claimed = False
         self.finished = False
 
@@ -228,6 +244,7 @@ class SnapshotImport:
         elif isinstance(item, AdmissionCounters):
             # Written while the name is still being imported: no learner reads them yet.
             await self.redis.set(self.keys.admission, item.counters)
+            self.counters_used = len(item.counters) - item.counters.count(0)
         elif isinstance(item, RowChunk) and len(item.ids):
             assert self.spec is not None and self.shards is not None
             self.seq += 1
@@ -402,6 +419,7 @@ class SnapshotImport:
             **({"weight_excess": footer.weight_excess} if footer.weight_excess else {}),
             **({"expired": str(footer.features_expired)} if footer.features_expired else {}),
             **(await self._write_budget(counts.budget)),
+            **self._tally(footer),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):
@@ -410,6 +428,16 @@ class SnapshotImport:
         return Imported(
             self.name, self.spec.rule.name, footer.t, counts.tracked, nonzero, footer.rows
         )
+
+    def _tally(self, footer: Footer) -> dict[str, str]:
+        """The admission filter's tally as finalize.lua writes it in the meta (none for a
+        model without a filter)."""
+        assert self.spec is not None
+        if not self.spec.admission.counted:
+            return {}
+        recent = np.array(footer.admitted_recent, np.int64)
+        used, admitted = Tally(self.counters_used, recent).text().split(" ", 1)
+        return dict(zip(TALLY_FIELDS, (used, admitted), strict=True))
 
     async def _write_budget(self, budget: Evicting | None) -> dict[str, str]:
         """Write the budget's counts (nobody reads them before the import finishes); its

@@ -7,8 +7,11 @@
 --   {'ok', epoch, seq, t, logloss_sum, nnz_stable, tracked, expiring, weight_excess ('': none),
 --   admission counters ('': none), features expired, then a feature budget's marks: its oldest
 --   bin kept, features held, features evicted, cutoff of zero weights, cutoff of all ('0'
---   each: no budget)}, all read at one instant (a caller that reads the first eleven is
---   unaffected by the marks after them). 'release': drop it.
+--   each: no budget), then the admission filter's admissions per halving period, the meta's
+--   'admitted_recent' as finalize.lua writes it ('r0 .. r7'; '': none committed, or no
+--   filter)}, all read at one instant (a caller that reads the first eleven is unaffected by
+--   the marks after them, one that reads the first sixteen by the admissions). 'release':
+--   drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
 -- needed may have been trimmed, so the export cannot be exact and must fail.
 -- The arguments, the stored seq, the export's pin and the keys' types are checked first
@@ -61,7 +64,8 @@ end
 redis.call('HSET', pins, token, keep .. ' ' .. (now_ms + ttl))
 if what == 'renew' then return {'ok'} end
 local m = redis.call('HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked',
-  'weight_excess', 'expired', 'budget_lowest', 'held', 'evicted', 'cut_zero', 'cut_all')
+  'weight_excess', 'expired', 'budget_lowest', 'held', 'evicted', 'cut_zero', 'cut_all',
+  'admitted_recent')
 return {'ok', m[1] or '', m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '0', m[6] or '0',
   redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or '',
-  m[8] or '0', m[9] or '0', m[10] or '0', m[11] or '0', m[12] or '0', m[13] or '0'}
+  m[8] or '0', m[9] or '0', m[10] or '0', m[11] or '0', m[12] or '0', m[13] or '0', m[14] or ''}

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from online_ctr.learning.admission import COUNTERS
+from online_ctr.learning.admission import COUNTERS, PERIODS
 from online_ctr.learning.snapshot import (
     BUDGET_MARKS,
     MAX_JSON_BYTES,
@@ -354,6 +354,91 @@ def test_a_header_with_a_bad_admission_rule_is_refused() -> None:
     blob = PREAMBLE.pack(b"OCTRSNAP", 1) + section + payload
     with pytest.raises(SnapshotError, match="bloom:0"):
         Reader().feed(blob)
+
+
+#: A counting filter's admissions per halving period (period k at k % 8).
+ADMITTED = (5, 0, 3, 0, 0, 0, 2**53 - 1, 1)
+
+
+def bloom_file(footer: dict[str, object], header: Header = BLOOM) -> bytes:
+    """A file of ``header`` (no rows; counters if it counts) whose footer is ``footer`` as
+    given (checksums right)."""
+    writer = Writer()
+    blob = writer.start(header)
+    if header.admission.startswith("bloom"):
+        blob += writer.counters(b"\1\0\2")
+    payload = json.dumps(footer).encode()
+    blob += SECTION.pack(b"F", len(payload), zlib.crc32(payload)) + payload + b"E"
+    return blob + hashlib.sha256(blob).digest()
+
+
+#: The footer of a file of no rows, as JSON.
+NO_ROWS = {"t": 10, "logloss_sum": 1.5, "nonzero_weights": 0, "features_tracked": 0, "rows": 0}
+
+
+def test_a_filters_admissions_per_period_round_trip() -> None:
+    writer = Writer()
+    footer = replace(EMPTY, admitted_recent=ADMITTED)
+    blob = writer.start(BLOOM) + writer.counters(b"\1\0\2") + writer.finish(footer)
+    items, got = read(blob, piece=5)
+    assert got == footer and items[-1] == footer
+    assert sections(blob, 2)[b"F"]["admitted_recent"] == list(ADMITTED)
+
+
+def test_a_footer_without_admissions_per_period_reads_as_none_admitted() -> None:
+    # As files written before the footer carried them, and as the writer writes all zeros.
+    _, got = read(bloom_file(NO_ROWS))
+    assert got.admitted_recent == (0,) * PERIODS
+    writer = Writer()
+    blob = writer.start(BLOOM) + writer.counters(b"\1") + writer.finish(EMPTY)
+    assert "admitted_recent" not in sections(blob, 2)[b"F"]
+    assert read(blob)[1].admitted_recent == (0,) * PERIODS
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [1, 2, 3],
+        [0] * (PERIODS + 1),
+        [],
+        [0, 0, 0, -1, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 1.5],
+        [0, 0, 0, 0, 0, 0, 0, 1.0],
+        ["3", 0, 0, 0, 0, 0, 0, 0],
+        [True, 0, 0, 0, 0, 0, 0, 0],
+        [None, 0, 0, 0, 0, 0, 0, 0],
+        [2**53, 0, 0, 0, 0, 0, 0, 0],
+        "0 0 0 0 0 0 0 0",
+        8,
+        {"0": 1},
+        None,
+    ],
+)
+def test_admissions_per_period_a_filter_cannot_have_are_refused_naming_the_field(
+    value: object,
+) -> None:
+    message = (
+        "is not the features admitted in each of 8 halving periods: it must be a list of 8 "
+        "whole numbers in 0..2^53"
+    )
+    with pytest.raises(
+        SnapshotError, match="^the footer's admitted_recent .*" + re.escape(message)
+    ):
+        read(bloom_file(NO_ROWS | {"admitted_recent": value}))
+
+
+@pytest.mark.parametrize("admission", ["all", "poisson:0.5"])
+def test_admissions_per_period_without_a_counting_filter_are_refused(admission: str) -> None:
+    header = replace(BLOOM, admission=admission)
+    message = (
+        "the footer's admitted_recent [5, 0, 3, 0, 0, 0, 9007199254740991, 1] is a counting "
+        "filter's, and the header's admission is not bloom"
+    )
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        read(bloom_file(NO_ROWS | {"admitted_recent": list(ADMITTED)}, header))
+    # None admitted is what every model without a filter has.
+    zeros = NO_ROWS | {"admitted_recent": [0] * PERIODS}
+    assert read(bloom_file(zeros, header))[1].admitted_recent == (0,) * PERIODS
 
 
 EXPIRING = Header("ftrl", {"alpha": 0.1, "beta": 1.0, "l1": 1.0, "l2": 1.0}, None, ("z", "n"),

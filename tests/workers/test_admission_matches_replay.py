@@ -20,12 +20,19 @@ from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
-from online_ctr.learning.snapshot import AdmissionCounters, Reader
+from online_ctr.learning.snapshot import (
+    NONE_ADMITTED,
+    AdmissionCounters,
+    Header,
+    Reader,
+    RowChunk,
+    Writer,
+)
 from online_ctr.metrics import Metrics
 from online_ctr.store.commits import WHOLE_FILTER_ABOVE
 from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.snapshot_import import SnapshotImport
-from online_ctr.store.state import ModelStore
+from online_ctr.store.state import TALLY_FIELDS, ModelStore
 from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
@@ -35,6 +42,7 @@ from workers.consumer import Worker, WorkerConfig
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
+PENDING = "online_ctr_features_pending_admission"
 
 
 def reference(settings: Settings) -> InMemoryModel:
@@ -89,6 +97,7 @@ async def test_the_worker_admits_as_the_in_process_learner(
         await learn(store, batch_size, registry)
         stored, info = await scan_state(store), await store.info()
         counters = await redis.get(store.keys.admission) or b""
+        tally = await redis.hmget(store.keys.meta, *TALLY_FIELDS)
     finally:
         await redis.aclose()
     model = reference(settings)
@@ -115,8 +124,15 @@ async def test_the_worker_admits_as_the_in_process_learner(
         np.testing.assert_array_equal(whole, model.counters)
         if batch_size == 8192 and admission == "bloom:2":  # one group, which changed so
             assert used > WHOLE_FILTER_ABOVE  # many counters that it wrote the whole filter
+        assert tally == [str(used).encode(), " ".join(map(str, model.recent)).encode()]
+        expected_pending = model.features_pending()
+        assert expected_pending is not None and expected_pending > 0
+        assert info.features_pending_admission == expected_pending
+        assert sample(PENDING, {"model": "default"}) == expected_pending
     else:
-        assert fill is None and counters == b""
+        assert fill is None and counters == b"" and tally == [None, None]
+        assert info.features_pending_admission is None
+        assert sample(PENDING, {"model": "default"}) is None
 
 
 @pytest.mark.parametrize("admission", ["bloom:3", "bloom:3:700"])
@@ -125,6 +141,7 @@ async def test_a_learner_that_takes_over_loses_no_count(redis_url: str, admissio
     the first is shared but Redis): the model is the in-process learner's of the whole."""
     settings = settings_of(redis_url, admission)
     redis = aioredis.Redis.from_url(redis_url)
+    registry = CollectorRegistry()
     try:
         store = ModelStore(redis, model_spec(settings))
         await store.ensure()
@@ -134,11 +151,15 @@ async def test_a_learner_that_takes_over_loses_no_count(redis_url: str, admissio
         assert (await redis.strlen(store.keys.admission)) > 0
         await redis.delete(store.keys.lease)  # the first learner is gone
         await send(store, ROWS[half:], per_entry=50)
-        await learn(store, 512, CollectorRegistry())
-        stored = await scan_state(store)
+        await learn(store, 512, registry)
+        stored, info = await scan_state(store), await store.info()
     finally:
         await redis.aclose()
-    assert_model_is(stored, reference(settings).snapshot())
+    model = reference(settings)
+    assert_model_is(stored, model.snapshot())
+    # The admissions per period too: the new learner's estimate is the whole stream's.
+    assert info.features_pending_admission == model.features_pending()
+    assert registry.get_sample_value(PENDING, {"model": "default"}) == model.features_pending()
 
 
 def test_the_rule_is_part_of_the_spec() -> None:
@@ -152,7 +173,8 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str, admissi
     """Half the stream learned, the model exported and imported under another name, the rest
     learned by the copy: the copy is the in-process learner's model of the whole stream, so
     the file carried the admission rule and every count of the counting Bloom filter (and its
-    step, from which the halvings of bloom:N:D follow)."""
+    step, from which the halvings of bloom:N:D follow); and its admissions per halving period,
+    so the copy's estimate of the features pending admission is the whole stream's too."""
     settings = settings_of(redis_url, admission)
     redis = aioredis.Redis.from_url(redis_url)
     try:
@@ -167,15 +189,64 @@ async def test_a_snapshot_keeps_the_rule_and_every_count(redis_url: str, admissi
         assert any(isinstance(item, AdmissionCounters) for item in items)
         await SnapshotImport(redis, "copy", (64, 8)).run(one_piece(blob))
         copy = ModelStore(redis, replace(original.spec, name="copy"))
-        assert (await copy.info()).admission == admission
+        info = await copy.info()
+        assert info.admission == admission
         stored = await redis.get(copy.keys.admission)
         assert stored == await redis.get(original.keys.admission) and stored
+        # The filter's tally too: the copy estimates the features pending as the original.
+        tally = await redis.hmget(copy.keys.meta, *TALLY_FIELDS)
+        assert tally == await redis.hmget(original.keys.meta, *TALLY_FIELDS)
+        assert tally[0] == str(len(stored) - stored.count(0)).encode()
+        assert any(int(count) for count in tally[1].split())
+        pending = (await original.info()).features_pending_admission
+        assert info.features_pending_admission == pending and pending is not None
         await send(copy, ROWS[half:], per_entry=50)
         await learn(copy, 512, CollectorRegistry())
-        state = await scan_state(copy)
+        state, info = await scan_state(copy), await copy.info()
     finally:
         await redis.aclose()
-    assert_model_is(state, reference(settings).snapshot())
+    model = reference(settings)
+    assert_model_is(state, model.snapshot())
+    assert info.features_pending_admission == model.features_pending()
+
+
+async def test_a_file_without_the_admissions_per_period_imports_none_admitted(
+    redis_url: str,
+) -> None:
+    """A file written before the footer carried the filter's admissions per period: the copy
+    has its counters and their tally, and none admitted, so its estimate of the features
+    pending errs high (it takes the admitted features the filter remembers as pending)."""
+    settings = settings_of(redis_url, "bloom:3")
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        original = ModelStore(redis, model_spec(settings))
+        await original.ensure()
+        await send(original, ROWS[:1500], per_entry=50)
+        await learn(original, 512, CollectorRegistry())
+        exporter = await open_export(redis, original.spec.name)
+        blob = b"".join([piece async for piece in exporter.chunks()])
+        writer, older = Writer(), b""
+        for item in Reader().feed(blob):  # the same file, as a writer of before wrote it
+            if isinstance(item, Header):
+                older += writer.start(item)
+            elif isinstance(item, RowChunk):
+                older += writer.rows(item.ids, item.state)
+            elif isinstance(item, AdmissionCounters):
+                older += writer.counters(item.counters)
+            else:
+                assert item.admitted_recent != NONE_ADMITTED
+                older += writer.finish(replace(item, admitted_recent=NONE_ADMITTED))
+        assert b"admitted_recent" in blob and b"admitted_recent" not in older
+        await SnapshotImport(redis, "copy", (64, 8)).run(one_piece(older))
+        copy = ModelStore(redis, replace(original.spec, name="copy"))
+        used, recent = await redis.hmget(copy.keys.meta, *TALLY_FIELDS)
+        assert used == (await redis.hget(original.keys.meta, TALLY_FIELDS[0]))
+        assert recent == b"0 0 0 0 0 0 0 0"
+        pending = (await copy.info()).features_pending_admission
+        exact = (await original.info()).features_pending_admission
+    finally:
+        await redis.aclose()
+    assert pending is not None and exact is not None and pending > exact
 
 
 async def one_piece(blob: bytes) -> AsyncIterator[bytes]:
