@@ -82,6 +82,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "max_features": 0,
         "features_evicted": 0,
         "features_held": 0,
+        "features_pending_admission": None,  # admission all: no counting filter
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]
