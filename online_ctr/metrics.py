@@ -72,9 +72,8 @@ class Metrics:
         )
         self.features_pending_admission = Gauge(
             "online_ctr_features_pending_admission",
-            "Features waiting for admission (admission bloom:N), estimated from the counting "
-            "filter's fill less the features it admitted that it still remembers; 0 for "
-            "other rules.",
+            "Features waiting for admission (admission bloom:N only), estimated from the "
+            "counting filter's fill less the features it admitted that it still remembers.",
             model,
             registry=registry,
         )
