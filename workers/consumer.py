@@ -52,6 +52,9 @@ class WorkerConfig:
     name: str
     batch_size: int = 65_536  # most examples learned per commit
     batch_wait_ms: int = 50
+    #: After reading a group short of ``batch_size`` (the stream drained), wait this long
+    #: for more before reading the next (0: never).
+    batch_linger_ms: int = 0
     lease_ttl_ms: int = 5_000
     max_deliveries: int = 5
     heartbeat_interval_s: float = 2.0
@@ -104,6 +107,9 @@ class Worker:
         self.damaged = ""
         self._stopping = False
         self._renewed = self._beat = 0.0
+        #: When the last read found the stream drained (None: it read a full group).
+        self._short_at: float | None = None
+        self._linger_s = config.batch_linger_ms / 1000
         self._label = {"model": store.spec.name}
         self.auc = ProgressiveAuc(
             metrics.progressive_auc, store.spec.name, config.auc_window, config.auc_interval_s
@@ -282,11 +288,16 @@ class Worker:
     async def _step(self, block: bool) -> bool:
         """Learn and commit the next group; False if the stream was empty."""
         single = self._single_left > 0
+        if block and not single:
+            await asyncio.sleep(linger_delay(self._short_at, time.monotonic(), self._linger_s))
         group = await self.stream.next_group(self.config.batch_size, single)
         if not group.entry_ids and not group.undecodable:
             if block:
                 await self.stream.wait(self.config.batch_wait_ms)
+            self._short_at = time.monotonic()  # what arrives next waits for company
             return False
+        short = group.batch is None or len(group.batch) < self.config.batch_size
+        self._short_at = time.monotonic() if short else None
         if group.head_deliveries > self.config.max_deliveries:
             await self._give_up_on_head(group, single)
             return True
@@ -457,3 +468,16 @@ class Worker:
         # Committed groups only, in stream order: the window holds what this model learned.
         assert group.batch is not None
         self.auc.add(learning.learned.probabilities, group.batch.labels)
+
+
+def linger_delay(short_at: float | None, now: float, linger_s: float) -> float:
+    """How long to wait before reading the next group: what is left of ``linger_s`` since the
+    last read found the stream drained at ``short_at`` (None: it read a full group, or the
+    worker does not linger), so that a trickle is learned in groups, not entry by entry.
+
+    >>> linger_delay(10.0, 10.25, 0.5), linger_delay(10.0, 11.0, 0.5), linger_delay(None, 1, 0.5)
+    (0.25, 0.0, 0.0)
+    """
+    if short_at is None or linger_s <= 0:
+        return 0.0
+    return max(0.0, short_at + linger_s - now)

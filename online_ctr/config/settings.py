@@ -187,6 +187,14 @@ class Settings(BaseSettings):
         65_536, ge=1, le=1_000_000, description="Most examples a worker learns per commit."
     )
     batch_wait_ms: int = Field(50, ge=0, description="How long an idle worker waits for feedback.")
+    batch_linger_ms: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="After a group short of batch_size (the stream drained), how long a "
+        "worker waits for more before reading the next: fewer, larger commits for a trickle, "
+        "each example learned up to this much later (0: never).",
+    )
     lease_ttl_ms: int = Field(
         5000, ge=100, description="A dead learner is replaced by a standby within about this."
     )

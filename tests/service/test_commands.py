@@ -90,6 +90,8 @@ def test_a_malformed_redis_url(command: str, tmp_path: Path) -> None:
 def test_invalid_settings_name_the_variable(command: str, tmp_path: Path) -> None:
     assert_one_line(run(command, tmp_path, OCTR_ALPHA="-1"), "OCTR_ALPHA must be > 0")
     assert_one_line(run(command, tmp_path, OCTR_BATCH_SIZE="many"), "OCTR_BATCH_SIZE: ")
+    linger = run(command, tmp_path, OCTR_BATCH_LINGER_MS="5000")
+    assert_one_line(linger, "OCTR_BATCH_LINGER_MS", "1000")
 
 
 def test_no_redis_server_on_path(tmp_path: Path) -> None:
