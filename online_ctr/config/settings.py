@@ -452,6 +452,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _linger_within_lease(self) -> Settings:
+        # A learner renews its lease once a third of it has passed: one that lingered
+        # longer could lose the lease while it waits, and a standby would take over.
+        if 3 * self.batch_linger_ms > self.lease_ttl_ms:
+            raise ValueError(
+                f"OCTR_BATCH_LINGER_MS={self.batch_linger_ms} must be at most a third of "
+                f"OCTR_LEASE_TTL_MS={self.lease_ttl_ms}, or a lingering learner could lose its "
+                "lease: lower it or raise OCTR_LEASE_TTL_MS"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cluster_has_url(self) -> Settings:
         if self.redis_cluster and self.redis_url is None:
             raise ValueError(

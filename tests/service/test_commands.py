@@ -92,6 +92,8 @@ def test_invalid_settings_name_the_variable(command: str, tmp_path: Path) -> Non
     assert_one_line(run(command, tmp_path, OCTR_BATCH_SIZE="many"), "OCTR_BATCH_SIZE: ")
     linger = run(command, tmp_path, OCTR_BATCH_LINGER_MS="5000")
     assert_one_line(linger, "OCTR_BATCH_LINGER_MS", "1000")
+    lease = run(command, tmp_path, OCTR_BATCH_LINGER_MS="400", OCTR_LEASE_TTL_MS="1000")
+    assert_one_line(lease, "OCTR_BATCH_LINGER_MS=400", "a third of OCTR_LEASE_TTL_MS=1000")
 
 
 def test_no_redis_server_on_path(tmp_path: Path) -> None:
