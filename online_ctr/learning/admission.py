@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning.rules.base import MAX_STEP
 from online_ctr.learning.splitmix import mix, uniform
 
 #: Counters of a model's counting Bloom filter: 4 MiB, one byte each. With ``HASHES`` = 3, m
@@ -313,16 +314,33 @@ class Tally(NamedTuple):
         return cls(int(np.count_nonzero(counters)), admitted)
 
     @classmethod
-    def parse(cls, used: str, recent: str) -> Tally:
-        """From the texts :meth:`text` writes: the count, then the periods' admissions."""
-        admitted = np.array([int(part) for part in recent.split()], np.int64)
-        if len(admitted) != PERIODS:
-            raise ValueError(f"admissions of {PERIODS} periods expected, not {recent!r}")
-        return cls(int(used), admitted)
+    def parse(cls, used: str | None, recent: str | None) -> Tally:
+        """From the texts :meth:`text` writes, the count and then the periods' admissions
+        (absent: 0, and none admitted); a ValueError if either is not such a text."""
+        count = int(used or 0)
+        if count < 0:
+            raise ValueError(f"a count of counters used expected, not {used!r}")
+        return cls(count, parse_recent(recent))
 
     def text(self) -> str:
         """The count and the periods' admissions, space-separated (``finalize.lua``'s form)."""
         return " ".join(str(number) for number in (self.used, *self.recent.tolist()))
+
+
+def parse_recent(text: str | None) -> NDArray[np.int64]:
+    """The admissions per halving period as :meth:`Tally.text` writes them, after the count
+    (absent or empty: none admitted); a ValueError unless :data:`PERIODS` whole numbers in
+    0..2^53.
+
+    >>> parse_recent("0 7 40 10 0 0 0 0").tolist(), parse_recent(None).tolist()
+    ([0, 7, 40, 10, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0])
+    """
+    if not text:
+        return np.zeros(PERIODS, np.int64)
+    counts = [int(part) for part in text.split()]
+    if len(counts) != PERIODS or not all(0 <= count < MAX_STEP for count in counts):
+        raise ValueError(f"admissions of {PERIODS} periods expected, not {text!r}")
+    return np.array(counts, np.int64)
 
 
 def features_pending(

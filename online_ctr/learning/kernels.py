@@ -232,22 +232,7 @@ def _forget(
         return
     for q in range(counters.shape[0]):
         counters[q] >>= 1
-    recent[(done // halve_every) % recent.shape[0]] = 0
-
-
-@_inlined
-def _enters(admission: Admitting, row: int, feature: np.uint64, done: int) -> bool:
-    """Whether the occurrence in example ``done + 1`` of row ``row``'s feature, not admitted
-    yet, admits it (:func:`_admit`): then it is marked admitted and counted in its halving
-    period (a counting filter's), else its dropped gradient is counted."""
-    mode, p_admit, n_admit, admitted, counters, positions, dropped, recent, every = admission
-    if not _admit(mode, feature, done + 1, p_admit, n_admit, counters, positions, row):
-        dropped[0] += 1
-        return False
-    admitted[row] = 1
-    if mode == 2:
-        recent[_period(done, every, recent.shape[0])] += 1
-    return True
+    recent[_period(done, halve_every, recent.shape[0])] = 0
 
 
 @_helper

@@ -43,8 +43,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from online_ctr.learning.admission import Tally
-from online_ctr.learning.rules.base import MAX_STEP
+from online_ctr.learning.admission import parse_recent
 from online_ctr.learning.snapshot import NONE_ADMITTED, Footer, Header, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
@@ -235,15 +234,10 @@ def _admitted(parts: list[str]) -> tuple[int, ...]:
     reply); '' (no commit wrote it) or a text that is not finalize.lua's is taken as none
     admitted, as :meth:`~online_ctr.store.state.ModelStore.admission_tally` takes it: it only
     feeds an estimate."""
-    if not parts or not parts[0]:
-        return NONE_ADMITTED
     try:
-        counts = Tally.parse("0", parts[0]).recent.tolist()
-    except (ValueError, OverflowError):
+        return tuple(parse_recent(parts[0] if parts else None).tolist())
+    except ValueError:
         return NONE_ADMITTED
-    if not all(0 <= count < MAX_STEP for count in counts):
-        return NONE_ADMITTED
-    return tuple(counts)
 
 
 async def open_export(redis: RedisClient, name: str, group: str | None = None) -> Export:

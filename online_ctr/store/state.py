@@ -27,6 +27,7 @@ from online_ctr.learning.admission import (
     Admission,
     Tally,
     features_pending,
+    parse_recent,
 )
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
@@ -370,9 +371,8 @@ class ModelStore:
     def _pending(self, meta: dict[str, str]) -> int | None:
         """The estimate of features waiting for admission, from the meta's tally (none
         before the first commit; None if it is not one finalize.lua writes)."""
-        used, recent = (meta.get(field) for field in TALLY_FIELDS)
         try:
-            tally = Tally.parse(used or "0", recent or " ".join(["0"] * 8))
+            tally = Tally.parse(*(meta.get(field) for field in TALLY_FIELDS))
         except ValueError:
             return None
         t = int(meta.get("t", 0))
@@ -401,10 +401,9 @@ class ModelStore:
         estimate, and the next commit writes them whole."""
         recent = await self.redis.hget(self.keys.meta, TALLY_FIELDS[1])
         try:
-            stored = None if recent is None else Tally.parse("0", text(recent)).recent
+            return Tally.of(counters, parse_recent(None if recent is None else text(recent)))
         except ValueError:
-            stored = None
-        return Tally.of(counters, stored)
+            return Tally.of(counters)
 
     async def feature_budget(self) -> Evicting | None:
         """The model's feature budget as its commits left it (None: it has none); a learner
