@@ -5,11 +5,21 @@
 -- The counters every commit adds to are checked first (checks.lua): a meta whose log-loss sum
 -- is NaN, say, would refuse every commit (finalize.lua), so it is refused here, unwritten. So
 -- are a feature budget's marks, as finalize.lua reads them: steps and counts >= 0, the
--- cutoff of all features at most that of zero weights, and that at most the step t.
+-- cutoff of all features at most that of zero weights, and that at most the step t; and the
+-- admission filter's tally: its counters in use, and 8 admission counts (or none), each >= 0.
 local function count(what, value) return whole(what, value, 0) end
 local COUNTERS = {t = whole, seq = whole, nnz_stable = whole, tracked = whole, fence = whole,
   trimmed = whole, logloss_sum = finite, weight_excess = finite, expired = whole,
-  held = count, evicted = count, budget_lowest = count, cut_zero = count, cut_all = count}
+  held = count, evicted = count, budget_lowest = count, cut_zero = count, cut_all = count,
+  counters_used = count}
+local function recent(value)  -- as finalize.lua writes it: '' (none) or 'r0 .. r7'
+  local n = 0
+  for number in string.gmatch(value, '%S+') do
+    n = n + 1
+    count('meta field admitted_recent', number)
+  end
+  if n ~= 0 and n ~= 8 then refuse('meta field admitted_recent has not 8 numbers but', n) end
+end
 local fields, problem = checked('finish', function()
   kind(KEYS[1], 'hash')
   if #ARGV % 2 ~= 1 then refuse('fields and values are not pairs: argument count', #ARGV) end
@@ -17,6 +27,7 @@ local fields, problem = checked('finish', function()
   for i = 2, #ARGV, 2 do
     local counter = COUNTERS[ARGV[i]]
     if counter then given[ARGV[i]] = counter('meta field ' .. ARGV[i], ARGV[i + 1]) end
+    if ARGV[i] == 'admitted_recent' then recent(ARGV[i + 1]) end
     pairs_[#pairs_ + 1], pairs_[#pairs_ + 2] = ARGV[i], ARGV[i + 1]
   end
   local cut_all, cut_zero = given.cut_all or 0, given.cut_zero or 0
