@@ -139,8 +139,7 @@ class Worker:
         assert self.counters is not None and self.tally is not None
         fill = self.tally.used / len(self.counters)
         self.metrics.admission_filter_fill.labels(**self._label).set(fill)
-        used, recent = self.tally
-        pending = features_pending(used, recent, self.store.spec.admission, self.version[0])
+        pending = features_pending(self.tally, self.store.spec.admission, self.version[0])
         self.metrics.features_pending_admission.labels(**self._label).set(pending or 0)
 
     def stop(self) -> None:

@@ -343,12 +343,10 @@ def parse_recent(text: str | None) -> NDArray[np.int64]:
     return np.array(counts, np.int64)
 
 
-def features_pending(
-    used: int, recent: NDArray[np.int64], admission: Admission, t: int
-) -> int | None:
+def features_pending(tally: Tally, admission: Admission, t: int) -> int | None:
     """An estimate of the features waiting for admission (``bloom`` only, else None): met,
-    not admitted, and still remembered by the filter, which has ``used`` counters above 0
-    after ``t`` examples, and admitted ``recent`` (:attr:`Admitting.recent`).
+    not admitted, and still remembered by the filter whose ``tally`` (its counters above 0,
+    and its admissions per period) is as of ``t`` examples.
 
     The filter holds no ids, so this is estimated. The distinct features whose counters are
     all above 0 are about ``-(m / k) ln(1 - used / m)`` (m counters, k per feature;
@@ -362,17 +360,17 @@ def features_pending(
 
     >>> bloom = Admission.parse("bloom:2:100")
     >>> recent = np.zeros(PERIODS, np.int64); recent[[2, 3]] = 40, 10
-    >>> features_pending(3 * 1000, recent, bloom, 350)  # 1000 remembered, 50 admitted of them
+    >>> features_pending(Tally(3 * 1000, recent), bloom, 350)  # 1000 remembered, 50 admitted
     950
-    >>> features_pending(0, recent, Admission.parse("poisson:0.1"), 350) is None
+    >>> features_pending(Tally(0, recent), Admission.parse("poisson:0.1"), 350) is None
     True
     """
     if not admission.counted:
         return None
-    fill = min(used, COUNTERS - 1) / COUNTERS  # a full filter: the most the estimate says
+    fill = min(tally.used, COUNTERS - 1) / COUNTERS  # a full filter: the most the estimate says
     remembered = -(COUNTERS / HASHES) * math.log1p(-fill)
     every = admission.halve_every
     current = (t - 1) // every if every and t else 0
     periods = min(admission.n.bit_length() if every else 1, current + 1)
-    admitted = sum(int(recent[(current - back) % PERIODS]) for back in range(periods))
+    admitted = sum(int(tally.recent[(current - back) % PERIODS]) for back in range(periods))
     return max(0, round(remembered - admitted))

@@ -36,6 +36,7 @@ from online_ctr.learning.admission import (
     ADMIT_ALL,
     PERIODS,
     Admission,
+    Tally,
     admitting,
     empty_counters,
     features_pending,
@@ -265,8 +266,7 @@ class InMemoryModel:
         :func:`~online_ctr.learning.admission.features_pending`."""
         if self.counters is None:
             return None
-        used = int(np.count_nonzero(self.counters))
-        return features_pending(used, self.recent, self.admission, self.t)
+        return features_pending(Tally.of(self.counters, self.recent), self.admission, self.t)
 
     def features_evicted(self) -> int:
         """How many features the budget has evicted so far."""

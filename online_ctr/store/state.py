@@ -376,7 +376,7 @@ class ModelStore:
         except ValueError:
             return None
         t = int(meta.get("t", 0))
-        return features_pending(tally.used, tally.recent, self.spec.admission, t)
+        return features_pending(tally, self.spec.admission, t)
 
     async def admission_counters(self) -> NDArray[np.uint8] | None:
         """The model's counting Bloom filter of feature admission as its commits left it

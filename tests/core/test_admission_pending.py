@@ -15,6 +15,7 @@ import pytest
 from online_ctr.learning.admission import (
     PERIODS,
     Admission,
+    Tally,
     bloom_positions,
     features_pending,
 )
@@ -110,10 +111,10 @@ def test_the_estimate_subtracts_only_the_periods_a_count_of_n_outlives() -> None
     bloom = Admission.parse("bloom:4:10")
     recent = np.zeros(PERIODS, np.int64)
     recent[[4, 5, 6, 7]] = 1000, 100, 10, 1  # periods 4 to 7; the model is in period 7
-    remembered = features_pending(3 * 5000, np.zeros(PERIODS, np.int64), bloom, 75)
+    remembered = features_pending(Tally(3 * 5000, np.zeros(PERIODS, np.int64)), bloom, 75)
     assert remembered is not None
-    assert features_pending(3 * 5000, recent, bloom, 75) == remembered - 111
-    assert features_pending(3 * 5000, recent, bloom, 80) == remembered - 111  # still 7
-    assert features_pending(3 * 5000, recent, bloom, 81) == remembered - 10 - 1  # period 8
-    full = features_pending(1 << 22, np.zeros(PERIODS, np.int64), bloom, 75)
+    assert features_pending(Tally(3 * 5000, recent), bloom, 75) == remembered - 111
+    assert features_pending(Tally(3 * 5000, recent), bloom, 80) == remembered - 111  # still 7
+    assert features_pending(Tally(3 * 5000, recent), bloom, 81) == remembered - 10 - 1  # period 8
+    full = features_pending(Tally(1 << 22, np.zeros(PERIODS, np.int64)), bloom, 75)
     assert full is not None and full > 20_000_000
