@@ -17,6 +17,7 @@ from online_ctr.cli import replay_sweep, sweep_options
 from online_ctr.cli.args import add_data_arguments, fail, integer, resolve_format
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.calibration import CALIBRATIONS, Calibrator
 from online_ctr.learning.compact import ENCODINGS
 from online_ctr.learning.detect import FormatError
@@ -111,6 +112,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "then a feature contributes 0 and its gradient is dropped; default: all",
     )
     parser.add_argument(
+        "--base-rate",
+        default=MEAN.text,
+        metavar="PRIOR",
+        help="the base-rate prior added to each logit, as a model's base_rate setting: mean "
+        "(the log-odds of the click rate so far), decay:H (with a half-life of H examples) or "
+        "off (the weights alone); default: mean",
+    )
+    parser.add_argument(
         "--expire-after",
         type=int,
         default=0,
@@ -175,6 +184,14 @@ def check_admission(args: argparse.Namespace) -> None:
         raise UsageError("--admission cannot be combined with --sweep (its models admit all)")
 
 
+def check_base_rate(args: argparse.Namespace) -> None:
+    """Refuse a ``--base-rate`` that does not parse."""
+    try:
+        BaseRate.parse(args.base_rate)
+    except ValueError as error:
+        raise UsageError(f"--base-rate: {error}") from None
+
+
 def check_retention(args: argparse.Namespace) -> None:
     """Refuse an ``--expire-after`` or ``--max-features`` out of range, both, or either with
     a sweep (its models keep all), the mini-batch learner or the compact encoding."""
@@ -220,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_negative_rate(args)
         check_admission(args)
+        check_base_rate(args)
         check_retention(args)
     except ValueError as error:
         return fail("replay", str(error), status=2)
@@ -296,6 +314,8 @@ def _output(args: argparse.Namespace, result: ReplayResult, model: InMemoryModel
         "hash_bits": args.hash_bits,
         "numeric": args.numeric,
         "calibrated": None if calibration is None else _calibrated(calibration),
+        "base_rate": args.base_rate,
+        "base_rate_logit": model.base_rate.logit(model.base),
         "admission": args.admission,
         "features_admitted": result.features_tracked,
         "admission_dropped_gradients": model.dropped,

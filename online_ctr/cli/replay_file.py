@@ -15,6 +15,7 @@ from typing import Any
 
 from online_ctr.learning import columnar, sequential
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import Batch, FeatureHasher, bias_id
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.parsing import Parsing
@@ -36,6 +37,7 @@ def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
         bias=bias_id(args.hash_bits),
         expire_after=args.expire_after,
         max_features=args.max_features,
+        base_rate=BaseRate.parse(args.base_rate),
     )
 
 

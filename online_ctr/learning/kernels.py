@@ -22,7 +22,7 @@ source files of the functions it compiles in, which numba's cache key includes.
 >>> state, one = np.zeros((1, 2)), np.array([0, 1])
 >>> logits, probabilities = learner(rule)(
 ...     p, state, 0, 35.0, one, np.zeros(1, np.intp), np.ones(1), np.ones(1), np.ones(1),
-...     np.zeros(1, np.uint64), False, admit_all(), retaining())
+...     np.zeros(1, np.uint64), False, admit_all(), retaining(), np.array([0.0, 1, 0, 0]))
 >>> probabilities, state  # g = 0.5 - 1: z = -0.5, n = 0.25
 (array([0.5]), array([[-0.5 ,  0.25]]))
 """
@@ -359,6 +359,24 @@ def _evict(budget: Evicting, step: int) -> None:
     marks[_CUT_ZERO] = max(marks[_CUT_ZERO], marks[_CUT_ALL])
 
 
+@_helper
+def _with_prior(s: float, base: Array) -> float:
+    """``s`` with the base-rate prior's log-odds added, if it is on
+    (:meth:`online_ctr.learning.base_rate.BaseRate.kernel`): after the weights' sum, as the
+    service adds it to ``learner.logits``."""
+    if base[0] == 0.0:
+        return s
+    return s + math.log((base[2] + 0.5) / (base[3] - base[2] + 0.5))
+
+
+@_helper
+def _count(base: Array, y: float, v: float) -> None:
+    """Count an example of label ``y`` and importance ``v`` in the base rate: ``c <- d c +
+    v y``, ``m <- d m + v``."""
+    base[2] = base[2] * base[1] + y * v
+    base[3] = base[3] * base[1] + v
+
+
 def _learn(
     compact: bool,
     p: Array,
@@ -373,6 +391,7 @@ def _learn(
     ids: NDArray[np.uint64],
     admission: Admitting,
     retaining: Retaining,
+    base: Array,
 ) -> tuple[Array, Array]:
     """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
     inlined there, so that the float64 loop never tests it. Compiled once per rule, with
@@ -399,12 +418,14 @@ def _learn(
             if mode != 0 and admitted[inverse[k]] == 0:
                 continue  # a feature not admitted contributes 0
             s += _weight_of(state, inverse[k], step, p) * values[k]  # noqa: F821
+        s = _with_prior(s, base)
         clipped = min(max(s, -logit_clip), logit_clip)
         probability = 1.0 / (1.0 + math.exp(-clipped))
         logits[j], probabilities[j] = s, probability
         # An importance weight scales the gradient (McMahan et al. 2013, section 4.4); a
         # weight of 1 changes no bit.
         residual = (probability - labels[j]) * weights[j]
+        _count(base, labels[j], weights[j])
         for k in range(indptr[j], indptr[j + 1]):
             row = inverse[k]
             if mode != 0 and admitted[row] == 0:
@@ -447,16 +468,17 @@ def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
         compact: bool,
         admission: Admitting,
         retaining: Retaining,
+        base: Array,
     ) -> tuple[Array, Array]:
         fingerprint  # noqa: B018  (read, so that it is a closure cell)
         if _COMPACT and compact:  # noqa: F821
             return _learn(
                 True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
-                admission, retaining,
+                admission, retaining, base,
             )  # fmt: skip
         return _learn(
             False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
-            admission, retaining,
+            admission, retaining, base,
         )  # fmt: skip
 
     return learn_examples
@@ -488,7 +510,10 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     above 0 or a feature budget (:mod:`online_ctr.learning.eviction`), ``state`` has one more
     column, each feature's last step, and a feature that an example finds expired or evicted
     is started again before it is scored; the budget's counts and marks are updated in place,
-    and after each example it evicts what is past its most.
+    and after each example it evicts what is past its most; and ``base``
+    (:meth:`online_ctr.learning.base_rate.BaseRate.kernel`): ``(on, d, c, m)``, with ``on``
+    the log-odds of ``(c + 1/2) / (m + 1)`` added to each logit after the weights' sum, and
+    ``(c, m)`` updated in place as each example is learned.
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
     with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of

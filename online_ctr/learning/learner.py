@@ -103,11 +103,19 @@ def _sum_by(groups: NDArray[np.intp] | NDArray[np.int64], x: Array, size: int) -
 
 
 def score(
-    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+    rule: Rule,
+    params: Any,
+    state: Array,
+    t: int,
+    batch: Batch,
+    features: Features,
+    offset: float = 0.0,
 ) -> Scored:
     """Predict the batch with ``state`` (the rule's fields for ``features.ids``) as at step ``t``
-    and sum the gradients per feature."""
+    and sum the gradients per feature; ``offset`` (a base-rate prior's) is added to each logit."""
     s = logits(batch, features, rule.weights(state, t, params))
+    if offset:
+        s += offset
     p = sigmoid(s)
     g, g2 = gradients(batch, features, p)
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
@@ -115,9 +123,16 @@ def score(
 
 
 def learn(
-    rule: Rule, params: Any, state: Array, t: int, batch: Batch, features: Features
+    rule: Rule,
+    params: Any,
+    state: Array,
+    t: int,
+    batch: Batch,
+    features: Features,
+    offset: float = 0.0,
 ) -> LearnedBatch:
-    """Score the batch at step ``t``, then apply it as steps ``t+1..t+B``."""
-    scored = score(rule, params, state, t, batch, features)
+    """Score the batch at step ``t`` (``offset`` added to each logit), then apply it as steps
+    ``t+1..t+B``."""
+    scored = score(rule, params, state, t, batch, features, offset)
     new_state = rule.update(state, scored.g, scored.g2, t + len(batch), params)
     return LearnedBatch(**vars(scored), state=new_state)

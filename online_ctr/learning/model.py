@@ -13,6 +13,9 @@ retention`) each row also keeps its feature's last step, and a feature untouched
 examples is gone: its row is deleted, now or later (a row past its end is read as gone). With
 ``max_features`` (:mod:`~online_ctr.learning.eviction`) the rows keep the last step too, and the
 model holds at most that many features, evicting the least recently touched, zero weights first.
+Every prediction's logit starts from the ``base_rate`` prior (:mod:`~online_ctr.learning.
+base_rate`; ``BaseRate("off")`` for the weights alone), whose counts the model keeps in
+``base``.
 
 >>> from online_ctr.learning.features import FeatureHasher
 >>> from online_ctr.learning.rules import get_rule
@@ -41,6 +44,7 @@ from online_ctr.learning.admission import (
     empty_counters,
     features_pending,
 )
+from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.calibration import Calibration, Calibrator
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.eviction import (
@@ -89,6 +93,7 @@ class InMemoryModel:
         expire_after: int = NEVER,
         max_features: int = UNBOUNDED,
         budget_bins: tuple[int, int] = (BIN_EXAMPLES, WINDOW_BINS),
+        base_rate: BaseRate = MEAN,
     ) -> None:
         check_encoding(encoding, rule.name)
         #: Features untouched for this many examples are gone (0: never); ``expired`` counts
@@ -118,6 +123,9 @@ class InMemoryModel:
         self.counters = empty_counters() if admission.counted else None
         self.recent = np.zeros(PERIODS, np.int64)
         self.dropped = 0
+        #: The base-rate prior and its counts ``(c, m)`` so far.
+        self.base_rate = base_rate
+        self.base = base_rate.start()
         self.rule = rule
         self.params = rule.params() if params is None else params
         self.minibatch = minibatch
@@ -147,7 +155,7 @@ class InMemoryModel:
         gone = ~self._live(state)
         weights = self.rule.weights(state[:, : len(self.rule.fields)], self.t, self.params)
         weights[gone] = 0.0
-        return sigmoid(logits(batch, features, weights))
+        return sigmoid(logits(batch, features, weights) + self.base_rate.logit(self.base))
 
     def learn(self, batch: Batch) -> Learned:
         """Predict each example before learning from it (progressive validation)."""
@@ -182,10 +190,12 @@ class InMemoryModel:
         before = known | (features.ids == self.bias)
         argument = admitting(self.admission, features.ids, before, self.counters, self.recent)
         retaining = self._retaining()
+        base = self.base_rate.kernel(self.base)
         learned = learn_sequential(
             self.rule, self.params, state, self.t, batch, features, self.encoding, argument,
-            retaining,
+            retaining, base,
         )  # fmt: skip
+        self.base = base[2:].copy()
         admitted = argument.admitted_rows()
         self.dropped += argument.dropped_count()
         self.expired += retaining.expired_count()
@@ -201,13 +211,20 @@ class InMemoryModel:
         """One example at a time, or the whole batch from its start with ``minibatch``."""
         if not self.minibatch:
             retaining = self._retaining()
+            base = self.base_rate.kernel(self.base)
             learned = learn_sequential(
                 self.rule, self.params, state, self.t, batch, features, self.encoding,
-                retaining=retaining,
+                retaining=retaining, base=base,
             )  # fmt: skip
             self.expired += retaining.expired_count()
+            self.base = base[2:].copy()
             return learned
-        step = learn(self.rule, self.params, state, self.t, batch, features)
+        # The whole batch is predicted with the prior at its start, as with the weights.
+        offset = self.base_rate.logit(self.base)
+        step = learn(self.rule, self.params, state, self.t, batch, features, offset)
+        self.base = self.base_rate.after(
+            self.base, batch.labels.tolist(), batch.example_weights().tolist()
+        )
         return Learned(step.logits, step.probabilities, step.losses, step.state, step.counts)
 
     def _retaining(self) -> Retaining:

@@ -48,6 +48,7 @@ import numpy as np
 
 from online_ctr.learning import grouping, kernels, retention, table
 from online_ctr.learning.admission import Admitting, admit_all
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.compact import check_encoding
 from online_ctr.learning.features import Batch
 from online_ctr.learning.learner import LOGIT_CLIP, Features
@@ -56,6 +57,9 @@ from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 
 __all__ = ["Learned", "learn_sequential"]
+
+#: The kernel's base-rate argument of a model without a prior (``BaseRate("off")``).
+_NO_PRIOR = BaseRate("off").kernel(BaseRate("off").start())
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ def learn_sequential(
     encoding: str = "float64",
     admission: Admitting | None = None,
     retaining: Retaining | None = None,
+    base: Array | None = None,
 ) -> Learned:
     """Learn ``batch`` one example at a time, starting from ``state`` (the rule's fields for
     ``features.ids``) as at step ``t``; ``state`` itself is left as it was. With the
@@ -91,7 +96,9 @@ def learn_sequential(
     (:mod:`online_ctr.learning.retention`): with an ``expire_after`` or a budget
     (:mod:`online_ctr.learning.eviction`), ``state`` has one more column, each feature's last
     step (0: not stored), which the learner keeps; its count of features found expired is added
-    to, and the budget's counts updated in place. None: nothing expires."""
+    to, and the budget's counts updated in place. None: nothing expires. ``base``
+    (:meth:`online_ctr.learning.base_rate.BaseRate.kernel`): the base-rate prior added to each
+    logit, its counts updated in place. None: no prior."""
     check_encoding(encoding, rule.name)
     retaining = retain_all() if retaining is None else retaining
     retention.check_encoding(retaining.expire_after, encoding)
@@ -100,6 +107,8 @@ def learn_sequential(
     p = rule.kernel_params(params)
     new_state = np.array(state, dtype=np.float64, order="C")  # a copy: the kernel writes it
     _check_shapes(rule, new_state, batch, features, retaining.stepped())
+    if base is not None and (base.shape != (4,) or base.dtype != np.float64):
+        raise ValueError(f"base must be 4 float64 values (on, d, c, m), got {base!r}")
     labels = np.ascontiguousarray(batch.labels, dtype=np.float64)
     logits, probabilities = kernels.learner(rule)(
         p,
@@ -115,6 +124,7 @@ def learn_sequential(
         encoding == "compact",
         admit_all() if admission is None else admission,
         retaining,
+        _NO_PRIOR.copy() if base is None else base,
     )
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Learned(logits, probabilities, log_loss(probabilities, labels), new_state, counts)

@@ -50,6 +50,7 @@ def literal(
     last: dict[int, int] = {}  # row -> the step of the example that last touched it
     zero: dict[int, bool] = {}  # row -> whether its weight was zero at that step
     evicted = 0
+    clicks = 0.0
     for t in range(len(batch)):
         lo, hi = batch.indptr[t], batch.indptr[t + 1]
         rows, values = np.searchsorted(features.ids, batch.ids[lo:hi]), batch.values[lo:hi]
@@ -57,8 +58,10 @@ def literal(
         s = 0.0
         for w_i, x_i in zip(w, values.tolist(), strict=True):
             s += w_i * x_i
+        s += math.log((clicks + 0.5) / (t - clicks + 0.5))  # the base-rate prior (its default)
         p = 1.0 / (1.0 + math.exp(-min(max(s, -LOGIT_CLIP), LOGIT_CLIP)))
         probabilities[t] = p
+        clicks += batch.labels[t]
         step = t + 1
         for row, x_i in zip(rows.tolist(), values.tolist(), strict=True):
             g = np.array([(p - batch.labels[t]) * x_i])
@@ -219,7 +222,9 @@ def test_a_budget_refuses_what_it_cannot_do(options: dict[str, object], says: st
 def test_replay_evicts_as_the_in_process_model(capsys: pytest.CaptureFixture[str]) -> None:
     """``online-ctr replay --max-features`` is the in-process model with it, and reports the
     features held at the end and how many were evicted."""
-    flags = ("--limit", ROWS, "--max-features", 2000, "--numeric", "raw")
+    # The test's hyper-parameters (PARAMS), which compiled() gives the in-process model.
+    l2 = PARAMS["ftrl"]["l2"]
+    flags = ("--limit", ROWS, "--max-features", 2000, "--numeric", "raw", "--l2", str(l2))
     assert run_replay(CRITEO, *flags) == 0
     out = last_json(capsys)
     _, held, evicted, model = compiled("ftrl", 2000, bins=(BIN_EXAMPLES, WINDOW_BINS))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from online_ctr.learning.admission import Admission
-from online_ctr.learning.learner import LOGIT_CLIP
+from online_ctr.learning.learner import LOGIT_CLIP, sigmoid
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.retention import MOST, check_expire_after, live
 from online_ctr.learning.rules import RULES
@@ -35,6 +35,7 @@ def literal(name: str, span: int) -> tuple[Array, dict[int, Array], int]:
     state, probabilities = rule.zeros(len(features.ids)), np.empty(len(batch))
     last: dict[int, int] = {}  # row -> the step of the example that last touched it
     expired = 0
+    clicks = 0.0
     for t in range(len(batch)):
         lo, hi = batch.indptr[t], batch.indptr[t + 1]
         rows, values = np.searchsorted(features.ids, batch.ids[lo:hi]), batch.values[lo:hi]
@@ -46,8 +47,10 @@ def literal(name: str, span: int) -> tuple[Array, dict[int, Array], int]:
         s = 0.0
         for w_i, x_i in zip(w, values.tolist(), strict=True):
             s += w_i * x_i
+        s += math.log((clicks + 0.5) / (t - clicks + 0.5))  # the base-rate prior (its default)
         p = 1.0 / (1.0 + math.exp(-min(max(s, -LOGIT_CLIP), LOGIT_CLIP)))
         probabilities[t] = p
+        clicks += batch.labels[t]
         for row, x_i in zip(rows.tolist(), values.tolist(), strict=True):
             g = np.array([(p - batch.labels[t]) * x_i])
             state[[row]] = rule.update(state[[row]], g, g * g, t + 1, params)
@@ -118,7 +121,8 @@ def test_a_span_longer_than_the_stream_is_no_expiry_bit_for_bit() -> None:
 
 
 def test_an_expired_feature_is_gone_from_predictions_and_counts() -> None:
-    """After the span, a model that learned nothing more predicts as a new one; the counts of
+    """After the span, a model that learned nothing more predicts as a new one (with the base
+    rate it learned: its prior is no feature, and does not expire); the counts of
     features held and nonzero weights fall to zero, and every feature counts as expired."""
     rule, (batch, _) = RULES["ftrl"], criteo()
     model = InMemoryModel(rule, expire_after=SPAN)
@@ -129,7 +133,9 @@ def test_an_expired_feature_is_gone_from_predictions_and_counts() -> None:
     model.t += SPAN  # the step moves on without touching anything
     assert model.features_tracked() == 0 and model.nonzero_weights() == 0
     assert model.features_expired() == pytest.approx(model.expired + held)
-    np.testing.assert_array_equal(model.predict(batch.examples(0, 5)), np.full(5, 0.5))
+    # As a new model with the base rate learned so far: its prior alone.
+    prior = sigmoid(np.full(5, model.base_rate.logit(model.base)))
+    np.testing.assert_array_equal(model.predict(batch.examples(0, 5)), prior)
 
 
 def test_with_admission_an_expired_feature_waits_to_be_admitted_again() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import Batch, Example, FeatureHasher
 from online_ctr.learning.learner import (
     LOGIT_CLIP,
@@ -106,10 +107,12 @@ def test_extreme_logits_are_clipped_and_the_loss_stays_finite() -> None:
 def sequential_by_rule(
     rule: Rule, params: Any, examples: list[Example], labels: list[float]
 ) -> tuple[list[float], dict[int, Array]]:
-    """The rule applied one example at a time, in plain Python around its three functions."""
+    """The rule applied one example at a time, in plain Python around its three functions,
+    with the base-rate prior (the model's default): the running mean's log-odds added."""
     hasher = FeatureHasher()
     state: dict[int, Array] = {}
     predictions = []
+    clicks = 0.0
     for t, (example, y) in enumerate(zip(examples, labels, strict=True)):
         one = hasher.batch([example])
         ids, xs = one.ids.tolist(), one.values.tolist()
@@ -118,6 +121,8 @@ def sequential_by_rule(
         s = 0.0
         for x_i, w_i in zip(xs, w, strict=True):
             s += w_i * x_i
+        s += math.log((clicks + 0.5) / (t - clicks + 0.5))
+        clicks += y
         p = float(sigmoid(np.array([s]))[0])
         g = np.array([(p - y) * x_i for x_i in xs])
         for i, row in zip(ids, rule.update(rows, g, g * g, t + 1, params), strict=True):
@@ -251,9 +256,11 @@ TEXTBOOK: dict[str, Textbook] = {
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("name", sorted(TEXTBOOK))
 def test_model_with_batches_of_one_follows_the_textbook_definition(name: str, seed: int) -> None:
-    """FTRL's literal Algorithm 1 is checked in ``test_ftrl_algorithm1.py``."""
+    """FTRL's literal Algorithm 1 is checked in ``test_ftrl_algorithm1.py``; the definitions
+    here have no base-rate prior (the sequential one above has)."""
     rule = RULES[name]
-    model = InMemoryModel(rule, rule.params(**PARAMS[name]), minibatch=True)
+    params = rule.params(**PARAMS[name])
+    model = InMemoryModel(rule, params, minibatch=True, base_rate=BaseRate("off"))
     hasher = FeatureHasher()
     examples, labels = synthetic_stream(400, seed)
     state: dict[int, list[float]] = {}

@@ -32,6 +32,7 @@ import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests import _vw
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.learner import log_loss, sigmoid
 from online_ctr.learning.model import InMemoryModel
@@ -84,7 +85,8 @@ def ours(rows: LabelledExamples, setting: Setting) -> np.ndarray:
     if setting not in _OURS:
         alpha, beta, l1, l2 = setting
         rule = get_rule("ftrl")
-        model = InMemoryModel(rule, rule.params(alpha=alpha, beta=beta, l1=l1, l2=l2))
+        params = rule.params(alpha=alpha, beta=beta, l1=l1, l2=l2)
+        model = InMemoryModel(rule, params, base_rate=BaseRate("off"))  # VW has no prior
         hasher = FeatureHasher()
         _OURS[setting] = np.concatenate(
             [model.learn(hasher.batch([example], [label])).probabilities for example, label in rows]
