@@ -49,6 +49,28 @@ class Metrics:
             model,
             registry=registry,
         )
+        self.predicted_clicks = Counter(
+            "online_ctr_predicted_clicks",
+            "Sum of the probabilities predicted for the examples applied, each before learning "
+            "from it and times its importance weight: over online_ctr_clicks_total, the "
+            "model's calibration sum(p) / sum(y) (1: its predictions add up to the clicks).",
+            model,
+            registry=registry,
+        )
+        self.clicks = Counter(
+            "online_ctr_clicks",
+            "Sum of the labels of the examples applied (the clicks), each times its "
+            "importance weight.",
+            model,
+            registry=registry,
+        )
+        self.base_rate_logit = Gauge(
+            "online_ctr_base_rate_logit",
+            "What the model's base-rate prior adds to the next prediction's logit: the "
+            "log-odds of its click rate so far (0 with base_rate off).",
+            model,
+            registry=registry,
+        )
         self.features_admitted = Counter(
             "online_ctr_features_admitted",
             "Features given state for the first time (with an admission rule, once admitted).",

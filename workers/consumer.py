@@ -101,6 +101,8 @@ class Worker:
         self.tally: Tally | None = None
         #: The model's feature budget as of ``version`` (None: it has none), loaded likewise.
         self.budget: Evicting | None = None
+        #: The base rate's counts as of ``version`` (None: not loaded yet), loaded likewise.
+        self.base: NDArray[np.float64] | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         #: Why the model's meta refuses every commit ('': it does not), logged once.
@@ -124,6 +126,8 @@ class Worker:
             metrics.features_expired,
             metrics.features_evicted,
             metrics.progressive_logloss,
+            metrics.predicted_clicks,
+            metrics.clicks,
             metrics.dead_lettered,
             metrics.commit_conflicts,
             metrics.log_rollbacks,
@@ -263,6 +267,7 @@ class Worker:
             self.tally = await store.admission_tally(self.counters)
             self._publish_fill()
         self.budget = await store.feature_budget()
+        self.base = await store.base_counts()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
         self._recovered = True
@@ -278,6 +283,7 @@ class Worker:
         self.known = None
         self.counters = self.tally = None
         self.budget = None
+        self.base = None
         self.retention.forget()
         self.committer.abandon()
         self.cache.forget()
@@ -344,6 +350,7 @@ class Worker:
                 tally=self.tally,
                 gone=gone,
                 budget=self.budget,
+                base=self.base,
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -383,6 +390,7 @@ class Worker:
         self.version = (commit.t, self.version[1])
         self.histogram = learning.histogram
         self.budget = learning.budget  # committed with the group: now the model's
+        self.base = learning.base  # likewise
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
             if counted.whole is not None:  # halved (bloom:N:D), or many changed
@@ -461,6 +469,12 @@ class Worker:
         self.metrics.features_evicted.labels(**label).inc(change.budget.evicted)
         self.metrics.admission_dropped.labels(**label).inc(learning.dropped)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
+        predicted, clicks = change.sums
+        self.metrics.predicted_clicks.labels(**label).inc(predicted)
+        self.metrics.clicks.labels(**label).inc(clicks)
+        if learning.base is not None:
+            spec = self.store.spec
+            self.metrics.base_rate_logit.labels(**label).set(spec.base_rate.logit(learning.base))
         self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
         self.metrics.features_tracked.labels(**label).set(result.features_tracked)
         self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)

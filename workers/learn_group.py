@@ -85,6 +85,8 @@ class Learning:
     budget: Evicting | None = None
     #: The admission filter's tally once the group commits (None: it has no filter).
     tally: Tally | None = None
+    #: The base rate's counts once the group commits (None: not given).
+    base: NDArray[np.float64] | None = None
 
 
 async def cached_rows(
@@ -122,6 +124,7 @@ async def learn_group(
     gone: NDArray[np.uint64] | None = None,
     budget: Evicting | None = None,
     tally: Tally | None = None,
+    base: NDArray[np.float64] | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -139,7 +142,8 @@ async def learn_group(
     commit deletes unless the group touches them; a stored feature the group found expired
     and did not admit again is deleted too. ``budget``: the model's feature budget, read
     only (the group learns on a copy, :attr:`Learning.budget` once it commits); ``gone`` then
-    holds features it evicted."""
+    holds features it evicted. ``base``: the base rate's counts as of ``version``
+    (:mod:`online_ctr.learning.base_rate`; None: zeros), read only too."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -157,9 +161,11 @@ async def learn_group(
     argument, where = local_admitting(spec.admission, features.ids, ~new | bias, counters, recent)
     work = None if budget is None else budget.copy()
     retaining = retention.retaining(spec.expire_after, work)
+    kernel_base = spec.base_rate.kernel(spec.base_rate.start() if base is None else base)
     learned = learn_sequential(
-        spec.rule, spec.params, before, t, batch, features, spec.encoding, argument, retaining
-    )
+        spec.rule, spec.params, before, t, batch, features, spec.encoding, argument, retaining,
+        kernel_base,
+    )  # fmt: skip
     logloss_sum = _loss_sum(learned.losses, batch, served)
     check_finite(features.ids, before, learned, logloss_sum)
     # Only admitted features are stored, and cached as stored; the others stay as they were,
@@ -209,6 +215,8 @@ async def learn_group(
         counters=counted,
         expired=0 if work is not None else retaining.expired_count() + len(swept),
         budget=budgeted,
+        base=(float(kernel_base[2]), float(kernel_base[3])),
+        sums=_sums(learned.probabilities, batch, served),
     )
     learning = Learning(
         change,
@@ -222,6 +230,7 @@ async def learn_group(
         stored_new=stored_new,
         budget=work,
         tally=tallied,
+        base=kernel_base[2:].copy(),
     )
     if histogram is None:
         return learning
@@ -297,6 +306,16 @@ def _loss_sum(
         known = ~np.isnan(served)
         losses = np.where(known, log_loss(np.where(known, served, 0.5), batch.labels), losses)
     return float(batch.weighted(losses).sum())
+
+
+def _sums(
+    probabilities: NDArray[np.float64], batch: Batch, served: NDArray[np.float64] | None
+) -> tuple[float, float]:
+    """The group's importance-weighted sums of its predictions (the served one where there
+    is one, as for the log loss) and of its labels: their ratio is its calibration."""
+    if served is not None:
+        probabilities = np.where(np.isnan(served), probabilities, served)
+    return float(batch.weighted(probabilities).sum()), float(batch.weighted(batch.labels).sum())
 
 
 def weight_excess(batch: Batch) -> float:

@@ -34,6 +34,7 @@ CONFIG_FIELDS = (
     "admission",
     "expire_after",
     "max_features",
+    "base_rate",
     "negative_rate",
 )
 #: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.

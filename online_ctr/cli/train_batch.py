@@ -26,6 +26,7 @@ import numpy as np
 from online_ctr.cli.args import add_data_arguments, fail, integer, number, resolve_format
 from online_ctr.cli.replay import rule_params
 from online_ctr.learning import warm_start
+from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.detect import FormatError
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.owlqn import Design, OWLQNResult, design_from_batch, minimize
@@ -75,6 +76,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --out: a hyper-parameter of the online rule (e.g. l1=1), repeatable; "
         "default: the rule's",
     )
+    parser.add_argument(
+        "--base-rate",
+        default=MEAN.text,
+        metavar="PRIOR",
+        help="with --out: the online model's base-rate prior (mean, decay:H or off), which "
+        "starts from the batch's click rate, the bias giving up its share; default: mean",
+    )
     parser.set_defaults(func=run)
 
 
@@ -103,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
         rule, params = online_rule(args)
+        base_rate = BaseRate.parse(args.base_rate)
     except ValueError as error:  # hash bits above 64, a rule's invalid hyper-parameters
         return fail("train-batch", str(error), status=2)
     start = time.perf_counter()
@@ -122,7 +131,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             args.out.write_bytes(
                 warm_start.snapshot(
-                    rule, params, design, result.w, args.hash_bits, result.loss, args.numeric
+                    rule,
+                    params,
+                    design,
+                    result.w,
+                    args.hash_bits,
+                    result.loss,
+                    args.numeric,
+                    base_rate,
                 )
             )
         except OSError as error:

@@ -35,6 +35,8 @@ from online_ctr.config.checks import (
 )
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.base_rate import MEAN, BaseRate
+from online_ctr.learning.base_rate import SETTING as BASE_RATE_SETTING
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 
@@ -167,6 +169,7 @@ class Settings(BaseSettings):
         le=eviction.MOST,
         description=eviction.SETTING,
     )
+    base_rate: str = Field(MEAN.text, description=BASE_RATE_SETTING)
     negative_rate: float = Field(
         1.0,
         ge=MIN_RATE,
@@ -356,6 +359,11 @@ class Settings(BaseSettings):
     @classmethod
     def _admission(cls, value: str) -> str:
         return Admission.parse(value).text
+
+    @field_validator("base_rate")
+    @classmethod
+    def _base_rate(cls, value: str) -> str:
+        return BaseRate.parse(value).text
 
     @field_validator("redis_url")
     @classmethod

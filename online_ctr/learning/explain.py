@@ -58,12 +58,15 @@ class Term(NamedTuple):
 @dataclass(frozen=True)
 class Explanation:
     """A logit in parts: the bias's weight (its x is 1), the ``top`` largest terms by
-    ``|contribution|`` (largest first), the sum of the ``omitted`` others in ``rest``."""
+    ``|contribution|`` (largest first), the sum of the ``omitted`` others in ``rest``, and
+    the base-rate prior's offset."""
 
     bias: float
     terms: list[Term]
     rest: float
     omitted: int
+    #: The base-rate prior's offset (:mod:`online_ctr.learning.base_rate`), its own term.
+    base_rate: float = 0.0
 
 
 def sent_features(example: Example, numeric: Numeric) -> list[Sent]:
@@ -88,7 +91,11 @@ def sent_features(example: Example, numeric: Numeric) -> list[Sent]:
 
 
 def explain(
-    sent: Sequence[Sent], weights: Sequence[float], bias_weight: float, top: int
+    sent: Sequence[Sent],
+    weights: Sequence[float],
+    bias_weight: float,
+    top: int,
+    base_rate: float = 0.0,
 ) -> Explanation:
     """The explanation of a logit from its features and their weights (in the same order).
 
@@ -101,4 +108,4 @@ def explain(
         for i in order[:top]
     ]
     rest = math.fsum(contributions[i] for i in order[top:])  # exactly rounded: no order to pick
-    return Explanation(bias_weight, listed, rest, len(order) - len(listed))
+    return Explanation(bias_weight, listed, rest, len(order) - len(listed), base_rate)

@@ -42,6 +42,11 @@ the features the filter admitted in each of the last :data:`PERIODS` halving per
 (:func:`online_ctr.learning.admission.features_pending`). Absent (files written before it
 existed, or none admitted): zeros.
 
+A model's base-rate prior (``base_rate`` in the header, :mod:`online_ctr.learning.base_rate`;
+absent: ``off``, as every model before it) is part of its state: the footer carries its counts
+``base_clicks`` and ``base_examples`` (absent: 0), and the weighted sums of the predictions
+and labels learned, ``predicted_sum`` and ``label_sum``, as Redis kept them (absent: none).
+
 A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
 So every field is checked against what a model can hold (a rule and its hyper-parameters, a
 state encoding it may use, every state row one that learning produces, steps and counts whole
@@ -90,6 +95,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import COUNTERS, PERIODS, Admission
+from online_ctr.learning.base_rate import BaseRate, check_state
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
@@ -112,6 +118,8 @@ BUDGET_NAMES = ("the header's max_features", "the header's encoding")
 BUDGET_MARKS = ("features_held", "features_evicted", "cut_zero", "cut_all", "budget_lowest")
 #: The footer's admissions per halving period of a model without any (absent: these).
 NONE_ADMITTED = (0,) * PERIODS
+#: The footer's fields of the base-rate prior and the calibration sums (absent: 0 or none).
+OPTIONAL_FOOTER = ("base_clicks", "base_examples", "predicted_sum", "label_sum")
 
 
 class SnapshotError(ValueError):
@@ -140,6 +148,8 @@ class Header:
     #: The most features the model holds (0: no budget; absent from files written before
     #: budgets existed). With a budget, each row ends with ``tau`` too.
     max_features: int = eviction.UNBOUNDED
+    #: The base-rate prior (absent from files written before it existed: ``off``).
+    base_rate: str = "off"
 
     @property
     def stepped(self) -> bool:
@@ -196,6 +206,13 @@ class Footer:
     #: period ``k`` at ``k % PERIODS`` (all 0 without a filter, or none admitted): the
     #: meta's ``admitted_recent``.
     admitted_recent: tuple[int, ...] = NONE_ADMITTED
+    #: The base rate's counts at ``t`` (:mod:`online_ctr.learning.base_rate`).
+    base_clicks: float = 0.0
+    base_examples: float = 0.0
+    #: The importance-weighted sums of the predictions and labels learned, as Redis kept
+    #: them ('': none written).
+    predicted_sum: str = ""
+    label_sum: str = ""
 
     def marks(self) -> NDArray[np.int64]:
         """The budget's marks as :attr:`online_ctr.learning.eviction.Evicting.marks` holds
@@ -243,6 +260,8 @@ class Writer:
             del body["expire_after"]
         if header.max_features == eviction.UNBOUNDED:  # as files written before budgets
             del body["max_features"]
+        if header.base_rate == "off":  # as files written before the prior existed
+            del body["base_rate"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -275,6 +294,9 @@ class Writer:
                 del body[mark]
         if not any(footer.admitted_recent):  # as files written before the periods were kept
             del body["admitted_recent"]
+        for name in OPTIONAL_FOOTER:  # as files written before the prior existed
+            if not body[name]:
+                del body[name]
         payload = _json(body)
         end = self._out(_section(b"F", len(payload), payload) + b"E")
         return end + self.digest.digest()
@@ -297,6 +319,7 @@ def parse_header(payload: bytes) -> Header:
             admission=Admission.parse(str(body.get("admission", "all"))).text,
             expire_after=_span(body.get("expire_after", NEVER)),
             max_features=_budget(body.get("max_features", eviction.UNBOUNDED)),
+            base_rate=BaseRate.parse(str(body.get("base_rate", "off"))).text,
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)
@@ -343,7 +366,12 @@ def parse_footer(payload: bytes) -> Footer:
             cut_all=_whole(body, "cut_all", "a step", 0),
             budget_lowest=_whole(body, "budget_lowest", "a bin", 0),
             admitted_recent=_admitted(body.get("admitted_recent", NONE_ADMITTED)),
+            base_clicks=_float(body, "base_clicks"),
+            base_examples=_float(body, "base_examples"),
+            predicted_sum=_sum_text(body, "predicted_sum"),
+            label_sum=_sum_text(body, "label_sum"),
         )
+        check_state(footer.base_clicks, footer.base_examples)
     except SnapshotError:
         raise
     except KeyError as error:
@@ -458,6 +486,28 @@ def _logloss_text(value: object) -> str:
     if not isinstance(value, str) or len(value) > 40:
         raise SnapshotError(f"the footer's logloss_text {_shown(value)} is not a number")
     return value
+
+
+def _float(body: dict[str, Any], name: str) -> float:
+    """A float of the footer (absent: 0.0), finite."""
+    value = body.get(name, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SnapshotError(f"the footer's {name} {_shown(value)} is not a finite number")
+    return float(value)
+
+
+def _sum_text(body: dict[str, Any], name: str) -> str:
+    """A sum of the footer as Redis kept it, if given: a finite number >= 0, as text."""
+    value = body.get(name, "")
+    if value == "":
+        return ""
+    try:
+        valid = isinstance(value, str) and len(value) <= 40 and 0 <= float(value) < math.inf
+    except ValueError:
+        valid = False
+    if not valid:
+        raise SnapshotError(f"the footer's {name} {_shown(value)} is not a finite number >= 0")
+    return str(value)
 
 
 def _weight_excess(value: object) -> str:

@@ -16,6 +16,11 @@ gives:
 - FOBOS, truncated gradient, simple truncation (``w``, ``n``, ``t_last``): ``w``, ``n = g2``
   and ``t_last = t = 0``, so no lazy shrinking is pending; L1-SGD (``w``, ``n``): ``w``, ``g2``.
 
+The online model's base-rate prior (:mod:`online_ctr.learning.base_rate`, ``mean`` unless
+asked otherwise) starts from the batch's counts, its clicks over its ``N`` examples, and the
+bias's weight gives up what the prior adds: ``w_bias - prior``, so that the seeded model
+predicts as the batch model (up to float rounding).
+
 >>> from online_ctr.learning.rules import get_rule
 >>> rule = get_rule("ftrl")
 >>> params = rule.params(alpha=0.1, beta=1.0, l1=1.0, l2=1.0)
@@ -31,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from online_ctr.learning.base_rate import MEAN, BaseRate
+from online_ctr.learning.features import bias_id
 from online_ctr.learning.owlqn import Design
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.snapshot import Footer, Header, Writer
@@ -78,23 +85,33 @@ def snapshot(
     hash_bits: int | None,
     loss: float,
     numeric: str = "raw",
+    base_rate: BaseRate = MEAN,
 ) -> bytes:
     """The snapshot file of the warm start: every feature of ``design`` seeded from the batch
     weights ``w`` (fitted with summed log loss ``loss``), at :func:`seed_step`. At step 0 the
     log-loss sum is 0 (no example learned online yet); RDA starts at ``N`` and takes the
     batch's training loss, so that its mean stays a log loss of those ``N`` examples.
-    ``numeric`` is how the batch's numbers were hashed, which the online model must share."""
+    ``numeric`` is how the batch's numbers were hashed, which the online model must share;
+    ``base_rate`` its prior, which starts from the batch's counts (see the module doc)."""
     t = seed_step(rule, design.n_examples)
-    state = seed_state(rule, params, w, squared_gradients(design, w), t)
+    counts = np.array([float(design.labels.sum()), float(design.n_examples)])
+    bias = design.ids == np.uint64(bias_id(hash_bits))
+    if not bias.any():  # no bias to give up the prior's share: the weights alone
+        base_rate = BaseRate("off")
+    seeded = np.array(w, dtype=np.float64)
+    seeded[bias] -= base_rate.logit(counts)
+    state = seed_state(rule, params, seeded, squared_gradients(design, w), t)
     header = Header(
         rule.name, dict(vars(params)), hash_bits, rule.fields, "train-batch",
-        {"examples": design.n_examples}, numeric=numeric,
+        {"examples": design.n_examples}, numeric=numeric, base_rate=base_rate.text,
     )  # fmt: skip
     footer = Footer(
         t=t,
         logloss_sum=loss if t else 0.0,
         nonzero_weights=int(np.count_nonzero(rule.weights(state, t, params))),
         features_tracked=design.n_features,
+        base_clicks=float(counts[0]),
+        base_examples=float(counts[1]),
     )
     writer = Writer()
     return writer.start(header) + writer.rows(design.ids, state) + writer.finish(footer)

@@ -122,6 +122,11 @@ class StateChange:
     expired: int = 0
     #: What the group changed of the model's feature budget (:class:`BudgetChange`).
     budget: BudgetChange = NO_BUDGET
+    #: The base rate's counts ``(clicks, examples)`` after the group
+    #: (:mod:`online_ctr.learning.base_rate`); None: not written.
+    base: tuple[float, float] | None = None
+    #: The group's importance-weighted sums of its predictions and of its labels.
+    sums: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,8 @@ class CommitLog:
                 change.expired,
                 *change.budget.args(),
                 change.counters.tally,
+                "" if change.base is None else f"{change.base[0]!r} {change.base[1]!r}",
+                f"{change.sums[0]!r} {change.sums[1]!r}",
                 *redo,
             ],
         )

@@ -32,8 +32,12 @@
 --       of the ids entering the expiry set (f64, one per id of ARGV[8]), 26 the admission
 --       filter's tally after the group, 'used r0 .. r7' (its counters above 0, and the
 --       features it admitted in each of the last 8 halving periods, by period modulo 8; ''
---       for a model without a filter: nothing written), then pairs (redo field 's<shard>',
---       that shard's records) for the redo entry.
+--       for a model without a filter: nothing written), 27 the base rate's counts after the
+--       group, 'clicks examples' (finite, 0 <= clicks <= examples: written as given to the meta's
+--       fields base_clicks and base_examples; '': nothing written), 28 the group's
+--       importance-weighted sums of its predictions and of its labels, 'predicted labels'
+--       (finite, >= 0: added to the meta's fields predicted_sum and label_sum), then pairs
+--       (redo field 's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
 -- {'damaged', why} (a stored value is not what finalize writes: no commit can apply).
@@ -84,6 +88,21 @@ local function admission_tally(text, count)
   if #numbers ~= 9 then refuse('ARGV[26] has not 9 numbers but', #numbers) end
   if tonumber(numbers[1]) > count then refuse('ARGV[26] counters used past ARGV[18]', numbers[1]) end
   return {used = numbers[1], recent = table.concat(numbers, ' ', 2)}
+end
+
+-- The base rate's counts (ARGV[27]) checked: nil for none, else {clicks, examples} as text
+-- (Lua would round what it writes of a number; the learner's repr is exact).
+local function base_rate(text)
+  if text == '' then return nil end
+  local texts = {}
+  for number in string.gmatch(text, '%S+') do texts[#texts + 1] = number end
+  if #texts ~= 2 then refuse('ARGV[27] has not 2 numbers but', #texts) end
+  local clicks = finite('ARGV[27] base-rate clicks', texts[1])
+  local examples = finite('ARGV[27] base-rate examples', texts[2])
+  if clicks < 0 or clicks > examples then
+    refuse('ARGV[27] base-rate clicks are not within 0 and the examples', text)
+  end
+  return texts
 end
 
 -- The budget's counts and marks (ARGV[20..25]) checked: nil for a model without a budget,
@@ -137,7 +156,7 @@ end
 -- finalize writes (a model imported with a log-loss sum of NaN, say) is 'damaged', and no
 -- commit can change the model until it is mended; a bad argument is the learner's, 'refused'.
 local function check_arguments()
-  if #ARGV < 26 then refuse('too few arguments', #ARGV) end
+  if #ARGV < 28 then refuse('too few arguments', #ARGV) end
   local a = {
     t = whole('ARGV[2] expected t', ARGV[2], 0),
     examples = whole('ARGV[4] examples learned', ARGV[4], 0),
@@ -167,8 +186,15 @@ local function check_arguments()
   a.counters = admission_counters(ARGV[16], ARGV[17], ARGV[18])
   a.budget = budget_arguments(a.entering)
   a.tally = admission_tally(ARGV[26], tonumber(ARGV[18]))
-  if (#ARGV - 26) % 2 ~= 0 then refuse('ARGV[27..] are not pairs, their count is', #ARGV - 26) end
-  for i = 27, #ARGV, 2 do
+  a.base = base_rate(ARGV[27])
+  a.sums = {}
+  for sum in string.gmatch(ARGV[28], '%S+') do
+    if finite('ARGV[28] weighted sum', sum) < 0 then refuse('ARGV[28] weighted sum below 0', sum) end
+    a.sums[#a.sums + 1] = sum
+  end
+  if #a.sums ~= 2 then refuse('ARGV[28] has not 2 sums but', #a.sums) end
+  if (#ARGV - 28) % 2 ~= 0 then refuse('ARGV[29..] are not pairs, their count is', #ARGV - 28) end
+  for i = 29, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
     a.fields[#a.fields + 1], a.fields[#a.fields + 2] = ARGV[i], ARGV[i + 1]
   end
@@ -189,7 +215,7 @@ local function check_stored(a)
   kind(KEYS[10], 'zset')
   local m = redis.call(
     'HMGET', meta, 't', 'seq', 'logloss_sum', 'nnz_stable', 'tracked', 'weight_excess',
-    'expired', 'evicted', 'budget_lowest', 'cut_zero', 'cut_all')
+    'expired', 'evicted', 'budget_lowest', 'cut_zero', 'cut_all', 'predicted_sum', 'label_sum')
   local s = {
     t = whole('meta field t', m[1] or '0', 0),
     seq = whole('meta field seq', m[2] or '0', 0),
@@ -198,7 +224,11 @@ local function check_stored(a)
     tracked = whole('meta field tracked', m[5] or '0'),
     excess = finite('meta field weight_excess', m[6] or '0'),
     expired = whole('meta field expired', m[7] or '0', 0),
+    predicted = finite('meta field predicted_sum', m[12] or '0'),
+    labels = finite('meta field label_sum', m[13] or '0'),
   }
+  finite('predicted sum after the commit', string.format('%.17g', s.predicted + a.sums[1]))
+  finite('label sum after the commit', string.format('%.17g', s.labels + a.sums[2]))
   finite('log-loss sum after the commit', string.format('%.17g', s.logloss + a.logloss))
   finite('weight excess after the commit', string.format('%.17g', s.excess + a.excess))
   local t_after = whole('t after the commit', string.format('%d', s.t + a.examples), 0)
@@ -295,11 +325,16 @@ end
 if a.tally then
   redis.call('HSET', meta, 'counters_used', a.tally.used, 'admitted_recent', a.tally.recent)
 end
+if a.base then
+  redis.call('HSET', meta, 'base_clicks', a.base[1], 'base_examples', a.base[2])
+end
 if ARGV[13] ~= '' then
   redis.call('HSET', meta, 'calibration_fit', ARGV[13], 'calibration_histogram', ARGV[14])
 end
 local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
 if a.excess ~= 0 then redis.call('HINCRBYFLOAT', meta, 'weight_excess', ARGV[15]) end
+redis.call('HINCRBYFLOAT', meta, 'predicted_sum', a.sums[1])
+redis.call('HINCRBYFLOAT', meta, 'label_sum', a.sums[2])
 if a.expired ~= 0 then redis.call('HINCRBY', meta, 'expired', ARGV[19]) end
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])

@@ -41,6 +41,8 @@ from online_ctr.config.settings import Settings
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.base_rate import MEAN, BaseRate
+from online_ctr.learning.base_rate import SETTING as BASE_RATE_SETTING
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
@@ -116,6 +118,11 @@ class ModelConfig(JoinConfig):
         description=eviction.SETTING,
         examples=[0, 10000000],
     )
+    base_rate: str = Field(
+        MEAN.text,
+        description=BASE_RATE_SETTING,
+        examples=["mean", "decay:100000", "off"],
+    )
     negative_rate: Annotated[float, Strict()] = Field(
         1.0,
         ge=MIN_RATE,
@@ -143,6 +150,11 @@ class ModelConfig(JoinConfig):
         # Before the pattern: a bad rule is told what is wrong, a good one written as
         # Admission.text writes it (which the pattern describes).
         return Admission.parse(value).text if isinstance(value, str) else value
+
+    @field_validator("base_rate")
+    @classmethod
+    def _base_rate(cls, value: str) -> str:
+        return BaseRate.parse(value).text
 
     @field_validator("group")
     @classmethod
@@ -201,6 +213,7 @@ class ModelConfig(JoinConfig):
             self.admission,
             self.expire_after,
             self.max_features,
+            self.base_rate,
         )
 
 
@@ -219,6 +232,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         admission=spec.admission.text,
         expire_after=spec.expire_after,
         max_features=spec.max_features,
+        base_rate=spec.base_rate.text,
     )
 
 
@@ -239,6 +253,7 @@ def own_config(settings: Settings) -> ModelConfig:
         admission=settings.admission,
         expire_after=settings.expire_after,
         max_features=settings.max_features,
+        base_rate=settings.base_rate,
         feature_names=settings.feature_names,
     )
 

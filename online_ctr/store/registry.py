@@ -123,7 +123,17 @@ def encode_config(config: ModelConfig) -> str:
         dropped.add("expire_after")
     if config.max_features == 0:
         dropped.add("max_features")
+    if config.base_rate == "off":  # as models recorded before the prior existed have it
+        dropped.add("base_rate")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
+
+
+def decode_config(stored: bytes | str) -> ModelConfig:
+    """A configuration as :func:`encode_config` stored it: one recorded before the base-rate
+    prior existed (or with it off) has none, so its model keeps predicting without one."""
+    fields = json.loads(stored)
+    fields.setdefault("base_rate", "off")
+    return ModelConfig.model_validate_json(json.dumps(fields))
 
 
 class Registry:
@@ -142,7 +152,7 @@ class Registry:
     async def models(self) -> dict[str, ModelConfig]:
         """Every model, by name."""
         raw = await self.redis.hgetall(self.keys.models)
-        return {text(k): ModelConfig.model_validate_json(v) for k, v in raw.items()}
+        return {text(k): decode_config(v) for k, v in raw.items()}
 
     async def groups(self) -> dict[str, GroupInfo]:
         """Every group, by name."""
@@ -153,7 +163,7 @@ class Registry:
         """The configurations of the models ``names`` that exist."""
         raw = await self.redis.hmget(self.keys.models, list(names))
         found = zip(names, raw, strict=True)
-        return {n: ModelConfig.model_validate_json(v) for n, v in found if v is not None}
+        return {n: decode_config(v) for n, v in found if v is not None}
 
     async def lookup(self, name: str) -> ModelConfig | GroupInfo | None:
         """The model or group called ``name``, read in one round trip; None if neither."""
@@ -162,7 +172,7 @@ class Registry:
             pipe.hget(self.keys.groups, name)
             model, group = await pipe.execute()
         if model is not None:
-            return ModelConfig.model_validate_json(model)
+            return decode_config(model)
         return GroupInfo.decode(name, group) if group is not None else None
 
     async def create(self, name: str, config: ModelConfig, replace: bool = False) -> bool:
@@ -192,7 +202,7 @@ class Registry:
                 f"model {name!r} serves group {detail!r}: promote another model of the group "
                 f"first (PUT /groups/{detail} with another serving model)"
             )
-        return ModelConfig.model_validate_json(detail)
+        return decode_config(detail)
 
     async def serve(self, group: str, serving: str, split: dict[str, float]) -> GroupInfo:
         """Make ``serving`` the group's serving model and ``split`` its traffic split."""

@@ -54,6 +54,8 @@ class Fresh:
     calibration_fit: bytes | None
     #: A feature budget's cutoff of all features (:mod:`online_ctr.learning.eviction`).
     cut_all: int = 0
+    #: The base rate's counts as of that commit (:mod:`online_ctr.learning.base_rate`).
+    base: tuple[float, float] = (0.0, 0.0)
 
 
 def latest(ids: NDArray[np.uint64], rows: Array) -> tuple[NDArray[np.uint64], Array]:
@@ -144,7 +146,7 @@ class StateReplica:
             keys=[self.keys.meta, self.keys.redo],
             args=[epoch, seq, MOST_COMMITS, *self._head, records_asked],
         )
-        status, new_epoch, new_seq, t, fit, cut_all, *read = reply
+        status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)
         if status == b"reset":
             self._restart(new_epoch, new_seq)
@@ -156,7 +158,7 @@ class StateReplica:
         if changed is not None:
             _overlay(ids, state, *changed)
         self._keep(epoch, seq, new_seq, changed, lacked, state[missing])
-        return Fresh(state, int(t), fit or None, int(cut_all))
+        return Fresh(state, int(t), fit or None, int(cut_all), (float(clicks), float(examples)))
 
     def _keep(
         self,

@@ -7,15 +7,17 @@
 -- after a shard's number in its bucket key prefix, 8 what comes after it in its 'applied'
 -- key, 9 the records to read (see reads.lua).
 -- Returns {'ok', epoch, seq, t, fit ('' if none), cut_all (a feature budget's cutoff of all
--- features, '0' if none), changes, values, present} (epoch: the
+-- features, '0' if none), base_clicks, base_examples (the base rate's counts, '0' before the
+-- first commit), changes, values, present} (epoch: the
 -- meta's, with '/' and the log generation when that is not 0): changes are the
 -- records (u32 bucket | field | value) of the commits since the copy's, and of the older ones
 -- only the records of shards read that had not applied them yet (the features read may lack
 -- them), oldest first, back to back.
--- Or {'reset', epoch, seq, t, fit, cut_all}, nothing read: another epoch, a commit the copy needs that
+-- Or {'reset', epoch, seq, t, fit, cut_all, base_clicks, base_examples}, nothing read: another epoch, a commit the copy needs that
 -- is no longer in the redo log, or too many: the copy starts again.
 local meta =
-  redis.call('HMGET', KEYS[1], 'epoch', 'seq', 't', 'calibration_fit', 'trimmed', 'gen', 'cut_all')
+  redis.call('HMGET', KEYS[1], 'epoch', 'seq', 't', 'calibration_fit', 'trimmed', 'gen', 'cut_all',
+    'base_clicks', 'base_examples')
 local epoch, seq, known = meta[1] or '', tonumber(meta[2] or '0'), tonumber(ARGV[2])
 -- The copy is exact as of a commit of one log generation (checks.lua's stamp): a new one
 -- (the log side went back, and numbers are used again) starts the copy again, as an epoch does.
@@ -26,7 +28,8 @@ local trimmed, most = tonumber(meta[5] or '0'), tonumber(ARGV[3])
 local field_bytes, head, records = tonumber(ARGV[4]), ARGV[6], ARGV[9]
 
 local function reply(status, ...)
-  return {status, epoch, meta[2] or '0', meta[3] or '0', meta[4] or '', meta[7] or '0', ...}
+  return {status, epoch, meta[2] or '0', meta[3] or '0', meta[4] or '', meta[7] or '0',
+    meta[8] or '0', meta[9] or '0', ...}
 end
 
 if epoch == '' or epoch ~= ARGV[1] or seq < known or trimmed > known then

@@ -38,6 +38,10 @@ Call = tuple[list[str], list[Any]]
 CALL_BYTES = 1 << 17
 
 
+#: The meta's fields of the base rate's counts (finalize.lua writes them).
+BASE_FIELDS = ("base_clicks", "base_examples")
+
+
 @dataclass(frozen=True)
 class StoredRows:
     """Features' state as stored: one row per id (zeros if never stored), which are stored,
@@ -50,6 +54,8 @@ class StoredRows:
     calibration_fit: bytes | None = None
     #: A feature budget's cutoff of all features (:mod:`online_ctr.learning.eviction`).
     cut_all: int = 0
+    #: The base rate's counts (:mod:`online_ctr.learning.base_rate`), read with ``t``.
+    base: tuple[float, float] = (0.0, 0.0)
 
 
 def stamp(seq: int, gen: int) -> str:
@@ -132,7 +138,7 @@ class StateShards:
         object, which loads it."""
         async with pipeline(self.redis) as pipe:  # a failure refreshes a cluster's slot map
             if step:
-                pipe.hmget(self.keys.meta, "t", FIT_FIELD, "cut_all")
+                pipe.hmget(self.keys.meta, "t", FIT_FIELD, "cut_all", *BASE_FIELDS)
             for keys, args in called:
                 pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *head, *args)
             replies = list(await pipe.execute(raise_on_error=False))
@@ -155,7 +161,7 @@ class StateShards:
         layout = self.layout
         called, order = self._read_calls(ids)
         head = [layout.field_bytes, layout.value_bytes, *self.keys.bucket_prefix_parts]
-        (t, fit, cut), *replies = await self._run(self.scripts.read, head, called, step=True)
+        (t, fit, cut, *base), *replies = await self._run(self.scripts.read, head, called, step=True)
         values = layout.values(b"".join(reply[0] for reply in replies), len(ids))
         flags = np.frombuffer(b"".join(reply[1] for reply in replies), np.bool_)
         if order is None:
@@ -163,7 +169,8 @@ class StateShards:
         else:
             state, stored = np.empty_like(values), np.empty_like(flags)
             state[order], stored[order] = values, flags
-        return StoredRows(state, stored, int(t or 0), fit, int(cut or 0))
+        clicks, examples = (float(count or 0) for count in base)
+        return StoredRows(state, stored, int(t or 0), fit, int(cut or 0), (clicks, examples))
 
     def _read_calls(self, ids: NDArray[np.uint64]) -> tuple[list[Call], NDArray[np.intp] | None]:
         """The read script's calls for ``ids``, and the order their replies come in (None:

@@ -92,6 +92,9 @@ class Closed:
     cut_all: int = 0
     #: Its admission filter's admissions per halving period (all 0: none, or no filter).
     admitted_recent: tuple[int, ...] = NONE_ADMITTED
+    #: The base rate's counts, and the predictions' and labels' sums as Redis keeps them.
+    base: tuple[float, float] = (0.0, 0.0)
+    sums: tuple[str, str] = ("", "")
 
 
 class Export:
@@ -140,7 +143,7 @@ class Export:
         return Header(
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
             source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
-            spec.expire_after, spec.max_features,
+            spec.expire_after, spec.max_features, spec.base_rate.text,
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -180,9 +183,11 @@ class Export:
         # Only a counting filter admits through one (a reader refuses admissions without).
         counted = self.spec.admission.counted
         recent = _admitted(parts[16:17]) if counted else NONE_ADMITTED
+        clicks, examples, predicted, labels = parts[17:21]
         return Closed(
             epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
             expired, lowest, held, evicted, cut_zero, cut_all, recent,
+            (float(clicks), float(examples)), (predicted, labels),
         )  # fmt: skip
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
@@ -226,6 +231,10 @@ class Export:
             cut_all=closed.cut_all,
             budget_lowest=closed.budget_lowest,
             admitted_recent=closed.admitted_recent,
+            base_clicks=closed.base[0],
+            base_examples=closed.base[1],
+            predicted_sum=closed.sums[0],
+            label_sum=closed.sums[1],
         )
 
 

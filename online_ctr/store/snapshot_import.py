@@ -55,6 +55,7 @@ from pydantic import ValidationError
 
 from online_ctr.learning import eviction
 from online_ctr.learning.admission import Admission, Tally
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
@@ -162,6 +163,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "admission": spec.admission.text,
         "expire_after": spec.expire_after,
         "max_features": spec.max_features,
+        "base_rate": spec.base_rate.text,
         **vars(spec.params),
     }
     got = {
@@ -173,6 +175,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "admission": header.admission,
         "expire_after": header.expire_after,
         "max_features": header.max_features,
+        "base_rate": header.base_rate,
         **header.params,
     }
     return [
@@ -272,6 +275,7 @@ class SnapshotImport:
             admission=Admission.parse(header.admission),
             expire_after=header.expire_after,
             max_features=header.max_features,
+            base_rate=BaseRate.parse(header.base_rate),
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)
@@ -420,6 +424,7 @@ class SnapshotImport:
             **({"expired": str(footer.features_expired)} if footer.features_expired else {}),
             **(await self._write_budget(counts.budget)),
             **self._tally(footer),
+            **_base_and_sums(footer),
         }
         args = [self.token, *(part for pair in meta.items() for part in pair)]
         if not await self.scripts.finish(keys=[self.keys.meta], args=args):
@@ -450,6 +455,17 @@ class SnapshotImport:
             field: str(int(marks[index]))
             for field, index in zip(BUDGET_MARKS, BUDGET_MARK_INDEX, strict=True)
         }
+
+
+def _base_and_sums(footer: Footer) -> dict[str, str]:
+    """The base rate's counts and the calibration sums as finalize.lua writes them in the
+    meta (the counts exactly, as repr; none of what the file does not carry)."""
+    fields = {"base_clicks": repr(footer.base_clicks), "base_examples": repr(footer.base_examples)}
+    if footer.predicted_sum:
+        fields["predicted_sum"] = footer.predicted_sum
+    if footer.label_sum:
+        fields["label_sum"] = footer.label_sum
+    return fields
 
 
 def _empty_budget(spec: ModelSpec, footer: Footer) -> Evicting:

@@ -12,6 +12,7 @@ groups exactly once is :mod:`online_ctr.store.commits`, the single learner's lea
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Any, cast
@@ -29,6 +30,7 @@ from online_ctr.learning.admission import (
     features_pending,
     parse_recent,
 )
+from online_ctr.learning.base_rate import MEAN, BaseRate, check_state
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
@@ -48,7 +50,7 @@ from online_ctr.store.redis_types import RedisClient, text
 from online_ctr.store.replica import Fresh, StateReplica
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.scripts import Scripts
-from online_ctr.store.shards import Runs, StateShards, StoredRows
+from online_ctr.store.shards import BASE_FIELDS, Runs, StateShards, StoredRows
 
 
 class ModelMismatchError(RuntimeError):
@@ -94,6 +96,8 @@ class ModelSpec:
     #: (:mod:`online_ctr.learning.eviction`; 0: no budget). Each stored row then ends with the
     #: feature's last step too.
     max_features: int = UNBOUNDED
+    #: The base-rate prior added to each logit (:mod:`online_ctr.learning.base_rate`).
+    base_rate: BaseRate = MEAN
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -119,6 +123,7 @@ class ModelSpec:
             "admission": self.admission.text,
             "expire_after": str(self.expire_after),
             "max_features": str(self.max_features),
+            "base_rate": self.base_rate.text,
         }
 
     @property
@@ -175,6 +180,8 @@ class Serving:
     weights: Array
     rates: Array | None
     fit: PowerFit | None
+    #: The base-rate prior's offset to every logit (:mod:`online_ctr.learning.base_rate`).
+    base_logit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,26 @@ class ModelInfo:
     #: An estimate of the features waiting for admission (bloom admission only, else None;
     #: :func:`~online_ctr.learning.admission.features_pending`).
     features_pending_admission: int | None = None
+    #: The base-rate prior and its counts (:mod:`online_ctr.learning.base_rate`).
+    base_rate: str = "off"
+    base_clicks: float = 0.0
+    base_examples: float = 0.0
+    #: The predictions' importance-weighted sum and the labels', over every learned example
+    #: (:data:`CALIBRATION_FIELDS`): their ratio is the model's calibration.
+    predicted_sum: float = 0.0
+    label_sum: float = 0.0
+
+    @property
+    def base_logit(self) -> float:
+        """The offset the prior adds to the next prediction's logit (0.0 with ``off``)."""
+        return BaseRate.parse(self.base_rate).logit(
+            np.array([self.base_clicks, self.base_examples])
+        )
+
+    @property
+    def calibration_ratio(self) -> float | None:
+        """``sum(p) / sum(y)`` over every learned example (None before the first click)."""
+        return self.predicted_sum / self.label_sum if self.label_sum else None
 
     @property
     def learned_weight(self) -> float:
@@ -232,6 +259,7 @@ _BEFORE_STORED = {
     "admission": "all",
     "expire_after": "0",
     "max_features": "0",
+    "base_rate": "off",
 }
 #: The meta hash's fields of a feature budget's marks (:mod:`online_ctr.learning.eviction`),
 #: and where each goes in :attr:`~online_ctr.learning.eviction.Evicting.marks`.
@@ -247,9 +275,11 @@ BUDGET_MARK_INDEX = (
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 #: The meta's fields of the admission filter's tally (finalize.lua writes them).
 TALLY_FIELDS = ("counters_used", "admitted_recent")
+#: The meta's fields of the predictions' and labels' weighted sums (finalize.lua adds to them).
+CALIBRATION_FIELDS = ("predicted_sum", "label_sum")
 _INFO_FIELDS = (
     "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", "evicted", "held",
-    *TALLY_FIELDS, *_BEFORE_STORED,
+    *TALLY_FIELDS, *BASE_FIELDS, *CALIBRATION_FIELDS, *_BEFORE_STORED,
 )  # fmt: skip
 
 
@@ -327,6 +357,7 @@ class ModelStore:
             weights=spec.weights(rows.state, rows.t, rows.cut_all),
             rates=spec.rates(rows.state, rows.t) if rates else None,
             fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
+            base_logit=spec.base_rate.logit(np.array(rows.base)),
         )
 
     async def calibration_histogram(self) -> Histogram:
@@ -366,6 +397,11 @@ class ModelStore:
             features_evicted=int(meta.get("evicted", 0)),
             features_held=int(meta.get("held", 0) if self.spec.max_features else tracked),
             features_pending_admission=self._pending(meta),
+            base_rate=meta["base_rate"],
+            base_clicks=_float(meta.get("base_clicks", "0")),
+            base_examples=_float(meta.get("base_examples", "0")),
+            predicted_sum=_float(meta.get("predicted_sum", "0")),
+            label_sum=_float(meta.get("label_sum", "0")),
         )
 
     def _pending(self, meta: dict[str, str]) -> int | None:
@@ -436,6 +472,20 @@ class ModelStore:
                 f"{name}: its budget counts {held} features held, its meta {budget.tracked()}"
             )
         return budget
+
+    async def base_counts(self) -> Array:
+        """The base rate's counts ``(clicks, examples)`` as the model's commits left them
+        (zeros before the first); a learner loads them when it takes the lease. Counts that
+        are not finalize.lua's are :class:`ModelDamagedError`: every prediction adds them."""
+        stored = await self.redis.hmget(self.keys.meta, *BASE_FIELDS)
+        counts = [text(value or b"0") for value in stored]
+        try:
+            return np.array(check_state(*(float(count) for count in counts)))
+        except ValueError:
+            raise ModelDamagedError(
+                f"model {self.spec.name!r}: meta fields base_clicks and base_examples are not "
+                f"counts 0 <= clicks <= examples: {counts[0]} and {counts[1]}"
+            ) from None
 
     async def cut_all(self) -> int:
         """The model's feature budget's cutoff of all features: a stored feature last touched
@@ -546,7 +596,17 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         Admission.parse(stored["admission"]),
         int(stored["expire_after"]),
         int(stored["max_features"]),
+        BaseRate.parse(stored["base_rate"]),
     )
+
+
+def _float(value: str) -> float:
+    """A float of the meta as the API reports it: NaN for one that is not a number (the
+    model is then damaged, which its learner reports; a report of it should not fail)."""
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
 
 
 def spec_from(
@@ -563,6 +623,7 @@ def spec_from(
     admission: str = "all",
     expire_after: int = NEVER,
     max_features: int = UNBOUNDED,
+    base_rate: str = MEAN.text,
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
@@ -580,4 +641,5 @@ def spec_from(
         Admission.parse(admission),
         expire_after,
         max_features,
+        BaseRate.parse(base_rate),
     )

@@ -31,9 +31,11 @@ def explanations(
     weights: NDArray[np.float64],
     hasher: FeatureHasher,
     top: int,
+    base_rate: float = 0.0,
 ) -> list[Explanation]:
     """Explain ``examples``, rows ``first``, ``first + 1``, ... of ``batch``, whose distinct
-    ids ``features`` are and ``weights`` their weights (as the pass scored them)."""
+    ids ``features`` are and ``weights`` their weights (as the pass scored them), and
+    ``base_rate`` the prior's offset the pass added."""
     bounds = batch.indptr[first : first + len(examples) + 1]
     lo, hi = int(bounds[0]), int(bounds[-1])
     occurring = weights[features.inverse[lo:hi]].tolist()  # each stored pair's weight
@@ -49,7 +51,7 @@ def explanations(
         else:
             ids = batch.ids[lo + a : lo + b].tolist()
             bias, found = _by_name(row, dict(zip(ids, occurring[a:b], strict=True)), hasher)
-        answers.append(explain(row, found, bias, top))
+        answers.append(explain(row, found, bias, top, base_rate))
     return answers
 
 

@@ -429,13 +429,20 @@ class Term(BaseModel):
 
 
 class Explanation(BaseModel):
-    """A prediction's logit in parts: bias + the listed contributions + rest = logit (up to
-    float rounding). It explains the logit, before any calibration: with `calibrated: true`
-    the probability is a monotone function of sigmoid(logit), not sigmoid(logit) itself."""
+    """A prediction's logit in parts: bias + base_rate + the listed contributions + rest =
+    logit (up to float rounding). It explains the logit, before any calibration: with
+    `calibrated: true` the probability is a monotone function of sigmoid(logit), not
+    sigmoid(logit) itself."""
 
     bias: float = Field(
         description="The bias's weight (x = 1): the logit of an example without features.",
         examples=[-3.1],
+    )
+    base_rate: float = Field(
+        0.0,
+        description="The model's base-rate prior: the log-odds of its click rate so far, added "
+        "to every logit (0 for a model whose base_rate is off).",
+        examples=[-4.6],
     )
     features: list[Term] = Field(
         description="The `explain_top` largest terms by |contribution|, largest first (ties "
@@ -607,6 +614,33 @@ class ModelInfoResponse(BaseModel):
         "admitted features it still remembers, within about 2% measured; null for other "
         "admission rules (poisson keeps nothing of the features it has not admitted).",
         examples=[120000],
+    )
+    base_rate: str = Field(
+        "off",
+        description="The base-rate prior added to every logit: mean, decay:H or off "
+        "(OCTR_BASE_RATE; models created before it existed have off).",
+        examples=["mean"],
+    )
+    base_rate_logit: float = Field(
+        0.0,
+        description="What the prior adds to the next prediction's logit: the log-odds of "
+        "(clicks + 1/2) / (examples + 1) over the examples learned (decayed with decay:H), "
+        "each counted by its importance weight; 0 with off.",
+        examples=[-4.6],
+    )
+    click_rate: float | None = Field(
+        None,
+        description="The base rate's clicks over its examples (decayed with decay:H; "
+        "importance-weighted); null before the first example.",
+        examples=[0.0095],
+    )
+    calibration_ratio: float | None = Field(
+        None,
+        description="sum(p) / sum(y) over every example learned, importance-weighted: the "
+        "predicted clicks over the clicks (1 is calibrated; above 1 over-predicts). Each "
+        "example's p is the one predicted before learning it (the served one for a joined "
+        "impression). null before the first click. The recent window is on /metrics.",
+        examples=[1.004],
     )
     state_bytes: int = Field(
         0,

@@ -196,6 +196,8 @@ class ServedModel:
         wanted = any(request.uncertainty for request in requests)
         served = await self.store.serving(features.ids, rates=wanted)
         s = logits(batch, features, served.weights)
+        if served.base_logit:  # after the weights' sum, as the learner adds it
+            s += served.base_logit
         p = sigmoid(s) if served.fit is None else served.fit.apply(sigmoid(s))
         s_all, p_all = s.tolist(), p.tolist()
         u_all = None
@@ -220,6 +222,7 @@ class ServedModel:
                     served.weights,
                     self.hasher,
                     request.explain,
+                    served.base_logit,
                 )
             scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used, why))
             start = end

@@ -679,3 +679,57 @@ def test_a_budgets_row_that_no_model_holds_is_refused(row: list[float], message:
     footer = replace(BUDGET_FOOTER, features_tracked=1)
     with pytest.raises(SnapshotError, match=re.escape(message)):
         read(budget_file(np.array([row]), footer))
+
+
+#: A model with the base-rate prior (issue 50): its counts and calibration sums in the footer.
+PRIOR = replace(BLOOM, admission="all", base_rate="decay:1000")
+
+
+def test_the_base_rate_and_the_calibration_sums_round_trip() -> None:
+    footer = replace(
+        EMPTY, base_clicks=0.1 + 0.2, base_examples=12.5, predicted_sum="3.25", label_sum="4"
+    )
+    writer = Writer()
+    blob = writer.start(PRIOR) + writer.finish(footer)
+    items, got = read(blob, piece=7)
+    assert got == footer and items[0] == PRIOR
+    assert sections(blob, 2)[b"F"]["base_clicks"] == 0.1 + 0.2  # repr-exact
+
+
+def test_a_file_without_the_prior_reads_as_off_with_no_counts() -> None:
+    # As files written before the prior existed, and as the writer writes a model without.
+    _, got = read(bloom_file(NO_ROWS, replace(BLOOM, admission="all")))
+    assert (got.base_clicks, got.base_examples, got.predicted_sum) == (0.0, 0.0, "")
+    writer = Writer()
+    blob = writer.start(replace(PRIOR, base_rate="off")) + writer.finish(EMPTY)
+    assert "base_rate" not in sections(blob, 2)[b"H"]
+    assert not {"base_clicks", "predicted_sum"} & set(sections(blob, 2)[b"F"])
+    items, _ = read(blob)
+    assert isinstance(items[0], Header) and items[0].base_rate == "off"
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"base_clicks": 3.0, "base_examples": 2.0}, "0 <= clicks <= examples"),
+        ({"base_clicks": -1.0, "base_examples": 2.0}, "0 <= clicks <= examples"),
+        ({"base_clicks": "1"}, "base_clicks"),
+        ({"base_examples": True}, "base_examples"),
+        ({"base_examples": float("inf")}, "base_examples"),
+        ({"predicted_sum": "-1"}, "predicted_sum"),
+        ({"label_sum": "nan"}, "label_sum"),
+        ({"label_sum": 4}, "label_sum"),
+    ],
+)
+def test_base_rate_counts_a_model_cannot_have_are_refused(
+    fields: dict[str, object], named: str
+) -> None:
+    blob = bloom_file({**NO_ROWS, **fields}, replace(BLOOM, admission="all"))
+    with pytest.raises(SnapshotError, match=re.escape(named)):
+        read(blob)
+
+
+def test_a_header_with_a_bad_base_rate_is_refused() -> None:
+    blob = bloom_file(NO_ROWS, replace(BLOOM, admission="all", base_rate="decay:0"))
+    with pytest.raises(SnapshotError, match="base-rate prior must be"):
+        read(blob)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.owlqn import design_from_batch, loss_and_gradient, minimize
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Reader, RowChunk
+from online_ctr.learning.snapshot import Header, Reader, RowChunk
 from online_ctr.learning.warm_start import seed_state, seed_step, snapshot, squared_gradients
 
 #: Hyper-parameters where every rule's shrinkage is active (l1, theta, k), so the seeded state
@@ -77,22 +78,34 @@ def test_n_is_the_sum_of_squared_gradients_at_the_optimum() -> None:
     assert g2[bias] == pytest.approx(np.sum((p - design.labels) ** 2), rel=1e-12)
 
 
+@pytest.mark.parametrize("base_rate", ["mean", "off"])
 @pytest.mark.parametrize("name", ["ftrl", "rda"])
-def test_the_warm_start_file_describes_the_seeded_model(name: str) -> None:
+def test_the_warm_start_file_describes_the_seeded_model(name: str, base_rate: str) -> None:
+    """The seeded weights are the batch's, but for the bias, which gives up the prior's
+    share (the log-odds of the batch's 75 clicks in 300): prior + weights are the batch's."""
     rule = get_rule(name)
     params = rule.params(**PARAMS[name])
     rows = [{"site": f"s{i % 11}"} for i in range(300)]
     design = design_from_batch(FeatureHasher().batch(rows, [int(i % 4 == 0) for i in range(300)]))
     result = minimize(design, C=0.5)
     reader = Reader()
-    items = reader.feed(snapshot(rule, params, design, result.w, None, result.loss))
+    prior = BaseRate.parse(base_rate)
+    blob = snapshot(rule, params, design, result.w, None, result.loss, base_rate=prior)
+    items = reader.feed(blob)
     footer = reader.close()
+    (header,) = [item for item in items if isinstance(item, Header)]
+    assert header.base_rate == base_rate
+    assert (footer.base_clicks, footer.base_examples) == (75.0, 300.0)
+    expected = result.w.copy()
+    bias = np.isin(design.ids, FeatureHasher().batch([{}]).ids)
+    expected[bias] -= prior.logit(np.array([75.0, 300.0]))
+    assert (expected[bias] != result.w[bias]) == (base_rate == "mean")
     (chunk,) = [item for item in items if isinstance(item, RowChunk)]
     np.testing.assert_array_equal(chunk.ids, design.ids)
     weights = rule.weights(chunk.state, footer.t, params)
     g2 = squared_gradients(design, result.w)
-    bound = 4 * EPS * (np.abs(result.w) + slack(name, g2, footer.t))
-    np.testing.assert_array_less(np.abs(weights - result.w), bound + 1e-300)
+    bound = 4 * EPS * (np.abs(expected) + slack(name, g2, footer.t))
+    np.testing.assert_array_less(np.abs(weights - expected), bound + 1e-300)
     assert footer.features_tracked == design.n_features
     assert footer.nonzero_weights == result.nonzero_weights
     assert footer.t == (300 if name == "rda" else 0)

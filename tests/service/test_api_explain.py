@@ -50,12 +50,13 @@ def settings(redis_url: str) -> Settings:
 
 
 def check_sums(explanation: dict[str, Any], logit: float) -> None:
-    """bias + listed + rest is the logit, to 1e-12 relative (the API sums the same terms in
-    another order: its rounding is a few ulps of the terms' magnitudes, which the absolute
-    part allows for when they cancel to a logit near 0)."""
+    """bias + base_rate + listed + rest is the logit, to 1e-12 relative (the API sums the
+    same terms in another order: its rounding is a few ulps of the terms' magnitudes, which the
+    absolute part allows for when they cancel to a logit near 0)."""
     terms = explanation["features"]
-    parts = [explanation["bias"], *(t["contribution"] for t in terms), explanation["rest"]]
-    scale = abs(explanation["bias"]) + sum(abs(t["contribution"]) for t in terms)
+    head = [explanation["bias"], explanation["base_rate"]]
+    parts = [*head, *(t["contribution"] for t in terms), explanation["rest"]]
+    scale = sum(abs(h) for h in head) + sum(abs(t["contribution"]) for t in terms)
     assert math.isclose(math.fsum(parts), logit, rel_tol=1e-12, abs_tol=1e-15 * scale)
     for t in terms:
         assert t["contribution"] == t["weight"] * t["x"]
@@ -94,13 +95,14 @@ def test_contributions_sum_to_the_logit_on_every_data_file(
         assert listed == all_terms["explanation"]["features"][: len(listed)]
         nonzero += any(t["weight"] != 0.0 for t in listed)
     assert nonzero > len(examples) // 2  # the model learned: the terms are not all zero
-    # Each weight is its own feature's: sent alone, a feature scores bias + w x.
+    # Each weight is its own feature's: sent alone, a feature scores bias + prior + w x.
     first = whole[0]["explanation"]
+    assert first["base_rate"] < 0  # the prior of a model that learned a rate below 1/2
     for term in first["features"][:8]:
         field, _, value = term["feature"].partition("=")
         sent = term.get("number", value)  # a number is sent as the number
         alone = predict(client, {"features": {field: sent}})["logit"]
-        expected = first["bias"] + term["contribution"]
+        expected = first["bias"] + term["contribution"] + first["base_rate"]
         assert alone == pytest.approx(expected, rel=1e-12, abs=1e-15)
     for x, expected in zip(examples[:5], top, strict=False):  # single bodies answer the same
         single = predict(client, {"features": x, "explain": True})

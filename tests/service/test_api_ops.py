@@ -83,6 +83,10 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "features_evicted": 0,
         "features_held": 0,
         "features_pending_admission": None,  # admission all: no counting filter
+        "base_rate": "mean",
+        "base_rate_logit": 0.0,  # nothing learned: (0 + 1/2) / (0 + 1)
+        "click_rate": None,
+        "calibration_ratio": None,
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]
@@ -101,6 +105,13 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert info["nonzero_weights"] == reference.nonzero_weights() > 0
     np.testing.assert_allclose(info["progressive_logloss"], step.losses.mean(), rtol=1e-12)
     assert (info["stream_lag"], info["dead_letters"]) == (0, 0)
+    # The prior the worker committed is the in-process model's, bit for bit; the calibration
+    # is the progressive predictions' sum over the clicks (Redis adds the groups' sums).
+    assert info["base_rate_logit"] == reference.base_rate.logit(reference.base) != 0.0
+    clicks = sum(y for _, y in ROWS)
+    assert info["click_rate"] == clicks / len(ROWS)
+    expected = step.probabilities.sum() / clicks
+    np.testing.assert_allclose(info["calibration_ratio"], expected, rtol=1e-12)
     # The features learned take memory beside the filters (online_ctr.store.state_bytes).
     assert info["state_bytes"] > empty_bytes
     metrics = client.get("/metrics").text

@@ -78,6 +78,9 @@ def learned_on_top(store: ModelStore, held: dict[int, np.ndarray], t: int) -> In
     rows = model.table.rows(ids, create=True)
     model.table.data[rows, :-1] = np.array(list(held.values()))
     model.t = t
+    # The base rate's counts roll back with the log side's meta: those of BEFORE.
+    labels = [float(label) for _, label in BEFORE]
+    model.base = model.base_rate.after(model.base_rate.start(), labels, [1.0] * len(labels))
     replay(AFTER, model, FeatureHasher(), batch_size=1)
     return model
 

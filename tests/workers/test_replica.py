@@ -229,7 +229,7 @@ async def test_of_commits_the_copy_has_a_pass_takes_only_the_lagging_shards_it_r
             asked_records,
         ],
     )
-    assert reply[0] == b"ok" and reply[6] == dict(layout.records(ids, state))[0]
+    assert reply[0] == b"ok" and reply[8] == dict(layout.records(ids, state))[0]
     asked = np.concatenate([ids, unknown])
     expected = np.vstack([state, np.zeros((1, layout.width))])
     np.testing.assert_array_equal(await served(replica, asked), expected)

@@ -44,7 +44,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
         "positions": b"", "counts": b"", "counters": 1 << 22, "expired": 0,
         "slots": b"", "values": b"", "size": 0, "marks": "", "evicted": 0, "taus": b"",
-        "tally": "",
+        "tally": "", "base": "", "sums": "0.5 1.0",
     }  # fmt: skip
     args.update(changed)
     return [
@@ -465,7 +465,18 @@ CASES: dict[str, tuple[Drive, str]] = {
         finalize_case(tally="11 0 0 0 0 0 0 0 0", counters=10),
         "counters used past ARGV[18]",
     ),
-    "finalize redo fields not pairs": (finalize_case(cut=1), "ARGV[27..] are not pairs"),
+    "finalize redo fields not pairs": (finalize_case(cut=1), "ARGV[29..] are not pairs"),
+    # finalize: the base rate's counts and the calibration sums (issue 50).
+    "finalize base one number": (finalize_case(base="1"), "ARGV[27] has not 2 numbers"),
+    "finalize base nan": (finalize_case(base="nan 2"), "ARGV[27] base-rate clicks"),
+    "finalize base inf": (finalize_case(base="1 inf"), "ARGV[27] base-rate examples"),
+    "finalize base clicks past examples": (finalize_case(base="3 2"), "not within 0"),
+    "finalize base clicks negative": (finalize_case(base="-1 2"), "not within 0"),
+    "finalize sums one": (finalize_case(sums="0.5"), "ARGV[28] has not 2 sums"),
+    "finalize sums negative": (finalize_case(sums="-0.5 1"), "ARGV[28] weighted sum below 0"),
+    "finalize sums nan": (finalize_case(sums="nan 1"), "ARGV[28]"),
+    "finalize meta predicted_sum": (finalize_case({"predicted_sum": "x"}), "predicted_sum"),
+    "finalize meta label_sum inf": (finalize_case({"label_sum": "inf"}), "label_sum"),
     "finalize no budget but marks": (finalize_case(marks="0 0 0 0"), "ARGV[20..25]"),
     "finalize no budget but evicted": (finalize_case(evicted=1), "ARGV[20..25]"),
     "finalize budget stored counts": (
@@ -499,6 +510,12 @@ CASES: dict[str, tuple[Drive, str]] = {
     "finish t": (finish("t", "5.5"), "meta field t"),
     "finish odd fields": (finish("t"), "pairs"),
     "finish counters used": (finish("counters_used", "-1"), "counters_used"),
+    "finish base clicks nan": (finish("base_clicks", "nan"), "base_clicks"),
+    "finish base clicks past examples": (
+        finish("base_clicks", "3", "base_examples", "2"),
+        "within 0 and base_examples",
+    ),
+    "finish predicted_sum": (finish("predicted_sum", "x"), "predicted_sum"),
     "finish admitted short": (finish("admitted_recent", "1 2 3"), "not 8 numbers"),
     "finish admitted not whole": (finish("admitted_recent", "0 0 0 0 0 0 0 x"), "admitted_recent"),
     "claim mode": (claim("sure"), "ARGV[2]"),

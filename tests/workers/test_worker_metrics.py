@@ -45,6 +45,15 @@ async def test_worker_metrics_match_the_model(make_store: MakeStore, rule: str) 
     assert sample("online_ctr_features_tracked") == info.features_tracked
     assert sample("online_ctr_learn_batch_seconds_count") == batches
     assert sample("online_ctr_stream_lag_entries") is not None
+    # Calibration: the predicted clicks and the clicks, as GET /models adds them up; the
+    # prior's offset, the in-process model's after the same rows.
+    predicted, labels = replayed(ROWS, store)
+    assert sample("online_ctr_clicks_total") == labels.sum() == info.label_sum
+    assert sample("online_ctr_predicted_clicks_total") == pytest.approx(predicted.sum(), rel=1e-12)
+    assert info.predicted_sum == pytest.approx(predicted.sum(), rel=1e-12)
+    model = InMemoryModel(store.spec.rule, store.spec.params)
+    model.base = model.base_rate.after(model.base, labels.tolist(), [1.0] * len(labels))
+    assert sample("online_ctr_base_rate_logit") == model.base_rate.logit(model.base) < 0
 
 
 def replayed(rows: list[tuple[Example, int]], store: ModelStore) -> tuple[np.ndarray, np.ndarray]:

@@ -158,6 +158,11 @@ async def _model(catalog: CatalogDep, name: str) -> ServedModel:
     return served
 
 
+def _rate(clicks: float, examples: float) -> float | None:
+    """The base rate's click rate, unsmoothed (None before any example)."""
+    return clicks / examples if examples else None
+
+
 async def _info(served: ServedModel) -> ModelInfoResponse:
     info = await served.info()
     return ModelInfoResponse(
@@ -183,5 +188,9 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         features_evicted=info.features_evicted,
         features_held=info.features_held,
         features_pending_admission=info.features_pending_admission,
+        base_rate=info.base_rate,
+        base_rate_logit=info.base_logit,
+        click_rate=_rate(info.base_clicks, info.base_examples),
+        calibration_ratio=info.calibration_ratio,
         state_bytes=(await served.state_bytes(info.features_tracked)).total,
     )

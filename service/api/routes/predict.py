@@ -141,6 +141,7 @@ def _explained(explanation: Explanation) -> dict[str, object]:
         terms.append(term)
     return {
         "bias": explanation.bias,
+        "base_rate": explanation.base_rate,
         "features": terms,
         "rest": explanation.rest,
         "omitted": explanation.omitted,
