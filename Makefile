@@ -44,7 +44,8 @@ test: install
 	$(BIN)/pytest
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
-## its target (quality, learning, serving, freshness, memory, explanations) -> docs/benchmarks.md.
+## its target (quality, quality on every click log, learning, serving, freshness, memory,
+## explanations) -> docs/benchmarks.md.
 ## Needs wrk.
 bench: install
 	$(BIN)/python -m loadtests.bench

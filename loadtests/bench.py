@@ -1,12 +1,13 @@
 """One command for every benchmark: ``python -m loadtests.bench`` (``make bench``).
 
-Runs the sections in order (quality, learning, serving, freshness, memory, explain_cost: each
-a module of ``loadtests`` with ``run(BenchOptions) -> Section``), prints each one's tables as it
-ends, and writes the Markdown report: every section's headline figures first, each next to its
-baseline from this run and its target, then the sections, then the machine, the date and this
-exact command. A section whose module is missing, or which lacks a tool, is named in the report
-with what to install, and the others still run; the exit status is 1 if any section did not
-run.
+Runs the sections in order (quality, quality_logs, learning, serving, freshness, memory,
+explain_cost: each a module of ``loadtests`` with ``run(BenchOptions) -> Section``), prints each
+one's tables as it ends, and writes the Markdown report: every section's headline figures first,
+each next to its baseline from this run and its target, then the sections, then the machine, the
+date and this exact command. With ``--update`` only the sections run are rewritten in the
+report that is there, each saying when and how it was run alone; the rest stays as it was. A
+section whose module is missing, or which lacks a tool, is named in the report with what to
+install, and the others still run; the exit status is 1 if any section did not run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import importlib.util
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,7 +34,7 @@ from loadtests import headline
 from loadtests.report import BenchOptions, Section, figure, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("quality", "learning", "serving", "freshness", "memory", "explain_cost")
+SECTIONS = ("quality", "quality_logs", "learning", "serving", "freshness", "memory", "explain_cost")
 PACKAGES = ("numpy", "redis", "river", "vowpalwabbit", "matplotlib")
 
 #: Python packages of the ``bench`` extra: a section that imports a missing one says this.
@@ -59,6 +61,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--examples", type=int, help="stream length (200,000; 20,000 quick)")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite only the sections run in the report at --out, keeping its opening, its "
+        "other sections and its machine table (a section without headline figures only)",
+    )
     args = parser.parse_args(argv)
     if args.examples is None:
         args.examples = 20_000 if args.quick else 200_000
@@ -221,6 +229,61 @@ def render(results: Sequence[Section | Skipped], about: dict[str, str], report_d
     return "\n\n".join(header + body + machine_part) + "\n"
 
 
+def splice(report: str, sections: Sequence[Section], report_dir: Path, note: str) -> str:
+    """``report`` with each section in place of the one with its title (added before the
+    machine table if there is none), followed by ``note``; the rest as it was.
+
+    >>> old = "# B\\n\\n## Quality\\n\\nold\\n\\n## This run\\n\\nmachine\\n"
+    >>> print(splice(old, [Section("Quality", "new")], Path("/r"), "run alone"))
+    # B
+    <BLANKLINE>
+    ## Quality
+    <BLANKLINE>
+    new
+    <BLANKLINE>
+    run alone
+    <BLANKLINE>
+    ## This run
+    <BLANKLINE>
+    machine
+    <BLANKLINE>
+    """
+    head, *blocks = re.split(r"(?m)^(?=## )", report)
+    titles = [block.splitlines()[0].removeprefix("## ") for block in blocks]
+    for section in sections:
+        block = f"{section_markdown(section, report_dir)}\n\n{note}\n\n"
+        if section.title in titles:
+            blocks[titles.index(section.title)] = block
+        else:
+            at = titles.index("This run") if "This run" in titles else len(blocks)
+            blocks.insert(at, block)
+            titles.insert(at, section.title)
+    return head + "".join(blocks)
+
+
+def write_report(
+    args: argparse.Namespace,
+    results: Sequence[Section | Skipped],
+    about: dict[str, str],
+    report_dir: Path,
+) -> None:
+    """The whole report, or with ``--update`` the sections run spliced into the one there."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    sections = [r for r in results if isinstance(r, Section)]
+    if not (args.update and args.out.exists()):
+        args.out.write_text(render(results, about, report_dir))
+        return
+    stale = [h.what for s in sections for h in s.headlines]
+    if stale:  # the opening would no longer show what the section says
+        raise SystemExit(f"bench: --update keeps the opening, which lacks {stale}: run them all")
+    note = (
+        f"*This section was run alone ({about['command']}, {about['date']}, code "
+        f"`{about['code']}`, {about['duration']}); the machine table below is the last full "
+        "run's.*"
+    )
+    args.out.write_text(splice(args.out.read_text(), sections, report_dir, note))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -244,8 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"== {name} did not run: {result.reason}\n", flush=True)
     about["load average at end (1 min)"] = f"{os.getloadavg()[0]:.2f}"
     about["duration"] = f"{(time.perf_counter() - started) / 60:.1f} min"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(results, about, report_dir))
+    write_report(args, results, about, report_dir)
     print(f"report written to {args.out}", file=sys.stderr)
     return 1 if any(isinstance(r, Skipped) for r in results) else 0
 

@@ -46,7 +46,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         help="the file's format; default: detected from its first line (a file that matches "
-        "no format, such as the Open Bandit Dataset's CSVs, is refused)",
+        "no format, such as the Open Bandit Dataset's item tables, is refused)",
     )
     parser.add_argument("--limit", type=integer(0), help="read only the first N examples")
     parser.add_argument("--hash-bits", type=integer(1), help="hashing-trick bits; default 64")

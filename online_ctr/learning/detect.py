@@ -4,16 +4,19 @@
 - ``criteo``: 40 tab-separated columns starting with a 0/1 label (the Kaggle TSV), or the CSV
   header ``label,I1..I13,C1..C26``;
 - ``avazu``: a CSV header starting ``id,click,``;
-- ``libfm``: a 0/1 label followed by ``idx:val`` tokens.
+- ``libfm``: a 0/1 label followed by ``idx:val`` tokens;
+- ``obd``: the Open Bandit Dataset's CSV header, an unnamed row index first, then
+  ``timestamp,item_id,position,click,propensity_score,...``.
 
 Anything else is refused with a :class:`FormatError` saying why, in particular the Open
-Bandit Dataset's CSVs: bandit feedback with propensity scores, not a click log this project
-reads (reading them as Avazu would learn from the row index and the timestamp).
+Bandit Dataset's item tables (``*_item_context.csv``: one row per item, no clicks).
 
 >>> detect_first_line("0 3:1 17:0.5")
 'libfm'
 >>> detect_first_line("id,click,hour,C1")
 'avazu'
+>>> detect_first_line(",timestamp,item_id,position,click,propensity_score,user_feature_0")
+'obd'
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ def detect_first_line(first: str) -> str:
     if first == _CRITEO_HEADER:
         return "criteo"
     header = first.split(",")
-    if "propensity_score" in header or (not header[0] and "item_id" in header):
+    if not header[0] and {"item_id", "click", "position"} <= set(header):
+        return "obd"
+    if not header[0] and "item_id" in header:
         raise FormatError(
-            "this is an Open Bandit Dataset CSV (bandit feedback with propensity scores, or "
-            "its item features), not a click log; the formats are criteo, avazu and libfm"
+            "this is an Open Bandit Dataset item table (features of each item, no clicks), not "
+            "a click log; replay the impressions file beside it (obd_random_men.csv, ...)"
         )
     if header[:2] == ["id", "click"]:
         return "avazu"
@@ -51,7 +56,8 @@ def detect_first_line(first: str) -> str:
     shown = first if len(first) <= 60 else first[:57] + "..."
     raise FormatError(
         f"the first line ({shown!r}) matches no known format (criteo TSV or CSV with its "
-        "header, avazu CSV with its header, libfm 'label idx:val ...'); pass --format to force one"
+        "header, avazu CSV with its header, libfm 'label idx:val ...', the Open Bandit "
+        "Dataset's CSV with its header); pass --format to force one"
     )
 
 

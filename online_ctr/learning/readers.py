@@ -13,6 +13,8 @@ Empty fields are absent. Labels are the ints 0 and 1. Formats:
 - ``avazu``: the Kaggle CSV with its header; every column but ``id`` and ``click`` is
   categorical, with ``hour`` (``YYMMDDHH``) reduced to the hour of day.
 - ``libfm``: ``label idx:val ...``, each token the numeric feature ``idx`` with ``x = val``.
+- ``obd``: the Open Bandit Dataset's CSVs (a row an impression of ``item_id`` at ``position``,
+  ``click`` its label); see :func:`_obd` for the features and the columns left out.
 
 Readers are plain ``str.split`` and dict look-ups (a per-file cache of parsed values) because
 they feed the throughput benchmark. A malformed line raises :class:`ReaderError` naming the
@@ -41,12 +43,16 @@ Value = str | float
 Row = tuple[dict[str, Value], int]
 LineParser = Callable[[str], Row]
 
-FORMATS = ("criteo", "avazu", "libfm")
+FORMATS = ("criteo", "avazu", "libfm", "obd")
 
 _LABELS = {"0": 0, "1": 1}
 _CRITEO_INTEGERS = tuple(f"I{j}" for j in range(1, 14))
 _CRITEO_CATEGORIES = tuple(f"C{j}" for j in range(1, 27))
 CRITEO_COLUMNS = ("label", *_CRITEO_INTEGERS, *_CRITEO_CATEGORIES)
+#: The Open Bandit Dataset's categorical columns kept as features, and its affinity columns'
+#: prefix (one column per item: ``user-item_affinity_{item_id}``).
+OBD_CATEGORIES = ("item_id", "position", *(f"user_feature_{j}" for j in range(4)))
+OBD_AFFINITY = "user-item_affinity"
 
 #: Value caches are dropped past this size: a bound on memory for files with endless distinct
 #: values (Criteo's I5 is a count into the millions), not a tuning knob.
@@ -228,10 +234,51 @@ def _libfm(first: str) -> tuple[LineParser, bool]:
     return parse, False
 
 
+def _obd(first: str) -> tuple[LineParser, bool]:
+    """The Open Bandit Dataset parser for a file whose header is ``first``.
+
+    A row is an impression of ``item_id`` at ``position``, labelled by ``click``. Its
+    features: ``item_id``, ``position`` and ``user_feature_0..3`` as categories, and the
+    shown item's own affinity (the column ``user-item_affinity_{item_id}``) as the number
+    ``user-item_affinity``, taken as every numeric value is (bucketed by default). Left out:
+    the unnamed row index and the ``timestamp``, distinct on every row (a feature seen once
+    learns nothing and only costs state), and ``propensity_score``, the logging policy's
+    chance of showing the item: a property of the logger, not of the user or the item, which
+    a served impression does not have (and a constant under the uniform random policy).
+    """
+    header = first.split(",")
+    missing = [n for n in ("click", *OBD_CATEGORIES) if n not in header]
+    if missing:
+        raise _Bad(f"an Open Bandit Dataset header needs {', '.join(missing)}")
+    click, item, width = header.index("click"), header.index("item_id"), len(header)
+    kept = [header.index(name) for name in OBD_CATEGORIES]
+    pick = _picker(kept)
+    prefix = f"{OBD_AFFINITY}_"
+    affinity = {n.removeprefix(prefix): j for j, n in enumerate(header) if n.startswith(prefix)}
+    values = _Cache(libfm_value)
+
+    def parse(line: str) -> Row:
+        fields = line.split(",")
+        _columns(fields, width)
+        label = _label(fields[click])
+        example: dict[str, Value] = {
+            name: v for name, v in zip(OBD_CATEGORIES, pick(fields), strict=True) if v
+        }
+        column = affinity.get(fields[item])
+        if column is None:
+            raise _Bad(f"item_id {fields[item]!r} has no {prefix}{fields[item]} column")
+        if fields[column]:
+            example[OBD_AFFINITY] = values[fields[column]]
+        return example, label
+
+    return parse, True
+
+
 _STARTS: dict[str, Callable[[str], tuple[LineParser, bool]]] = {
     "criteo": _criteo,
     "avazu": _avazu,
     "libfm": _libfm,
+    "obd": _obd,
 }
 
 

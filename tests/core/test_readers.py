@@ -1,7 +1,7 @@
 """The readers on every click log in the shared data folder, and on broken lines.
 
-The Open Bandit files (``obd/``) are not in any of these formats (a row index, timestamps,
-propensity scores): they are read elsewhere, not here.
+The Open Bandit item tables (``obd/*_item_context.csv``) are not click logs: detection refuses
+them (``test_replay_ergonomics.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ CRITEO_HEADER = ",".join(
         ("criteo/criteo_deepctr_sample200.csv", "criteo", 200, 49),
         ("avazu/avazu_train_head10k.csv", "avazu", 9_999, 1_706),
         ("ipinyou/ipinyou_train.fm.txt", "libfm", 26_773, 255),
+        ("obd/obd_random_men.csv", "obd", 10_000, 46),
+        ("obd/obd_random_women.csv", "obd", 10_000, 46),
     ],
 )
 def test_data_files_match_the_readme(
@@ -91,6 +93,37 @@ def test_ipinyou_rows_have_16_unit_features(data_dir: Path) -> None:
         assert all(name.isdecimal() for name in example)
 
 
+OBD_FEATURES = {
+    "item_id", "position", "user-item_affinity", *(f"user_feature_{j}" for j in range(4))
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("who", ["men", "women"])
+def test_obd_rows_are_impressions_with_the_shown_items_affinity(data_dir: Path, who: str) -> None:
+    rows = list(read_examples(data_dir / "obd" / f"obd_random_{who}.csv", "obd"))
+    assert {name for example, _ in rows for name in example} == OBD_FEATURES
+    assert all(len(example) == len(OBD_FEATURES) for example, _ in rows)
+    assert {example["position"] for example, _ in rows} == {"1", "2", "3"}
+    # The affinity is a number (bucketed like any other by the hasher); mostly 0 here.
+    assert all(isinstance(example["user-item_affinity"], float) for example, _ in rows)
+
+
+def test_obd_takes_the_shown_items_own_affinity(tmp_path: Path) -> None:
+    header = ",timestamp,item_id,position,click,propensity_score,"
+    header += ",".join(f"user_feature_{j}" for j in range(4))
+    header += ",user-item_affinity_0,user-item_affinity_1"
+    path = write(tmp_path, f"{header}\n7,2019-11-24,1,2,1,0.5,a,b,c,d,0.25,3.0\n")
+    assert list(read_examples(path, "obd")) == [
+        (
+            {
+                "item_id": "1", "position": "2", "user_feature_0": "a", "user_feature_1": "b",
+                "user_feature_2": "c", "user_feature_3": "d", "user-item_affinity": 3.0,
+            },
+            1,
+        )
+    ]  # fmt: skip
+
+
 def write(tmp_path: Path, text: str, name: str = "log.txt") -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8", newline="")
@@ -99,6 +132,11 @@ def write(tmp_path: Path, text: str, name: str = "log.txt") -> Path:
 
 def criteo_line(label: str = "0", count: str = "3", category: str = "ab") -> str:
     return "\t".join([label, count] + [""] * 12 + [category] * 26)
+
+
+OBD_HEADER = ",timestamp,item_id,position,click,propensity_score," + ",".join(
+    [*(f"user_feature_{j}" for j in range(4)), "user-item_affinity_0"]
+)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +159,11 @@ def criteo_line(label: str = "0", count: str = "3", category: str = "ab") -> str
         ("libfm", "0 3:inf\n", 1, "value 'inf' is not finite"),
         ("libfm", "-1 3:1\n", 1, "label must be 0 or 1, got '-1'"),
         ("libfm", "0 3:1\n\n1 3:1\n", 2, "empty line"),
+        ("obd", ",item_id,click\n", 1, "header needs position, user_feature_0"),
+        ("obd", OBD_HEADER + "\n0,t,5,1,0,0.5,a,b,c,d,0.0\n", 2, "item_id '5' has no"),
+        ("obd", OBD_HEADER + "\n0,t,0,1,2,0.5,a,b,c,d,0.0\n", 2, "label must be 0 or 1"),
+        ("obd", OBD_HEADER + "\n0,t,0,1,0,0.5,a,b,c,d,x\n", 2, "value 'x' is not a number"),
+        ("obd", OBD_HEADER + "\n0,t,0,1,0\n", 2, "expected 11 columns, got 5"),
     ],
 )
 def test_broken_lines_name_the_file_and_line(

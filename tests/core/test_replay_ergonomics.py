@@ -20,8 +20,10 @@ FILES = {
     "criteo/criteo_deepctr_sample200.csv": "criteo",
     "avazu/avazu_train_head10k.csv": "avazu",
     "ipinyou/ipinyou_train.fm.txt": "libfm",
+    "obd/obd_random_men.csv": "obd",
+    "obd/obd_random_women.csv": "obd",
 }
-OPEN_BANDIT = ["obd/obd_random_men.csv", "obd/obd_random_women_item_context.csv"]
+ITEM_TABLES = [f"obd/obd_random_{who}_item_context.csv" for who in ("men", "women")]
 
 
 def run(command: str, *argv: str | Path | float) -> int:
@@ -47,7 +49,12 @@ def test_the_shared_files_are_detected(data_dir: Path, name: str, fmt: str) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["criteo/criteo_deepctr_sample200.csv", "ipinyou/ipinyou_train.fm.txt"]
+    "name",
+    [
+        "criteo/criteo_deepctr_sample200.csv",
+        "ipinyou/ipinyou_train.fm.txt",
+        "obd/obd_random_men.csv",
+    ],
 )
 def test_replay_needs_neither_rule_nor_format(
     data_dir: Path, capsys: pytest.CaptureFixture[str], name: str
@@ -57,17 +64,23 @@ def test_replay_needs_neither_rule_nor_format(
     assert (out["rule"], out["format"], out["examples"]) == ("ftrl", FILES[name], 200)
 
 
-@pytest.mark.parametrize("name", OPEN_BANDIT)
-def test_open_bandit_files_are_refused_not_read_as_avazu(
+@pytest.mark.parametrize("name", ITEM_TABLES)
+def test_open_bandit_item_tables_are_refused(
     data_dir: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
     assert run("replay", data_dir / name) == 1
     err = capsys.readouterr().err
     assert err.startswith("online-ctr replay: error: ") and len(err.splitlines()) == 1
-    assert "Open Bandit Dataset" in err
-    assert run("replay", data_dir / name, "--format", "avazu") == 1
-    err = capsys.readouterr().err
-    assert "line 1: an Open Bandit Dataset CSV" in err or "no 'click' column" in err
+    assert "Open Bandit Dataset item table" in err and "not a click log" in err
+    assert run("replay", data_dir / name, "--format", "obd") == 1
+    assert "line 1: an Open Bandit Dataset header needs click" in capsys.readouterr().err
+
+
+def test_open_bandit_logs_are_not_read_as_avazu(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("replay", data_dir / "obd/obd_random_men.csv", "--format", "avazu") == 1
+    assert "line 1: an Open Bandit Dataset CSV" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

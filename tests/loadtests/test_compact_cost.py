@@ -39,6 +39,8 @@ def test_the_loss_table_covers_every_click_log_and_names_the_others() -> None:
         "criteo_deepctr_sample200.csv",
         "criteo_kaggle_train_head10k.tsv",
         "ipinyou_train.fm.txt",
+        "obd_random_men.csv",
+        "obd_random_women.csv",
     }
     assert sorted({row[1] for row in rows}) == ["ftrl", "l1sgd"]
     assert lines[-1].startswith("Not click logs (refused by replay): featindex.fm.txt, obd_")
