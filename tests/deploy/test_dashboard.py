@@ -38,6 +38,9 @@ SERVICE_METRICS = (
     "online_ctr_learn_batch_seconds",
     "online_ctr_stream_lag_entries",
     "online_ctr_http_requests_total",
+    "online_ctr_predicted_clicks_total",
+    "online_ctr_clicks_total",
+    "online_ctr_base_rate_logit",
 )
 #: What the Limits row shows: for each bound of docs/limits.md, what it holds and what was
 #: dropped or refused at it.
