@@ -86,6 +86,30 @@ def test_a_model_is_refused_by_a_process_with_another_numeric_handling(redis_url
         pass
 
 
+def test_a_model_from_before_the_prior_keeps_none(redis_url: str) -> None:
+    """A model created before the base-rate prior existed (no base_rate in its meta) is
+    served without one, and a process with the new default refuses it naming the setting."""
+    with app(redis_url):
+        pass
+    plain = redis.Redis.from_url(redis_url)
+    plain.hdel(ModelKeys("default").meta, "base_rate")  # as an older version wrote
+    refused = pytest.raises(ModelMismatchError, match=r"OCTR_BASE_RATE=mean \(stored: off\)")
+    with refused, app(redis_url):
+        pass
+    with app(redis_url, base_rate="off") as client:
+        assert client.get("/models/default").json()["base_rate"] == "off"
+        body = {"examples": [{"features": {"a": "b"}, "label": 0}] * 20}
+        assert client.post("/learn", json=body).status_code == 202
+        settings = Settings(redis_url=redis_url, state_buckets=64, base_rate="off", **AUTH)  # type: ignore[arg-type]
+        asyncio.run(learn_with_worker(settings))
+        info = client.get("/models/default").json()
+        # The counts are kept (the rate is shown), but nothing is added to the logit.
+        assert (info["click_rate"], info["base_rate_logit"]) == (0.0, 0.0)
+        alone = predict(client, {"features": {"c": "d"}, "explain": True})["explanation"]
+        assert alone["base_rate"] == 0.0
+    plain.close()
+
+
 def test_a_model_from_before_the_setting_counts_as_raw_and_uncalibrated(redis_url: str) -> None:
     with app(redis_url, numeric="raw"):
         pass
