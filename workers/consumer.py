@@ -101,8 +101,10 @@ class Worker:
         self.tally: Tally | None = None
         #: The model's feature budget as of ``version`` (None: it has none), loaded likewise.
         self.budget: Evicting | None = None
-        #: The base rate's counts as of ``version`` (None: not loaded yet), loaded likewise.
+        #: The base rate's counts and the recent window's sums of predictions and labels as
+        #: of ``version`` (None: not loaded yet), loaded likewise.
         self.base: NDArray[np.float64] | None = None
+        self.recent_sums: NDArray[np.float64] | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         #: Why the model's meta refuses every commit ('': it does not), logged once.
@@ -268,6 +270,7 @@ class Worker:
             self._publish_fill()
         self.budget = await store.feature_budget()
         self.base = await store.base_counts()
+        self.recent_sums = await store.recent_sums()
         if self.store.spec.calibration == "power":
             self.histogram = await self.store.calibration_histogram()
         self._recovered = True
@@ -283,7 +286,7 @@ class Worker:
         self.known = None
         self.counters = self.tally = None
         self.budget = None
-        self.base = None
+        self.base = self.recent_sums = None
         self.retention.forget()
         self.committer.abandon()
         self.cache.forget()
@@ -351,6 +354,7 @@ class Worker:
                 gone=gone,
                 budget=self.budget,
                 base=self.base,
+                recent_sums=self.recent_sums,
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -391,6 +395,7 @@ class Worker:
         self.histogram = learning.histogram
         self.budget = learning.budget  # committed with the group: now the model's
         self.base = learning.base  # likewise
+        self.recent_sums = np.array(learning.change.sums[2:])
         if self.counters is not None:
             counted = learning.change.counters  # committed with the group: now the model's
             if counted.whole is not None:  # halved (bloom:N:D), or many changed
@@ -469,7 +474,7 @@ class Worker:
         self.metrics.features_evicted.labels(**label).inc(change.budget.evicted)
         self.metrics.admission_dropped.labels(**label).inc(learning.dropped)
         self.metrics.progressive_logloss.labels(**label).inc(learning.change.logloss_sum)
-        predicted, clicks = change.sums
+        predicted, clicks, _, _ = change.sums
         self.metrics.predicted_clicks.labels(**label).inc(predicted)
         self.metrics.clicks.labels(**label).inc(clicks)
         if learning.base is not None:

@@ -37,7 +37,7 @@ from online_ctr.learning.features import Batch, bias_id
 from online_ctr.learning.learner import unique_features
 from online_ctr.learning.nonzero import NonzeroChange, nonzero_change
 from online_ctr.learning.sequential import Learned, learn_sequential
-from online_ctr.learning.stream_metrics import log_loss
+from online_ctr.learning.stream_metrics import decayed_sums, log_loss
 from online_ctr.store.calibration_codec import encode_fit, encode_histogram
 from online_ctr.store.commits import (
     NO_BUDGET,
@@ -125,6 +125,7 @@ async def learn_group(
     budget: Evicting | None = None,
     tally: Tally | None = None,
     base: NDArray[np.float64] | None = None,
+    recent_sums: NDArray[np.float64] | None = None,
 ) -> Learning:
     """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
     with the calibration's ``histogram`` as of that step, refit the calibration too.
@@ -143,7 +144,8 @@ async def learn_group(
     and did not admit again is deleted too. ``budget``: the model's feature budget, read
     only (the group learns on a copy, :attr:`Learning.budget` once it commits); ``gone`` then
     holds features it evicted. ``base``: the base rate's counts as of ``version``
-    (:mod:`online_ctr.learning.base_rate`; None: zeros), read only too."""
+    (:mod:`online_ctr.learning.base_rate`; None: zeros), and ``recent_sums`` the decayed sums of
+    predictions and labels (:func:`decayed_sums`; None: zeros), read only too."""
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)
@@ -216,7 +218,7 @@ async def learn_group(
         expired=0 if work is not None else retaining.expired_count() + len(swept),
         budget=budgeted,
         base=(float(kernel_base[2]), float(kernel_base[3])),
-        sums=_sums(learned.probabilities, batch, served),
+        sums=_sums(learned.probabilities, batch, served, recent_sums),
     )
     learning = Learning(
         change,
@@ -309,13 +311,20 @@ def _loss_sum(
 
 
 def _sums(
-    probabilities: NDArray[np.float64], batch: Batch, served: NDArray[np.float64] | None
-) -> tuple[float, float]:
+    probabilities: NDArray[np.float64],
+    batch: Batch,
+    served: NDArray[np.float64] | None,
+    recent_sums: NDArray[np.float64] | None,
+) -> tuple[float, float, float, float]:
     """The group's importance-weighted sums of its predictions (the served one where there
-    is one, as for the log loss) and of its labels: their ratio is its calibration."""
+    is one, as for the log loss) and of its labels, whose ratio is its calibration; then the
+    model's decayed sums after it, from ``recent_sums`` (the recent window's)."""
     if served is not None:
         probabilities = np.where(np.isnan(served), probabilities, served)
-    return float(batch.weighted(probabilities).sum()), float(batch.weighted(batch.labels).sum())
+    before = np.zeros(2) if recent_sums is None else recent_sums
+    after = decayed_sums(before, probabilities, batch.labels, batch.weights)
+    predicted, labels = batch.weighted(probabilities).sum(), batch.weighted(batch.labels).sum()
+    return float(predicted), float(labels), float(after[0]), float(after[1])
 
 
 def weight_excess(batch: Batch) -> float:

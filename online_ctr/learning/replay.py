@@ -97,6 +97,9 @@ class ReplayResult:
     negative_rate: float
     examples_read: int
     examples_learned: int
+    #: ``calibration`` over the recent window (:func:`~online_ctr.learning.stream_metrics.
+    #: decayed_sums`: each example's share halved every 10,000 examples after it).
+    recent_calibration: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON-ready values (``None`` where a metric is undefined)."""
@@ -204,4 +207,5 @@ def _result(
         negative_rate=negative_rate,
         examples_read=read,
         examples_learned=report.count,
+        recent_calibration=report.recent_calibration,
     )

@@ -45,7 +45,8 @@ existed, or none admitted): zeros.
 A model's base-rate prior (``base_rate`` in the header, :mod:`online_ctr.learning.base_rate`;
 absent: ``off``, as every model before it) is part of its state: the footer carries its counts
 ``base_clicks`` and ``base_examples`` (absent: 0), and the weighted sums of the predictions
-and labels learned, ``predicted_sum`` and ``label_sum``, as Redis kept them (absent: none).
+and labels learned, ``predicted_sum`` and ``label_sum``, and over the recent window,
+``recent_predicted`` and ``recent_labels``, as Redis kept them (absent: none).
 
 A file is read as untrusted: a checksum proves only that the file is what its writer wrote.
 So every field is checked against what a model can hold (a rule and its hyper-parameters, a
@@ -119,7 +120,10 @@ BUDGET_MARKS = ("features_held", "features_evicted", "cut_zero", "cut_all", "bud
 #: The footer's admissions per halving period of a model without any (absent: these).
 NONE_ADMITTED = (0,) * PERIODS
 #: The footer's fields of the base-rate prior and the calibration sums (absent: 0 or none).
-OPTIONAL_FOOTER = ("base_clicks", "base_examples", "predicted_sum", "label_sum")
+OPTIONAL_FOOTER = (
+    "base_clicks", "base_examples", "predicted_sum", "label_sum", "recent_predicted",
+    "recent_labels",
+)  # fmt: skip
 
 
 class SnapshotError(ValueError):
@@ -213,6 +217,9 @@ class Footer:
     #: them ('': none written).
     predicted_sum: str = ""
     label_sum: str = ""
+    #: The same over the recent window, as the last commit wrote them ('': none).
+    recent_predicted: str = ""
+    recent_labels: str = ""
 
     def marks(self) -> NDArray[np.int64]:
         """The budget's marks as :attr:`online_ctr.learning.eviction.Evicting.marks` holds
@@ -370,6 +377,8 @@ def parse_footer(payload: bytes) -> Footer:
             base_examples=_float(body, "base_examples"),
             predicted_sum=_sum_text(body, "predicted_sum"),
             label_sum=_sum_text(body, "label_sum"),
+            recent_predicted=_sum_text(body, "recent_predicted"),
+            recent_labels=_sum_text(body, "recent_labels"),
         )
         check_state(footer.base_clicks, footer.base_examples)
     except SnapshotError:

@@ -18,6 +18,10 @@ non-clicks uniformly at random (whatever their score) leaves the non-clicks' sco
 distribution, hence that probability's expectation, unchanged; weighting would only add
 variance. ``count`` and ``positives`` count the examples seen, ``weight`` sums their weights.
 
+The calibration over a recent window, ``recent_calibration``, is the ratio of the same sums
+each decayed by half every :data:`RECENT_HALF_LIFE` examples (:func:`decayed_sums`): what an
+auction bidding on the model pays now, not over its whole history.
+
 >>> metrics = StreamMetrics()
 >>> p = np.array([0.2, 0.8, 0.6, 0.4])
 >>> y = np.array([0.0, 1.0, 0.0, 1.0])
@@ -88,6 +92,36 @@ class StreamReport:
     auc: float | None
     calibration: float | None
     weight: float
+    recent_calibration: float | None = None
+
+
+#: The half-life, in examples, of the recent window's sums (:func:`decayed_sums`).
+RECENT_HALF_LIFE = 10_000
+
+
+def decayed_sums(
+    sums: NDArray[np.float64],
+    probabilities: NDArray[np.float64],
+    labels: NDArray[np.float64],
+    weights: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
+    """The importance-weighted sums of predictions and labels ``(P, Y)`` after a batch, each
+    example's share halved every :data:`RECENT_HALF_LIFE` examples after it:
+    ``P <- d^B P + sum_j d^(B-1-j) v_j p_j`` with ``d = 2^(-1/H)``, the same for ``Y``. Their
+    ratio is the recent calibration; batches of any size give it to rounding.
+
+    >>> sums = decayed_sums(np.zeros(2), np.array([0.5, 0.25]), np.array([1.0, 0.0]))
+    >>> bool(abs(sums[0] - (0.5 * 2 ** (-1 / RECENT_HALF_LIFE) + 0.25)) < 1e-15), sums[1] < 1
+    (True, True)
+    """
+    size = len(probabilities)
+    shares = 0.5 ** (np.arange(size - 1, -1, -1, dtype=np.float64) / RECENT_HALF_LIFE)
+    if weights is not None:
+        shares = shares * weights
+    kept = 0.5 ** (size / RECENT_HALF_LIFE)
+    return np.array(
+        [kept * sums[0] + float(shares @ probabilities), kept * sums[1] + float(shares @ labels)]
+    )
 
 
 class StreamMetrics:
@@ -103,6 +137,8 @@ class StreamMetrics:
         self._click_weight = 0.0
         self._loss_sum = 0.0
         self._p_sum = 0.0
+        #: The decayed sums of predictions and labels (:func:`decayed_sums`).
+        self.recent = np.zeros(2)
 
     def add(
         self,
@@ -131,6 +167,7 @@ class StreamMetrics:
         self._y[self.count : self.count + size] = y
         self.count += size
         self.positives += positives
+        self.recent = decayed_sums(self.recent, p, y.astype(np.float64), w)
         if w is None:  # the sums as they always were: an unweighted stream's bits unchanged
             self.weight += size
             self._click_weight += positives
@@ -162,6 +199,11 @@ class StreamMetrics:
             return float("nan") if not self._p_sum else float("inf")
         return self._p_sum / self._click_weight
 
+    @property
+    def recent_calibration(self) -> float:
+        """:attr:`calibration` over the recent window (decayed sums); ``nan`` before a click."""
+        return float(self.recent[0] / self.recent[1]) if self.recent[1] else float("nan")
+
     def auc(self) -> float:
         """Exact AUC over everything seen: sorts all predictions, so not for every batch."""
         return auc(self._p[: self.count], self._y[: self.count])
@@ -175,6 +217,7 @@ class StreamMetrics:
             auc=_defined(self.auc()),
             calibration=_defined(self.calibration),
             weight=self.weight,
+            recent_calibration=_defined(self.recent_calibration),
         )
 
 

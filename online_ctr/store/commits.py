@@ -125,8 +125,10 @@ class StateChange:
     #: The base rate's counts ``(clicks, examples)`` after the group
     #: (:mod:`online_ctr.learning.base_rate`); None: not written.
     base: tuple[float, float] | None = None
-    #: The group's importance-weighted sums of its predictions and of its labels.
-    sums: tuple[float, float] = (0.0, 0.0)
+    #: The group's importance-weighted sums of its predictions and of its labels, then the
+    #: model's over the recent window after it (:func:`~online_ctr.learning.stream_metrics.
+    #: decayed_sums`).
+    sums: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class CommitLog:
                 *change.budget.args(),
                 change.counters.tally,
                 "" if change.base is None else f"{change.base[0]!r} {change.base[1]!r}",
-                f"{change.sums[0]!r} {change.sums[1]!r}",
+                " ".join(repr(total) for total in change.sums),
                 *redo,
             ],
         )

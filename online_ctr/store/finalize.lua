@@ -35,8 +35,10 @@
 --       for a model without a filter: nothing written), 27 the base rate's counts after the
 --       group, 'clicks examples' (finite, 0 <= clicks <= examples: written as given to the meta's
 --       fields base_clicks and base_examples; '': nothing written), 28 the group's
---       importance-weighted sums of its predictions and of its labels, 'predicted labels'
---       (finite, >= 0: added to the meta's fields predicted_sum and label_sum), then pairs
+--       importance-weighted sums of its predictions and of its labels, then those sums over
+--       the recent window after the group, 'predicted labels recent_predicted recent_labels'
+--       (finite, >= 0: the first two added to the meta's fields predicted_sum and label_sum,
+--       the last two written to recent_predicted and recent_labels), then pairs
 --       (redo field 's<shard>', that shard's records) for the redo entry.
 -- Returns {'ok', seq, t, nonzero weights, features tracked, log-loss sum}; or, having written
 -- nothing, {'fenced', token}, {'conflict', t}, {'refused', why} (an argument is bad) or
@@ -192,7 +194,7 @@ local function check_arguments()
     if finite('ARGV[28] weighted sum', sum) < 0 then refuse('ARGV[28] weighted sum below 0', sum) end
     a.sums[#a.sums + 1] = sum
   end
-  if #a.sums ~= 2 then refuse('ARGV[28] has not 2 sums but', #a.sums) end
+  if #a.sums ~= 4 then refuse('ARGV[28] has not 4 sums but', #a.sums) end
   if (#ARGV - 28) % 2 ~= 0 then refuse('ARGV[29..] are not pairs, their count is', #ARGV - 28) end
   for i = 29, #ARGV, 2 do
     if not string.find(ARGV[i], '^s%d+$') then refuse('ARGV[' .. i .. '] redo field', ARGV[i]) end
@@ -335,6 +337,7 @@ local logloss = redis.call('HINCRBYFLOAT', meta, 'logloss_sum', ARGV[5])
 if a.excess ~= 0 then redis.call('HINCRBYFLOAT', meta, 'weight_excess', ARGV[15]) end
 redis.call('HINCRBYFLOAT', meta, 'predicted_sum', a.sums[1])
 redis.call('HINCRBYFLOAT', meta, 'label_sum', a.sums[2])
+redis.call('HSET', meta, 'recent_predicted', a.sums[3], 'recent_labels', a.sums[4])
 if a.expired ~= 0 then redis.call('HINCRBY', meta, 'expired', ARGV[19]) end
 local stable = redis.call('HINCRBY', meta, 'nnz_stable', ARGV[10])
 local tracked = redis.call('HINCRBY', meta, 'tracked', ARGV[11])

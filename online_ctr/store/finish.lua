@@ -12,6 +12,7 @@ local function count(what, value) return whole(what, value, 0) end
 local COUNTERS = {t = whole, seq = whole, nnz_stable = whole, tracked = whole, fence = whole,
   trimmed = whole, logloss_sum = finite, weight_excess = finite, expired = whole,
   predicted_sum = finite, label_sum = finite, base_clicks = finite, base_examples = finite,
+  recent_predicted = finite, recent_labels = finite,
   held = count, evicted = count, budget_lowest = count, cut_zero = count, cut_all = count,
   counters_used = count}
 local function recent(value)  -- as finalize.lua writes it: '' (none) or 'r0 .. r7'

@@ -94,7 +94,7 @@ class Closed:
     admitted_recent: tuple[int, ...] = NONE_ADMITTED
     #: The base rate's counts, and the predictions' and labels' sums as Redis keeps them.
     base: tuple[float, float] = (0.0, 0.0)
-    sums: tuple[str, str] = ("", "")
+    sums: tuple[str, str, str, str] = ("", "", "", "")
 
 
 class Export:
@@ -183,11 +183,12 @@ class Export:
         # Only a counting filter admits through one (a reader refuses admissions without).
         counted = self.spec.admission.counted
         recent = _admitted(parts[16:17]) if counted else NONE_ADMITTED
-        clicks, examples, predicted, labels = parts[17:21]
+        clicks, examples, predicted, labels, recent_predicted, recent_labels = parts[17:23]
         return Closed(
             epoch, int(seq), int(float(t)), logloss, nonzero, int(tracked), excess, counters,
             expired, lowest, held, evicted, cut_zero, cut_all, recent,
-            (float(clicks), float(examples)), (predicted, labels),
+            (float(clicks), float(examples)),
+            (predicted, labels, recent_predicted, recent_labels),
         )  # fmt: skip
 
     async def _roll_forward(self, through: int) -> AsyncIterator[snapshot_scan.Chunk]:
@@ -235,6 +236,8 @@ class Export:
             base_examples=closed.base[1],
             predicted_sum=closed.sums[0],
             label_sum=closed.sums[1],
+            recent_predicted=closed.sums[2],
+            recent_labels=closed.sums[3],
         )
 
 

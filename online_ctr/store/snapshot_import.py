@@ -461,10 +461,9 @@ def _base_and_sums(footer: Footer) -> dict[str, str]:
     """The base rate's counts and the calibration sums as finalize.lua writes them in the
     meta (the counts exactly, as repr; none of what the file does not carry)."""
     fields = {"base_clicks": repr(footer.base_clicks), "base_examples": repr(footer.base_examples)}
-    if footer.predicted_sum:
-        fields["predicted_sum"] = footer.predicted_sum
-    if footer.label_sum:
-        fields["label_sum"] = footer.label_sum
+    for name in ("predicted_sum", "label_sum", "recent_predicted", "recent_labels"):
+        if getattr(footer, name):
+            fields[name] = getattr(footer, name)
     return fields
 
 

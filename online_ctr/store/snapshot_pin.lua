@@ -10,7 +10,8 @@
 --   each: no budget), then the admission filter's admissions per halving period, the meta's
 --   'admitted_recent' as finalize.lua writes it ('r0 .. r7'; '': none committed, or no
 --   filter), then the base rate's counts base_clicks and base_examples ('0' each before a
---   commit) and the sums predicted_sum and label_sum ('': none)}, all read at one instant (a caller that reads the first eleven is unaffected by
+--   commit), the sums predicted_sum and label_sum ('': none) and recent_predicted and
+--   recent_labels ('': none)}, all read at one instant (a caller that reads the first eleven is unaffected by
 --   the marks after them, one that reads the first sixteen by the admissions). 'release':
 --   drop it.
 -- Each but 'pin' returns {'lapsed'} if the pin is gone or past its deadline: entries it
@@ -66,8 +67,9 @@ redis.call('HSET', pins, token, keep .. ' ' .. (now_ms + ttl))
 if what == 'renew' then return {'ok'} end
 local m = redis.call('HMGET', meta, 'epoch', 'seq', 't', 'logloss_sum', 'nnz_stable', 'tracked',
   'weight_excess', 'expired', 'budget_lowest', 'held', 'evicted', 'cut_zero', 'cut_all',
-  'admitted_recent', 'base_clicks', 'base_examples', 'predicted_sum', 'label_sum')
+  'admitted_recent', 'base_clicks', 'base_examples', 'predicted_sum', 'label_sum',
+  'recent_predicted', 'recent_labels')
 return {'ok', m[1] or '', m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '0', m[6] or '0',
   redis.call('ZCARD', expiry), m[7] or '', KEYS[5] and redis.call('GET', KEYS[5]) or '',
   m[8] or '0', m[9] or '0', m[10] or '0', m[11] or '0', m[12] or '0', m[13] or '0', m[14] or '',
-  m[15] or '0', m[16] or '0', m[17] or '', m[18] or ''}
+  m[15] or '0', m[16] or '0', m[17] or '', m[18] or '', m[19] or '', m[20] or ''}

@@ -225,6 +225,10 @@ class ModelInfo:
     #: (:data:`CALIBRATION_FIELDS`): their ratio is the model's calibration.
     predicted_sum: float = 0.0
     label_sum: float = 0.0
+    #: The same over the recent window (:func:`~online_ctr.learning.stream_metrics.
+    #: decayed_sums`).
+    recent_predicted: float = 0.0
+    recent_labels: float = 0.0
 
     @property
     def base_logit(self) -> float:
@@ -237,6 +241,11 @@ class ModelInfo:
     def calibration_ratio(self) -> float | None:
         """``sum(p) / sum(y)`` over every learned example (None before the first click)."""
         return self.predicted_sum / self.label_sum if self.label_sum else None
+
+    @property
+    def recent_calibration_ratio(self) -> float | None:
+        """:attr:`calibration_ratio` over the recent window (None before a click in it)."""
+        return self.recent_predicted / self.recent_labels if self.recent_labels else None
 
     @property
     def learned_weight(self) -> float:
@@ -275,11 +284,13 @@ BUDGET_MARK_INDEX = (
 _COUNTERS = ("t", "nnz_stable", "tracked", "logloss_sum")
 #: The meta's fields of the admission filter's tally (finalize.lua writes them).
 TALLY_FIELDS = ("counters_used", "admitted_recent")
-#: The meta's fields of the predictions' and labels' weighted sums (finalize.lua adds to them).
+#: The meta's fields of the predictions' and labels' weighted sums (finalize.lua adds to them),
+#: and of the same over the recent window (finalize.lua writes them).
 CALIBRATION_FIELDS = ("predicted_sum", "label_sum")
+RECENT_FIELDS = ("recent_predicted", "recent_labels")
 _INFO_FIELDS = (
     "rule", "params", "hash_bits", *_COUNTERS, "weight_excess", "expired", "evicted", "held",
-    *TALLY_FIELDS, *BASE_FIELDS, *CALIBRATION_FIELDS, *_BEFORE_STORED,
+    *TALLY_FIELDS, *BASE_FIELDS, *CALIBRATION_FIELDS, *RECENT_FIELDS, *_BEFORE_STORED,
 )  # fmt: skip
 
 
@@ -402,6 +413,8 @@ class ModelStore:
             base_examples=_float(meta.get("base_examples", "0")),
             predicted_sum=_float(meta.get("predicted_sum", "0")),
             label_sum=_float(meta.get("label_sum", "0")),
+            recent_predicted=_float(meta.get("recent_predicted", "0")),
+            recent_labels=_float(meta.get("recent_labels", "0")),
         )
 
     def _pending(self, meta: dict[str, str]) -> int | None:
@@ -486,6 +499,17 @@ class ModelStore:
                 f"model {self.spec.name!r}: meta fields base_clicks and base_examples are not "
                 f"counts 0 <= clicks <= examples: {counts[0]} and {counts[1]}"
             ) from None
+
+    async def recent_sums(self) -> Array:
+        """The recent window's sums of predictions and labels as the commits left them
+        (zeros before the first, or for a text that is not finalize.lua's: they only feed a
+        metric, and the next commit writes them whole)."""
+        stored = await self.redis.hmget(self.keys.meta, *RECENT_FIELDS)
+        try:
+            sums = np.array([float(text(value or b"0")) for value in stored])
+        except ValueError:
+            return np.zeros(2)
+        return sums if np.isfinite(sums).all() and (sums >= 0).all() else np.zeros(2)
 
     async def cut_all(self) -> int:
         """The model's feature budget's cutoff of all features: a stored feature last touched

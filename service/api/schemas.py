@@ -639,8 +639,15 @@ class ModelInfoResponse(BaseModel):
         description="sum(p) / sum(y) over every example learned, importance-weighted: the "
         "predicted clicks over the clicks (1 is calibrated; above 1 over-predicts). Each "
         "example's p is the one predicted before learning it (the served one for a joined "
-        "impression). null before the first click. The recent window is on /metrics.",
+        "impression). null before the first click.",
         examples=[1.004],
+    )
+    recent_calibration_ratio: float | None = Field(
+        None,
+        description="calibration_ratio over the recent window: each example's p and y "
+        "counted with a share halved every 10,000 examples learned after it. null before a "
+        "click.",
+        examples=[0.998],
     )
     state_bytes: int = Field(
         0,

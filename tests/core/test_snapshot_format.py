@@ -687,7 +687,13 @@ PRIOR = replace(BLOOM, admission="all", base_rate="decay:1000")
 
 def test_the_base_rate_and_the_calibration_sums_round_trip() -> None:
     footer = replace(
-        EMPTY, base_clicks=0.1 + 0.2, base_examples=12.5, predicted_sum="3.25", label_sum="4"
+        EMPTY,
+        base_clicks=0.1 + 0.2,
+        base_examples=12.5,
+        predicted_sum="3.25",
+        label_sum="4",
+        recent_predicted="1.5",
+        recent_labels="2",
     )
     writer = Writer()
     blob = writer.start(PRIOR) + writer.finish(footer)
@@ -719,6 +725,7 @@ def test_a_file_without_the_prior_reads_as_off_with_no_counts() -> None:
         ({"predicted_sum": "-1"}, "predicted_sum"),
         ({"label_sum": "nan"}, "label_sum"),
         ({"label_sum": 4}, "label_sum"),
+        ({"recent_labels": "-2"}, "recent_labels"),
     ],
 )
 def test_base_rate_counts_a_model_cannot_have_are_refused(

@@ -15,10 +15,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from online_ctr.config.settings import Settings
-from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.features import Example, FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import get_rule
+from online_ctr.learning.stream_metrics import decayed_sums
 from online_ctr.metrics import Metrics
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.state import ModelStore
@@ -38,6 +39,11 @@ ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 200))
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
     return Settings(redis_url=redis_url, state_buckets=64, rule="rda", l1=0.001, **AUTH)
+
+
+def step_labels(rows: list[tuple[Example, int]]) -> np.ndarray:
+    """The labels of ``rows`` as the learner takes them."""
+    return np.array([float(y) for _, y in rows])
 
 
 def store_of(settings: Settings, client: aioredis.Redis) -> ModelStore:
@@ -87,6 +93,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "base_rate_logit": 0.0,  # nothing learned: (0 + 1/2) / (0 + 1)
         "click_rate": None,
         "calibration_ratio": None,
+        "recent_calibration_ratio": None,
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]
@@ -112,6 +119,8 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
     assert info["click_rate"] == clicks / len(ROWS)
     expected = step.probabilities.sum() / clicks
     np.testing.assert_allclose(info["calibration_ratio"], expected, rtol=1e-12)
+    recent = decayed_sums(np.zeros(2), step.probabilities, step_labels(ROWS))
+    np.testing.assert_allclose(info["recent_calibration_ratio"], recent[0] / recent[1], rtol=1e-12)
     # The features learned take memory beside the filters (online_ctr.store.state_bytes).
     assert info["state_bytes"] > empty_bytes
     metrics = client.get("/metrics").text

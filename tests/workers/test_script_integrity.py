@@ -44,7 +44,7 @@ def finalize_args(store: ModelStore, fence: str, t: int, **changed: Any) -> list
         "through": 1, "fit": "", "histogram": b"", "excess": "0",
         "positions": b"", "counts": b"", "counters": 1 << 22, "expired": 0,
         "slots": b"", "values": b"", "size": 0, "marks": "", "evicted": 0, "taus": b"",
-        "tally": "", "base": "", "sums": "0.5 1.0",
+        "tally": "", "base": "", "sums": "0.5 1.0 0.5 1.0",
     }  # fmt: skip
     args.update(changed)
     return [
@@ -472,9 +472,11 @@ CASES: dict[str, tuple[Drive, str]] = {
     "finalize base inf": (finalize_case(base="1 inf"), "ARGV[27] base-rate examples"),
     "finalize base clicks past examples": (finalize_case(base="3 2"), "not within 0"),
     "finalize base clicks negative": (finalize_case(base="-1 2"), "not within 0"),
-    "finalize sums one": (finalize_case(sums="0.5"), "ARGV[28] has not 2 sums"),
-    "finalize sums negative": (finalize_case(sums="-0.5 1"), "ARGV[28] weighted sum below 0"),
-    "finalize sums nan": (finalize_case(sums="nan 1"), "ARGV[28]"),
+    "finalize sums one": (finalize_case(sums="0.5"), "ARGV[28] has not 4 sums"),
+    "finalize sums two": (finalize_case(sums="0.5 1"), "ARGV[28] has not 4 sums"),
+    "finalize recent sum negative": (finalize_case(sums="0.5 1 -1 1"), "below 0"),
+    "finalize sums negative": (finalize_case(sums="-0.5 1 0 0"), "ARGV[28] weighted sum below 0"),
+    "finalize sums nan": (finalize_case(sums="nan 1 0 0"), "ARGV[28]"),
     "finalize meta predicted_sum": (finalize_case({"predicted_sum": "x"}), "predicted_sum"),
     "finalize meta label_sum inf": (finalize_case({"label_sum": "inf"}), "label_sum"),
     "finalize no budget but marks": (finalize_case(marks="0 0 0 0"), "ARGV[20..25]"),

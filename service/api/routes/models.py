@@ -192,5 +192,6 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         base_rate_logit=info.base_logit,
         click_rate=_rate(info.base_clicks, info.base_examples),
         calibration_ratio=info.calibration_ratio,
+        recent_calibration_ratio=info.recent_calibration_ratio,
         state_bytes=(await served.state_bytes(info.features_tracked)).total,
     )
