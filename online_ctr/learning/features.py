@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from online_ctr.learning.budget import Budget
+from online_ctr.learning.crosses import Crosses, example_crosses
 from online_ctr.learning.new_names import NewNames
 from online_ctr.learning.numeric import Numeric, check_numeric, log_bucket
 
@@ -124,6 +125,24 @@ class Batch:
         """How many (example, feature) pairs the batch holds."""
         return int(self.indptr[-1])
 
+    def appended(self, rows: ArrayLike, ids: ArrayLike, values: ArrayLike) -> Batch:
+        """The batch with the features ``ids`` (int64 holding the uint64 bits) of x
+        ``values`` added at the end of the examples ``rows`` (ascending), in that order."""
+        rows = np.asarray(rows, np.int64)
+        if not len(rows):
+            return self
+        every_row = np.concatenate([self.rows(), rows])
+        order = np.argsort(every_row, kind="stable")  # each example's own first, in order
+        counts = np.bincount(every_row, minlength=len(self))
+        added = np.asarray(ids, np.int64).view(np.uint64)
+        return Batch(
+            np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+            np.concatenate([self.ids, added])[order],
+            np.concatenate([self.values, np.asarray(values, np.float64)])[order],
+            self.labels,
+            self.weights,
+        )
+
 
 @dataclass
 class FeatureHasher:
@@ -141,6 +160,9 @@ class FeatureHasher:
     budget: Budget | None = field(default=None, repr=False, compare=False)
     #: Where names go when first hashed, for a model that records them (None: nowhere).
     new_names: NewNames | None = field(default=None, repr=False, compare=False)
+    #: Pairs of fields crossed (:mod:`online_ctr.learning.crosses`): each example's cross
+    #: features follow its own.
+    crosses: Crosses = ()
     _known: dict[object, int] = field(default_factory=dict, repr=False)
     _known_bytes: int = field(default=0, repr=False, compare=False)
 
@@ -178,16 +200,33 @@ class FeatureHasher:
         """Hash a sequence of examples into one :class:`Batch`."""
         examples = list(examples)
         labels_array = np.fromiter(labels, dtype=np.float64)
+        held = self._known_bytes
         try:
-            return self._known_batch(examples, labels_array)
+            batch, repeats = self._known_batch(examples, labels_array)
         except (KeyError, TypeError):  # a new name, a number, or an unhashable list
-            held = self._known_bytes
-            batch = self._slow_batch(examples, labels_array)
-            if self.budget is not None and self._known_bytes > held:
-                self.budget.fit()
-            return batch
+            batch, repeats = self._slow_batch(examples, labels_array)
+        if self.crosses:
+            batch = self._crossed(batch, examples)
+        if self.budget is not None and self._known_bytes > held:
+            self.budget.fit()
+        # Merged once, after the crosses: every path (scan.NameIds too) sorts the same rows.
+        return _merge_repeats(batch) if repeats else batch
 
-    def _known_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+    def _crossed(self, batch: Batch, examples: list[Example]) -> Batch:
+        """``batch`` with each example's cross features after its own."""
+        rows: list[int] = []
+        ids: list[int] = []
+        values: list[float] = []
+        for row, example in enumerate(examples):
+            for name, x in example_crosses(example, self.crosses, self.numeric):
+                rows.append(row)
+                ids.append(self._cached_id(name, None))
+                values.append(x)
+        return batch.appended(rows, ids, values)
+
+    def _known_batch(
+        self, examples: list[Example], labels: NDArray[np.float64]
+    ) -> tuple[Batch, bool]:
         """The common case, every (field, value) a categorical feature seen before: looked
         up for the whole batch in one pass that runs in C, without a Python loop."""
         pairs: Iterable[object] = chain.from_iterable(map(dict.items, examples))  # type: ignore[arg-type]
@@ -197,10 +236,13 @@ class FeatureHasher:
         ids = np.insert(found, starts, self._bias)  # the bias first in every example
         indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
         batch = Batch(indptr, ids.view(np.uint64), np.ones(len(ids)), labels)
-        return _merge_repeats(batch) if self.hash_bits is not None else batch
+        return batch, self.hash_bits is not None
 
-    def _slow_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
-        """Any examples: feature by feature, hashing and remembering new names."""
+    def _slow_batch(
+        self, examples: list[Example], labels: NDArray[np.float64]
+    ) -> tuple[Batch, bool]:
+        """Any examples: feature by feature, hashing and remembering new names; and whether
+        an id may repeat in an example."""
         indptr = [0]
         ids: list[int] = []
         numeric: dict[int, float] = {}  # position in ids -> x, for the few x != 1
@@ -218,7 +260,7 @@ class FeatureHasher:
             values=values,
             labels=labels,
         )
-        return _merge_repeats(batch) if repeats else batch
+        return batch, repeats
 
     def _add_slowly(self, example: Example, ids: list[int], numeric: dict[int, float]) -> bool:
         """Add one example's ids feature by feature; say whether an id may repeat in it."""
