@@ -35,6 +35,7 @@ CONFIG_FIELDS = (
     "expire_after",
     "max_features",
     "negative_rate",
+    "crosses",
 )
 #: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.
 NUMBERS = ("negative_rate",)

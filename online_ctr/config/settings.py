@@ -35,6 +35,7 @@ from online_ctr.config.checks import (
 )
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.crosses import MOST_CROSSES, crosses_text, parse_crosses
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 
@@ -166,6 +167,12 @@ class Settings(BaseSettings):
         ge=0,
         le=eviction.MOST,
         description=eviction.SETTING,
+    )
+    crosses: str = Field(
+        "",
+        description=f"Pairs of fields the model crosses (at most {MOST_CROSSES}), A&B "
+        "separated by commas, such as site&hour,site&device: an example with both fields gets "
+        "one more feature, named a=va&b=vb; empty: none.",
     )
     negative_rate: float = Field(
         1.0,
@@ -356,6 +363,11 @@ class Settings(BaseSettings):
     @classmethod
     def _admission(cls, value: str) -> str:
         return Admission.parse(value).text
+
+    @field_validator("crosses")
+    @classmethod
+    def _crosses(cls, value: str) -> str:
+        return crosses_text(parse_crosses(value))
 
     @field_validator("redis_url")
     @classmethod

@@ -92,6 +92,7 @@ from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import COUNTERS, PERIODS, Admission
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
+from online_ctr.learning.crosses import crosses_text, parse_crosses
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
 from online_ctr.learning.retention import NEVER
 from online_ctr.learning.rules import get_rule
@@ -140,6 +141,9 @@ class Header:
     #: The most features the model holds (0: no budget; absent from files written before
     #: budgets existed). With a budget, each row ends with ``tau`` too.
     max_features: int = eviction.UNBOUNDED
+    #: The pairs of fields the model crosses, ``a&b,c&d`` (:mod:`online_ctr.learning.
+    #: crosses`; "": none, as files written before crosses existed).
+    crosses: str = ""
 
     @property
     def stepped(self) -> bool:
@@ -243,6 +247,8 @@ class Writer:
             del body["expire_after"]
         if header.max_features == eviction.UNBOUNDED:  # as files written before budgets
             del body["max_features"]
+        if not header.crosses:  # as files written before crosses
+            del body["crosses"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -297,6 +303,7 @@ def parse_header(payload: bytes) -> Header:
             admission=Admission.parse(str(body.get("admission", "all"))).text,
             expire_after=_span(body.get("expire_after", NEVER)),
             max_features=_budget(body.get("max_features", eviction.UNBOUNDED)),
+            crosses=crosses_text(parse_crosses(str(body.get("crosses", "")))),
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)

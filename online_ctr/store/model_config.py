@@ -41,6 +41,7 @@ from online_ctr.config.settings import Settings
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.crosses import MOST_CROSSES, crosses_text, parse_crosses
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
@@ -125,6 +126,13 @@ class ModelConfig(JoinConfig):
         "click is kept); each kept one is weighted 1/rate, so the model and its progressive "
         "log loss still estimate the whole stream's. Shared by every model of a group.",
     )
+    crosses: str = Field(
+        "",
+        description=f"Pairs of fields to cross (at most {MOST_CROSSES}), A&B separated by "
+        "commas, or a list of A&B: an example with both fields gets one more feature, named "
+        "a=va&b=vb, learned like any other. Empty: none.",
+        examples=["", "site&hour,site&device"],
+    )
     feature_names: bool = Field(
         False,
         description="Record the names of the model's features as the API hashes them (at "
@@ -143,6 +151,16 @@ class ModelConfig(JoinConfig):
         # Before the pattern: a bad rule is told what is wrong, a good one written as
         # Admission.text writes it (which the pattern describes).
         return Admission.parse(value).text if isinstance(value, str) else value
+
+    @field_validator("crosses", mode="before")
+    @classmethod
+    def _crosses(cls, value: object) -> object:
+        # A list of A&B or the comma-separated text, kept as the canonical text.
+        if isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+        ):
+            return crosses_text(parse_crosses(value))
+        return value
 
     @field_validator("group")
     @classmethod
@@ -201,6 +219,7 @@ class ModelConfig(JoinConfig):
             self.admission,
             self.expire_after,
             self.max_features,
+            self.crosses,
         )
 
 
@@ -219,6 +238,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         admission=spec.admission.text,
         expire_after=spec.expire_after,
         max_features=spec.max_features,
+        crosses=crosses_text(spec.crosses),
     )
 
 
@@ -239,6 +259,7 @@ def own_config(settings: Settings) -> ModelConfig:
         admission=settings.admission,
         expire_after=settings.expire_after,
         max_features=settings.max_features,
+        crosses=settings.crosses,
         feature_names=settings.feature_names,
     )
 

@@ -92,6 +92,8 @@ class Shared(JoinConfig):
     numeric: str = "log_bucket"
     #: The group's feedback is sampled once, before its one entry goes to every model.
     negative_rate: float = 1.0
+    #: Crosses are hashed into the group's one entry too.
+    crosses: str = ""
 
     @classmethod
     def of(cls, config: ModelConfig) -> Shared:
@@ -101,12 +103,15 @@ class Shared(JoinConfig):
             hash_bits=config.hash_bits,
             numeric=config.numeric,
             negative_rate=config.negative_rate,
+            crosses=config.crosses,
         )
 
     def canonical(self) -> str:
         """The canonical JSON; without ``negative_rate`` at 1, so that groups recorded before
         it existed compare equal to the same settings given now."""
         dropped = {"negative_rate"} if self.negative_rate == 1.0 else set()
+        if not self.crosses:  # likewise for groups recorded before crosses
+            dropped.add("crosses")
         return json.dumps(self.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 
@@ -123,6 +128,8 @@ def encode_config(config: ModelConfig) -> str:
         dropped.add("expire_after")
     if config.max_features == 0:
         dropped.add("max_features")
+    if not config.crosses:
+        dropped.add("crosses")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

@@ -55,6 +55,7 @@ from pydantic import ValidationError
 
 from online_ctr.learning import eviction
 from online_ctr.learning.admission import Admission, Tally
+from online_ctr.learning.crosses import crosses_text, parse_crosses
 from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
@@ -162,6 +163,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "admission": spec.admission.text,
         "expire_after": spec.expire_after,
         "max_features": spec.max_features,
+        "crosses": crosses_text(spec.crosses),
         **vars(spec.params),
     }
     got = {
@@ -173,6 +175,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "admission": header.admission,
         "expire_after": header.expire_after,
         "max_features": header.max_features,
+        "crosses": header.crosses,
         **header.params,
     }
     return [
@@ -272,6 +275,7 @@ class SnapshotImport:
             admission=Admission.parse(header.admission),
             expire_after=header.expire_after,
             max_features=header.max_features,
+            crosses=parse_crosses(header.crosses),
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)

@@ -32,6 +32,7 @@ from online_ctr.learning.admission import (
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
+from online_ctr.learning.crosses import Crosses, crosses_text, parse_crosses
 from online_ctr.learning.eviction import UNBOUNDED, Evicting, check_max_features
 from online_ctr.learning.numeric import Numeric
 from online_ctr.learning.retention import NEVER, check_expire_after, live
@@ -94,6 +95,8 @@ class ModelSpec:
     #: (:mod:`online_ctr.learning.eviction`; 0: no budget). Each stored row then ends with the
     #: feature's last step too.
     max_features: int = UNBOUNDED
+    #: Pairs of fields crossed (:mod:`online_ctr.learning.crosses`; none by default).
+    crosses: Crosses = ()
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -119,6 +122,7 @@ class ModelSpec:
             "admission": self.admission.text,
             "expire_after": str(self.expire_after),
             "max_features": str(self.max_features),
+            "crosses": crosses_text(self.crosses),
         }
 
     @property
@@ -232,6 +236,7 @@ _BEFORE_STORED = {
     "admission": "all",
     "expire_after": "0",
     "max_features": "0",
+    "crosses": "",
 }
 #: The meta hash's fields of a feature budget's marks (:mod:`online_ctr.learning.eviction`),
 #: and where each goes in :attr:`~online_ctr.learning.eviction.Evicting.marks`.
@@ -546,6 +551,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         Admission.parse(stored["admission"]),
         int(stored["expire_after"]),
         int(stored["max_features"]),
+        parse_crosses(stored["crosses"]),
     )
 
 
@@ -563,6 +569,7 @@ def spec_from(
     admission: str = "all",
     expire_after: int = NEVER,
     max_features: int = UNBOUNDED,
+    crosses: str = "",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
@@ -580,4 +587,5 @@ def spec_from(
         Admission.parse(admission),
         expire_after,
         max_features,
+        parse_crosses(crosses),
     )
