@@ -131,17 +131,20 @@ class Batch:
         rows = np.asarray(rows, np.int64)
         if not len(rows):
             return self
-        every_row = np.concatenate([self.rows(), rows])
-        order = np.argsort(every_row, kind="stable")  # each example's own first, in order
-        counts = np.bincount(every_row, minlength=len(self))
-        added = np.asarray(ids, np.int64).view(np.uint64)
-        return Batch(
-            np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-            np.concatenate([self.ids, added])[order],
-            np.concatenate([self.values, np.asarray(values, np.float64)])[order],
-            self.labels,
-            self.weights,
-        )
+        own = np.diff(self.indptr)
+        added = np.bincount(rows, minlength=len(self))
+        indptr = np.concatenate(([0], np.cumsum(own + added))).astype(np.int64)
+        # Each example's own features move by the features added before it; the added ones
+        # go after its own, in the order given (positions computed, no sort).
+        own_at = np.arange(len(self.ids)) + np.repeat(indptr[:-1] - self.indptr[:-1], own)
+        first_added = np.cumsum(added) - added
+        added_at = indptr[rows] + own[rows] + np.arange(len(rows)) - first_added[rows]
+        out_ids = np.empty(int(indptr[-1]), np.uint64)
+        out_values = np.empty(int(indptr[-1]), np.float64)
+        out_ids[own_at], out_values[own_at] = self.ids, self.values
+        out_ids[added_at] = np.asarray(ids, np.int64).view(np.uint64)
+        out_values[added_at] = values
+        return Batch(indptr, out_ids, out_values, self.labels, self.weights)
 
 
 @dataclass
@@ -213,15 +216,31 @@ class FeatureHasher:
         return _merge_repeats(batch) if repeats else batch
 
     def _crossed(self, batch: Batch, examples: list[Example]) -> Batch:
-        """``batch`` with each example's cross features after its own."""
+        """``batch`` with each example's cross features after its own. Two categories, the
+        common case, are looked up by their four strings (whose hashes Python keeps), with
+        no name made: a name per cross per example was most of crossing's cost."""
         rows: list[int] = []
         ids: list[int] = []
         values: list[float] = []
+        known = self._known
         for row, example in enumerate(examples):
-            for name, x in example_crosses(example, self.crosses, self.numeric):
-                rows.append(row)
-                ids.append(self._cached_id(name, None))
-                values.append(x)
+            for a, b in self.crosses:
+                va, vb = example.get(a), example.get(b)
+                if va is None or vb is None:
+                    continue
+                if type(va) is str and type(vb) is str:
+                    key = known.get((a, va, b, vb))
+                    if key is None:
+                        full = f"{a}={va}&{b}={vb}"
+                        key = self._new_id((a, va, b, vb), full, len(full))
+                    rows.append(row)
+                    ids.append(key)
+                    values.append(1.0)
+                    continue
+                for name, x in example_crosses({a: va, b: vb}, ((a, b),), self.numeric):
+                    rows.append(row)
+                    ids.append(self._cached_id(name, None))
+                    values.append(x)
         return batch.appended(rows, ids, values)
 
     def _known_batch(
@@ -314,16 +333,21 @@ class FeatureHasher:
         """The id of ``name=value`` (``name`` alone when ``value`` is None), hashed at most once."""
         key = self._known.get((name, value))
         if key is None:
-            if len(self._known) >= _CACHE_LIMIT:
-                self.forget()
             full = name if value is None else f"{name}={value}"
-            key = self._signed_id(full)
-            self._remember((name, value), key, len(name) + len(value or ""))
-            if self.new_names is not None:
-                self.new_names.add(key, full)
+            key = self._new_id((name, value), full, len(name) + len(value or ""))
         return key
 
-    def _remember(self, pair: tuple[str, object], key: int, characters: int) -> None:
+    def _new_id(self, pair: tuple[object, ...], full: str, characters: int) -> int:
+        """Hash the name ``full``, remember its id under ``pair`` and record it if asked."""
+        if len(self._known) >= _CACHE_LIMIT:
+            self.forget()
+        key = self._signed_id(full)
+        self._remember(pair, key, characters)
+        if self.new_names is not None:
+            self.new_names.add(key, full)
+        return key
+
+    def _remember(self, pair: tuple[object, ...], key: int, characters: int) -> None:
         if pair not in self._known:
             self._known_bytes += _ENTRY_BYTES + characters
         self._known[pair] = key

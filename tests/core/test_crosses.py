@@ -108,7 +108,7 @@ def test_a_warm_cache_makes_the_cold_ones_batch(data_dir: Path, hash_bits: int |
     assert np.array_equal(np.concatenate(in_batch), alone)
     plain = FeatureHasher(hash_bits).batch(rows)
     added = np.diff(cold.indptr) - np.diff(plain.indptr)
-    assert 0 < added.sum() and added.max() <= len(crosses)
+    assert added.sum() > 0 and added.max() <= len(crosses)
     if hash_bits is None:  # every cross present is one more id, after the example's own
         for j in (0, 7, 499):
             own = plain.ids[plain.indptr[j] : plain.indptr[j + 1]]
