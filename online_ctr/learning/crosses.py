@@ -5,8 +5,10 @@ A model's ``crosses`` name pairs of fields, ``a&b``. For each pair, an example w
 fields have a feature gets the cross feature named ``name_a&name_b``, the two features' names as
 the model hashes them (``site=news&hour=20``; a number in ``log_bucket`` mode by its bucket,
 ``hour=6``), with x the product of their x (1 for two categories; a raw number's value). A
-field that is absent, or a raw 0, crosses nothing; a list crosses each of its items. An
-example's crosses follow its own features, in the order the model names the pairs. The cross
+field that is absent, a raw 0 or a list crosses nothing: so an example gets at most one
+feature per pair (a list crossed item by item would give the product of two lists' lengths,
+up to a million for two lists within the per-example limit). An example's crosses follow its
+own features, in the order the model names the pairs. The cross
 is then a feature like any other: hashed as its name (:mod:`online_ctr.learning.features`),
 admitted, expired, budgeted and learned as any other.
 
@@ -71,16 +73,17 @@ def crosses_text(crosses: Crosses) -> str:
     return ",".join(f"{a}&{b}" for a, b in crosses)
 
 
-def field_features(field: str, value: object, numeric: Numeric) -> list[tuple[str, float]]:
-    """The features one field's value makes, named and valued as the hasher makes them."""
+def crossed_feature(field: str, value: object, numeric: Numeric) -> tuple[str, float] | None:
+    """The feature one field's value makes, named and valued as the hasher makes it; None
+    for what crosses nothing (a raw 0, a list)."""
     if isinstance(value, str):
-        return [(f"{field}={value}", 1.0)]
+        return f"{field}={value}", 1.0
     if isinstance(value, int | float):
         x = float(value)
         if numeric == "log_bucket":  # as the hasher buckets it: an int exactly
-            return [(f"{field}={log_bucket(value if isinstance(value, int) else x)}", 1.0)]
-        return [(field, x)] if x != 0.0 else []
-    return [(f"{field}={item}", 1.0) for item in value]  # type: ignore[attr-defined]
+            return f"{field}={log_bucket(value if isinstance(value, int) else x)}", 1.0
+        return (field, x) if x != 0.0 else None
+    return None
 
 
 def example_crosses(
@@ -91,7 +94,8 @@ def example_crosses(
     for a, b in crosses:
         if a not in example or b not in example:
             continue
-        left = field_features(a, example[a], numeric)
-        right = field_features(b, example[b], numeric)
-        found.extend((f"{na}&{nb}", xa * xb) for na, xa in left for nb, xb in right)
+        left = crossed_feature(a, example[a], numeric)
+        right = crossed_feature(b, example[b], numeric)
+        if left is not None and right is not None:
+            found.append((f"{left[0]}&{right[0]}", left[1] * right[1]))
     return found
