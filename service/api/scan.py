@@ -135,11 +135,12 @@ def scan(body: bytes, want_label: bool) -> Scanned | None:
 
 
 def warm_up() -> None:
-    """Load the compiled scanner and table (numba's cache) or compile them, on a tiny body."""
-    body = b'{"examples": [{"features": {"a": "b"}, "label": 0}]}'
+    """Load the compiled scanner and table (numba's cache) or compile them, on a tiny body;
+    and the crossing (:func:`_cross_names`), so a model with crosses waits for no compile."""
+    body = b'{"examples": [{"features": {"a": "b", "c": "d"}, "label": 0}]}'
     scanned = scan(body, want_label=True)
     if scanned is not None:
-        NameIds(FeatureHasher()).batch(body, scanned)
+        NameIds(FeatureHasher(crosses=(("a", "c"),))).batch(body, scanned)
 
 
 class NameIds:

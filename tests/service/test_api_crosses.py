@@ -15,13 +15,16 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
+from online_ctr.learning.features import feature_id
 from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
+from service.app import create_app
 from tests.conftest import CRITEO
-from tests.service.keys import AUTH
+from tests.service import test_api_weights as weights_test
+from tests.service.keys import AUTH, HEADERS
 from tests.service.test_models_command import models, ok, refused
 from workers.consumer import Worker, WorkerConfig
 
@@ -128,3 +131,24 @@ def test_the_command_creates_crosses_and_refuses_bad_ones_in_one_line(redis_url:
         "--crosses",
         "crosses a field with itself",
     )
+
+
+def test_the_weights_listing_names_crosses(redis_url: str) -> None:
+    """A model that records its feature names records its crosses' names, from both API
+    paths: the listing names them, each name hashing to its id."""
+    settings = Settings(
+        redis_url=redis_url, state_buckets=64, state_shards=8, feature_names=True,
+        crosses="site&os", **AUTH, **weights_test.FTRL,
+    )  # fmt: skip
+    examples = weights_test.rows(300)
+    with TestClient(create_app(settings, CollectorRegistry()), headers=HEADERS) as client:
+        weights_test.learn(client, examples[:150])  # the scanned path
+        body = [{"features": {**x, "tags": ["t"]}, "label": y} for x, y in examples[150:]]
+        assert client.post("/learn", json={"examples": body}).status_code == 202  # general
+        weights_test.apply(settings)
+        listed = client.get("/models/default/weights?top=100").json()["features"]
+    crossed = {f["name"]: f["id"] for f in listed if f["name"] and "&" in f["name"]}
+    assert len(crossed) > 10
+    assert all(feature_id(name) == i for name, i in crossed.items())
+    sent = {f"site={x['site']}&os={x['os']}" for x, _ in examples}
+    assert set(crossed) <= sent
