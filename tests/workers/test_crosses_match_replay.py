@@ -1,7 +1,8 @@
 """A model with crosses, fed through the API (the compiled scan path and the general path,
 half the rows each) and learned by the real worker, equals the in-process learner on the
 hasher's batch (what ``online-ctr replay --crosses`` learns) bit for bit, at batch sizes 1 and
-512, with admission and with expiry: crosses are features like any other."""
+512, with admission, with expiry and with a feature budget: crosses are features like any
+other."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
+from online_ctr.learning import eviction
+from online_ctr.learning.eviction import held
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
@@ -40,6 +43,8 @@ pytestmark = [pytest.mark.integration]
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_200))
 CROSSES = "C1&C2,I1&C3,C14&C17"
 SPAN = 300
+#: Below what one bin of 64 examples brings: the budget evicts crosses and others alike.
+MOST = 500
 
 
 def bodies() -> list[bytes]:
@@ -61,7 +66,12 @@ def bodies() -> list[bytes]:
 def reference(settings: Settings) -> InMemoryModel:
     spec = model_spec(settings)
     model = InMemoryModel(
-        spec.rule, spec.params, admission=spec.admission, expire_after=spec.expire_after
+        spec.rule,
+        spec.params,
+        admission=spec.admission,
+        expire_after=spec.expire_after,
+        max_features=spec.max_features,
+        budget_bins=(eviction.BIN_EXAMPLES, eviction.WINDOW_BINS),
     )
     hasher = FeatureHasher(numeric=settings.numeric, crosses=spec.crosses)
     model.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
@@ -69,17 +79,30 @@ def reference(settings: Settings) -> InMemoryModel:
 
 
 async def learned_state(settings: Settings, batch_size: int) -> tuple[dict[int, Any], Any]:
+    """The rows the model holds (those past their span, or evicted, left out: the learner
+    deletes them as it sweeps), and its info."""
     redis = aioredis.Redis.from_url(str(settings.redis_url))
     try:
         store = ModelStore(redis, model_spec(settings))
         config = WorkerConfig(name="w1", batch_size=batch_size)
         await Worker(store, config, Metrics(CollectorRegistry())).run_until_idle()
-        return await scan_state(store), await store.info()
+        stored, info = await scan_state(store), await store.info()
+        spec = store.spec
+        if spec.max_features:
+            rows = np.array(list(stored.values()))
+            zero = spec.rule.weights(spec.fields_of(rows), rows[:, -1], spec.params) == 0.0
+            kept = held(rows[:, -1], zero, (await store.feature_budget()).marks)
+            stored = {i: row for (i, row), k in zip(stored.items(), kept, strict=True) if k}
+        if spec.expire_after:
+            stored = {i: row for i, row in stored.items() if live(row[-1:], info.t, SPAN)[0]}
+        return stored, info
     finally:
         await redis.aclose()
 
 
-@pytest.mark.parametrize("lean", [{}, {"admission": "bloom:2"}, {"expire_after": SPAN}])
+@pytest.mark.parametrize(
+    "lean", [{}, {"admission": "bloom:2"}, {"expire_after": SPAN}, {"max_features": MOST}]
+)
 @pytest.mark.parametrize("batch_size", [1, 512])
 def test_the_worker_learns_crosses_as_replay(
     redis_url: str, batch_size: int, lean: dict[str, Any]
@@ -97,9 +120,10 @@ def test_the_worker_learns_crosses_as_replay(
     model = reference(settings)
     expected = model.snapshot()
     assert info.t == len(ROWS)
-    if "expire_after" in lean:  # rows past their span may wait for the learner's sweep
-        stored = {i: row for i, row in stored.items() if live(row[-1:], info.t, SPAN)[0]}
+    if "expire_after" in lean:
         assert model.features_expired() > 0
+    if "max_features" in lean:
+        assert model.features_evicted() > 0
     assert stored.keys() == expected.keys()
     for feature, row in expected.items():
         np.testing.assert_array_equal(stored[feature], row[:-1])
