@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -47,6 +48,9 @@ from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.state import ModelSpec, spec_from
+
+#: What ``crosses`` takes: the text ``a&b,c&d`` or a list of ``a&b`` (kept as the text).
+_CROSSES_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 
 
 class JoinConfig(BaseModel):
@@ -126,7 +130,7 @@ class ModelConfig(JoinConfig):
         "click is kept); each kept one is weighted 1/rate, so the model and its progressive "
         "log loss still estimate the whole stream's. Shared by every model of a group.",
     )
-    crosses: str = Field(
+    crosses: Annotated[str, WithJsonSchema(_CROSSES_SCHEMA)] = Field(
         "",
         description=f"Pairs of fields to cross (at most {MOST_CROSSES}), A&B separated by "
         "commas, or a list of A&B: an example with both fields gets one more feature, named "
