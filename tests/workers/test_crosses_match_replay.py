@@ -1,8 +1,8 @@
 """A model with crosses, fed through the API (the compiled scan path and the general path,
 half the rows each) and learned by the real worker, equals the in-process learner on the
 hasher's batch (what ``online-ctr replay --crosses`` learns) bit for bit, at batch sizes 1 and
-512, with admission, with expiry and with a feature budget: crosses are features like any
-other."""
+512, with admission, with expiry, with a feature budget and with negative sampling: crosses
+are features like any other."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.retention import live
+from online_ctr.learning.sampling import keep_negatives
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
@@ -74,7 +75,9 @@ def reference(settings: Settings) -> InMemoryModel:
         budget_bins=(eviction.BIN_EXAMPLES, eviction.WINDOW_BINS),
     )
     hasher = FeatureHasher(numeric=settings.numeric, crosses=spec.crosses)
-    model.learn(hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS]))
+    batch = hasher.batch([x for x, _ in ROWS], [y for _, y in ROWS])
+    # Sampled as the API samples: each example by a hash of its ids, crosses included.
+    model.learn(keep_negatives(batch, settings.negative_rate))
     return model
 
 
@@ -101,7 +104,14 @@ async def learned_state(settings: Settings, batch_size: int) -> tuple[dict[int, 
 
 
 @pytest.mark.parametrize(
-    "lean", [{}, {"admission": "bloom:2"}, {"expire_after": SPAN}, {"max_features": MOST}]
+    "lean",
+    [
+        {},
+        {"admission": "bloom:2"},
+        {"expire_after": SPAN},
+        {"max_features": MOST},
+        {"negative_rate": 0.5},
+    ],
 )
 @pytest.mark.parametrize("batch_size", [1, 512])
 def test_the_worker_learns_crosses_as_replay(
@@ -119,7 +129,11 @@ def test_the_worker_learns_crosses_as_replay(
     stored, info = asyncio.run(learned_state(settings, batch_size))
     model = reference(settings)
     expected = model.snapshot()
-    assert info.t == len(ROWS)
+    assert info.t == model.t
+    if "negative_rate" in lean:  # every click and about half the non-clicks
+        assert len(ROWS) * 0.5 < info.t < len(ROWS)
+    else:
+        assert info.t == len(ROWS)
     if "expire_after" in lean:
         assert model.features_expired() > 0
     if "max_features" in lean:
