@@ -92,7 +92,10 @@ class Shared(JoinConfig):
     numeric: str = "log_bucket"
     #: The group's feedback is sampled once, before its one entry goes to every model.
     negative_rate: float = 1.0
-    #: Crosses are hashed into the group's one entry too.
+    #: The models' crosses, shared only where the group's feedback is hashed once for all:
+    #: with joins (an impression is logged as the serving model hashed it) or negative
+    #: sampling (kept by a hash of the ids). Otherwise each model's entry is its own hashing,
+    #: and challengers may cross other fields ("" here).
     crosses: str = ""
 
     @classmethod
@@ -103,7 +106,7 @@ class Shared(JoinConfig):
             hash_bits=config.hash_bits,
             numeric=config.numeric,
             negative_rate=config.negative_rate,
-            crosses=config.crosses,
+            crosses=config.crosses if config.join_window_s or config.negative_rate < 1 else "",
         )
 
     def canonical(self) -> str:

@@ -1,7 +1,7 @@
 """Crosses as a model option: ``crosses`` in PUT /models (a list or the comma-separated text),
 OCTR_CROSSES for the service's own model, ``--crosses`` of ``online-ctr models create``;
 shown by GET /models/{name}, refused with a message naming what is wrong, explained and
-looked up by name, kept by a snapshot, and the same in every model of a group."""
+looked up by name and kept by a snapshot (groups: tests/workers/test_group_crosses.py)."""
 
 from __future__ import annotations
 
@@ -79,14 +79,6 @@ def test_a_model_is_created_with_crosses_and_shows_them(client: TestClient, plai
 def test_bad_crosses_are_a_422_naming_them(client: TestClient, crosses: object, says: str) -> None:
     reply = client.put("/models/bad", json={"crosses": crosses})
     assert reply.status_code == 422 and says in reply.text and "crosses" in reply.text, reply.text
-
-
-def test_a_groups_models_cross_alike(client: TestClient) -> None:
-    """A group's feedback is hashed once for all its models: their crosses are the same."""
-    one = client.put("/models/a", json={"group": "g", "crosses": "site&hour"})
-    assert one.status_code == 201, one.text
-    other = client.put("/models/b", json={"group": "g"})
-    assert other.status_code == 409 and "crosses='site&hour'" in other.text, other.text
 
 
 def test_a_cross_is_explained_and_looked_up_by_name(client: TestClient, settings: Settings) -> None:
