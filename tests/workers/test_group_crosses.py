@@ -6,12 +6,14 @@ group's feedback is hashed once for all (joins, negative sampling)."""
 from __future__ import annotations
 
 import itertools
+import json
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+import redis
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
@@ -21,11 +23,13 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
+from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.registry import Registry
 from online_ctr.store.state import ModelStore
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
+from tests.service.test_models_command import models, ok, refused
 from tests.workers.conftest import scan_state
 from tests.workers.test_groups_match_replay import fleet
 
@@ -105,3 +109,20 @@ def test_crosses_differ_only_where_each_model_hashes_its_feedback(
     assert other.status_code == 409 and "crosses='C1&C2'" in other.text, other.text
     alike = client.put("/models/c", json={"group": "h", "crosses": "C1&C2", **shared})
     assert alike.status_code == 201, alike.text
+
+
+def test_the_command_sweeps_crosses_too(redis_url: str) -> None:
+    out = ok(models(redis_url, "sweep", "ads", "--crosses", "none,C1&C2+C14&C17", "--l1", "1"))
+    assert out.split() == ["created", "ads-crosses_0-l1_1", "created", "ads-crosses_1-l1_1"]
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        recorded = [plain.hget(RegistryKeys().models, f"ads-crosses_{i}-l1_1") for i in (0, 1)]
+    finally:
+        plain.close()
+    assert [json.loads(config).get("crosses") for config in recorded] == [None, "C1&C2,C14&C17"]
+    refused(
+        models(redis_url, "sweep", "ads", "--crosses", "none,C1&C1"),
+        2,
+        "--crosses",
+        "crosses a field with itself",
+    )
