@@ -223,7 +223,7 @@ class ModelConfig(JoinConfig):
             self.admission,
             self.expire_after,
             self.max_features,
-            self.crosses,
+            crosses=self.crosses,
         )
 
 

@@ -551,7 +551,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         Admission.parse(stored["admission"]),
         int(stored["expire_after"]),
         int(stored["max_features"]),
-        parse_crosses(stored["crosses"]),
+        crosses=parse_crosses(stored["crosses"]),
     )
 
 
@@ -587,5 +587,5 @@ def spec_from(
         Admission.parse(admission),
         expire_after,
         max_features,
-        parse_crosses(crosses),
+        crosses=parse_crosses(crosses),
     )
