@@ -141,7 +141,7 @@ class Export:
         return Header(
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
             source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
-            spec.expire_after, spec.max_features, crosses_text(spec.crosses),
+            spec.expire_after, spec.max_features, crosses=crosses_text(spec.crosses),
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:
