@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -49,26 +50,38 @@ class Challengers:
     promotions: list[dict[str, str]]
 
 
-def sweep_names(group: str, grid: dict[str, list[float]]) -> list[tuple[str, dict[str, float]]]:
-    """Each model of the grid: its name and the values it takes, in the grid's order.
+def sweep_names(
+    group: str, grid: dict[str, list[float]], crosses: list[str] | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each model of the grid: its name and the values it takes, in the grid's order. With
+    ``crosses`` (sets of crosses, ``a&b,c&d`` each; "" for none), every set is one more
+    dimension, first, named by its place in the list (a model name has no ``&``).
 
     >>> [name for name, _ in sweep_names("ctr", {"alpha": [0.05, 0.1], "l1": [1.0]})]
     ['ctr-alpha_0.05-l1_1', 'ctr-alpha_0.1-l1_1']
+    >>> [name for name, _ in sweep_names("ctr", {}, ["", "site&hour"])]
+    ['ctr-crosses_0', 'ctr-crosses_1']
     """
     unknown = sorted(set(grid) - set(SWEPT))
     if unknown:
         raise RegistryError(f"cannot sweep {', '.join(unknown)}: sweep {', '.join(SWEPT)}")
-    if not grid or any(not values for values in grid.values()):
+    if (not grid and not crosses) or any(not values for values in grid.values()):
         raise RegistryError("a sweep needs at least one value for each hyper-parameter it names")
     params = list(grid)
+    sets: list[tuple[int, str | None]] = list(enumerate(crosses)) if crosses else [(0, None)]
     models = []
-    for values in itertools.product(*(grid[p] for p in params)):
+    for (index, crossing), values in itertools.product(sets, itertools.product(*grid.values())):
         if not all(math.isfinite(v) for v in values):
             raise RegistryError("a sweep's values must be finite numbers")
-        name = "-".join([group, *(f"{p}_{v:g}" for p, v in zip(params, values, strict=True))])
+        parts = [] if crossing is None else [f"crosses_{index}"]
+        parts += [f"{p}_{v:g}" for p, v in zip(params, values, strict=True)]
+        name = "-".join([group, *parts])
         if not valid_model_name(name):
             raise RegistryError(f"the sweep's model name {name!r} is too long: use a shorter group")
-        models.append((name, dict(zip(params, values, strict=True))))
+        point: dict[str, Any] = dict(zip(params, values, strict=True))
+        if crossing is not None:
+            point["crosses"] = crossing
+        models.append((name, point))
     if len(models) > MOST_SWEPT:
         raise RegistryError(f"the grid has {len(models)} models; a sweep creates at most 64")
     return models
@@ -79,16 +92,23 @@ class SweepValueError(ValueError):
 
 
 def sweep_configs(
-    group: str, base: ModelConfig, grid: dict[str, list[float]]
+    group: str, base: ModelConfig, grid: dict[str, list[float]], crosses: list[str] | None = None
 ) -> list[tuple[str, ModelConfig]]:
     """Each model of the grid with its configuration (``base`` with its values), all checked
     before any is created."""
+    if crosses and len(crosses) > 1 and (base.join_window_s or base.negative_rate < 1):
+        raise SweepValueError(
+            "models that cross differently cannot share a group with joins or negative "
+            "sampling (its feedback is then hashed once for all): sweep crosses without them"
+        )
     configs = []
-    for name, values in sweep_names(group, grid):
+    for name, values in sweep_names(group, grid, crosses):
         try:
             config = ModelConfig.model_validate({**base.model_dump(), **values, "group": group})
         except ValidationError as error:
-            shown = ", ".join(f"{p}={v:g}" for p, v in values.items())
+            shown = ", ".join(
+                f"{p}={v!r}" if isinstance(v, str) else f"{p}={v:g}" for p, v in values.items()
+            )
             reasons = "; ".join(str(e["msg"]) for e in error.errors())
             raise SweepValueError(f"the grid's model {shown} is invalid: {reasons}") from None
         configs.append((name, config))

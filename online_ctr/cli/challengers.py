@@ -26,6 +26,7 @@ from online_ctr.challengers import (
 )
 from online_ctr.cli.admin_run import admin_redis, check_name, run_admin
 from online_ctr.cli.model_options import usage_error
+from online_ctr.learning.crosses import crosses_text, parse_crosses
 from online_ctr.store.model_config import ModelConfig, PolicyBody
 from online_ctr.store.registry import RegistryError
 
@@ -53,6 +54,12 @@ def register(actions: Any) -> None:
     grid.add_argument("--numeric", choices=("log_bucket", "raw"), default="log_bucket")
     for param in SWEPT:
         grid.add_argument(f"--{param}", metavar="V,V,...", help=f"{param} values")
+    grid.add_argument(
+        "--crosses",
+        metavar="SET,SET,...",
+        help="sets of crosses to sweep too, each none or A&B pairs joined by +, such as "
+        "none,site&hour,site&hour+site&device (models GROUP-crosses_0, _1, ...)",
+    )
     grid.add_argument("--promote", action="store_true", help="also set the promotion policy")
     _add_policy_options(grid)
     grid.set_defaults(func=sweep_group)
@@ -85,6 +92,20 @@ def _values(param: str, text: str) -> list[float]:
     return values
 
 
+def _cross_sets(text: str) -> list[str]:
+    """``--crosses``: each set as a model's crosses text (none: "")."""
+    sets = []
+    for value in text.split(","):
+        value = value.strip()
+        try:
+            sets.append("" if value == "none" else crosses_text(parse_crosses(value.split("+"))))
+        except ValueError as error:
+            usage_error(f"argument --crosses: {value}: {error}")
+    if len(set(sets)) < len(sets):
+        usage_error(f"argument --crosses: the sets must be distinct, got {text!r}")
+    return sets
+
+
 def _policy(args: argparse.Namespace) -> PolicyBody | None:
     given = {name: getattr(args, name) for name in POLICY_OPTIONS}
     given = {name: value for name, value in given.items() if value is not None}
@@ -101,12 +122,13 @@ def sweep_group(args: argparse.Namespace) -> int:
     check_name(args.group)
     given = {param: getattr(args, param) for param in SWEPT}
     grid = {param: _values(param, text) for param, text in given.items() if text is not None}
-    if not grid:
+    crosses = None if args.crosses is None else _cross_sets(args.crosses)
+    if not grid and not crosses:
         usage_error("give the values to sweep, e.g. --alpha 0.02,0.05 --l1 0.1,1")
     policy = _policy(args)
     base = ModelConfig(rule=args.rule, numeric=args.numeric)
     try:
-        configs = sweep_configs(args.group, base, grid)
+        configs = sweep_configs(args.group, base, grid, crosses)
     except (SweepValueError, RegistryError) as error:  # the grid, before any Redis
         usage_error(str(error))
 

@@ -36,6 +36,7 @@ CONFIG_FIELDS = (
     "max_features",
     "base_rate",
     "negative_rate",
+    "crosses",
 )
 #: Fields ``ModelConfig`` takes strictly as numbers (the API's JSON gives them so): read here.
 NUMBERS = ("negative_rate",)

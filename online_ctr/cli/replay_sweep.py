@@ -16,19 +16,20 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
-from itertools import product
+from itertools import islice, product
 from typing import Any
 
 from online_ctr.cli import sweep_options
 from online_ctr.cli.args import fail, resolve_format
-from online_ctr.cli.sweep_options import Grid
+from online_ctr.cli.sweep_options import CROSSES, Grid
+from online_ctr.learning.crosses import Crosses, crosses_text, parse_crosses
 from online_ctr.learning.detect import FormatError
-from online_ctr.learning.features import FeatureHasher
+from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.parsing import Parsing, available
 from online_ctr.learning.promotion import PromotionPolicy, alpha_each
-from online_ctr.learning.readers import ReaderError
+from online_ctr.learning.readers import ReaderError, Row
 from online_ctr.learning.rules import Rule, get_rule
 from online_ctr.learning.sweep import Group, SweepResult, sweep
 
@@ -40,19 +41,31 @@ MEAN_BASELINE = "the running mean CTR before each example, (clicks + 1/2) / (exa
 
 
 def configurations(
-    grid: Grid, base: dict[str, Any], params: Callable[[dict[str, Any]], Any]
-) -> list[tuple[str, Any]]:
-    """Each configuration's name (``alpha_0.05-l1_1``, as a service's sweep names its models)
-    and hyper-parameters, in the grid's order; a ValueError for one the rule refuses."""
+    grid: Grid,
+    base: dict[str, Any],
+    params: Callable[[dict[str, Any]], Any],
+    crosses: Crosses = (),
+) -> list[tuple[str, Any, Crosses]]:
+    """Each configuration's name (``alpha_0.05-l1_1``, as a service's sweep names its models),
+    hyper-parameters and crosses (``crosses`` unless the grid sweeps them), in the grid's
+    order; a ValueError for one the rule refuses."""
     swept = [name for name in grid if name in base]
     if swept:
         raise ValueError(f"--{swept[0]} is also swept: give its values in --sweep only")
     out = []
     for values in product(*grid.values()):
         point = dict(zip(grid, values, strict=True))
-        name = "-".join(f"{key}_{value:g}" for key, value in point.items())
-        out.append((name, params({**base, **point})))
+        name = "-".join(_named(key, value) for key, value in point.items())
+        crossed = point.pop(CROSSES, crosses)
+        out.append((name, params({**base, **point}), crossed))
     return out
+
+
+def _named(key: str, value: Any) -> str:
+    """A grid value in a configuration's name: ``alpha_0.05``, ``crosses_C1&C2+C14&C17``."""
+    if key == CROSSES:
+        return f"{key}_{crosses_text(value).replace(',', '+') or 'none'}"
+    return f"{key}_{value:g}"
 
 
 def run(
@@ -68,12 +81,18 @@ def run(
         if args.calibration != "off":
             raise ValueError("--sweep compares the models' own predictions: drop --calibration")
         rule = get_rule(args.rule)
-        grid = configurations(args.sweep, base, lambda given: params(rule, given))
+        points = configurations(
+            args.sweep, base, lambda given: params(rule, given), parse_crosses(args.crosses)
+        )
         policy = sweep_options.policy(args)
-        hasher = FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric)
+        hashers = [
+            FeatureHasher(hash_bits=args.hash_bits, numeric=args.numeric, crosses=crosses)
+            for _, _, crosses in points
+        ]
     except ValueError as error:
         return fail("replay", f"--sweep: {error}", status=2)
-    return _replay(args, rule, grid, policy, hasher, size)
+    grid = [(name, given) for name, given, _ in points]
+    return _replay(args, rule, grid, policy, hashers, size)
 
 
 def _replay(
@@ -81,7 +100,7 @@ def _replay(
     rule: Rule,
     grid: list[tuple[str, Any]],
     policy: PromotionPolicy,
-    hasher: FeatureHasher,
+    hashers: list[FeatureHasher],
     size: int,
 ) -> int:
     """Read the file once, every configuration learning each batch; print the JSON."""
@@ -89,7 +108,10 @@ def _replay(
         resolve_format(args)
     except (FormatError, OSError) as error:
         return fail("replay", str(error), status=1)
-    parsing = Parsing(args.file) if args.format == "criteo" and available() else None
+    # The column reader makes no crosses: with any, the row reader and the hashers do.
+    crossing = any(hasher.crosses for hasher in hashers)
+    columns = args.format == "criteo" and available() and not crossing
+    parsing = Parsing(args.file) if columns else None
     from online_ctr.cli import replay_file  # numba and the kernels: see replay.run
 
     try:
@@ -99,7 +121,11 @@ def _replay(
     try:
         replay_file.warm_up(rule, grid[0][1], parsing)
         gc.freeze()
-        batches = replay_file.batches(args, hasher, parsing, size)
+        batches = (
+            hashed_apart(replay_file.passes(args), hashers, size)
+            if crossing
+            else replay_file.batches(args, hashers[0], parsing, size)
+        )
         result = sweep(batches, models, policy, on_batch=Progress([n for n, _ in grid]))
     except (FormatError, ReaderError, OSError) as error:
         return fail("replay", str(error), status=1)
@@ -111,6 +137,19 @@ def _replay(
     )
     print(json.dumps(output(args, grid, policy, result), allow_nan=False))
     return 0
+
+
+def hashed_apart(
+    rows: Iterable[Row], hashers: list[FeatureHasher], size: int
+) -> Iterator[list[Batch]]:
+    """The rows in chunks of ``size``, each hashed by every distinct hasher (configurations
+    that cross alike share a batch): a batch per configuration."""
+    distinct = {hasher.crosses: hasher for hasher in hashers}
+    rows = iter(rows)
+    while chunk := list(islice(rows, size)):
+        examples, labels = [x for x, _ in chunk], [float(y) for _, y in chunk]
+        made = {crosses: hasher.batch(examples, labels) for crosses, hasher in distinct.items()}
+        yield [made[hasher.crosses] for hasher in hashers]
 
 
 class Progress:
@@ -172,6 +211,7 @@ def output(
         "sweep": args.sweep,
         "policy": {**asdict(policy), "alpha_each": alpha_each(policy, len(grid) - 1)},
         **{key: getattr(args, key) for key in ("format", "limit", "hash_bits", "numeric")},
+        "crosses": args.crosses,
         **{key: getattr(args, key) for key in ("passes", "minibatch", "encoding")},
         "file": str(args.file),
     }

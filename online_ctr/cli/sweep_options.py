@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from online_ctr.cli.args import integer
+from online_ctr.learning.crosses import Crosses, parse_crosses
 from online_ctr.learning.promotion import PromotionPolicy
 
 #: Most configurations one sweep learns, as a service's sweep creates at most 64 models.
@@ -21,6 +22,9 @@ POLICY_OPTIONS = {
     "planned_units": "--promote-planned-units",
 }
 Grid = dict[str, list[Any]]
+#: The sweep's one dimension that is not a hyper-parameter: which fields are crossed. Its
+#: values are sets of crosses, ``none`` or pairs joined by ``+`` (``C1&C2+C14&C17``).
+CROSSES = "crosses"
 
 
 def grid_type(kinds: dict[str, type]) -> Callable[[str], Grid]:
@@ -32,11 +36,14 @@ def grid_type(kinds: dict[str, type]) -> Callable[[str], Grid]:
             name, equals, values = (piece.strip() for piece in part.partition("="))
             if not equals or not name or not values:
                 raise argparse.ArgumentTypeError(f"{part.strip()!r} is not NAME=V1,V2,...")
-            if name not in kinds:
-                raise argparse.ArgumentTypeError(f"cannot sweep {name!r}: sweep {', '.join(kinds)}")
+            if name not in kinds and name != CROSSES:
+                known = ", ".join([*kinds, CROSSES])
+                raise argparse.ArgumentTypeError(f"cannot sweep {name!r}: sweep {known}")
             if name in grid:
                 raise argparse.ArgumentTypeError(f"{name} is listed twice")
-            grid[name] = _values(name, values, kinds[name])
+            grid[name] = (
+                _cross_sets(values) if name == CROSSES else _values(name, values, kinds[name])
+            )
         count = math.prod(len(values) for values in grid.values())
         if count > MOST_CONFIGURATIONS:
             raise argparse.ArgumentTypeError(
@@ -58,6 +65,20 @@ def _values(name: str, text: str, kind: type) -> list[Any]:
     if not all(math.isfinite(value) for value in values) or len(set(values)) < len(values):
         raise argparse.ArgumentTypeError(f"{name}'s values must be finite and distinct")
     return values
+
+
+def _cross_sets(text: str) -> list[Crosses]:
+    """``none,C1&C2,C1&C2+C14&C17`` as sets of crosses, each distinct."""
+    sets = []
+    for value in text.split(","):
+        value = value.strip()
+        try:
+            sets.append(() if value == "none" else parse_crosses(value.split("+")))
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"crosses={value}: {error}") from None
+    if len(set(sets)) < len(sets):
+        raise argparse.ArgumentTypeError("crosses' values must be distinct")
+    return sets
 
 
 def between(low: float, high: float) -> Callable[[str], float]:
@@ -84,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser, kinds: dict[str, type]) -> No
         type=grid_type(kinds),
         metavar="GRID",
         help="every combination of the values listed, such as 'alpha=0.02,0.05,0.1;l1=0.1,1,3' "
+        "or 'crosses=none,C1&C2,C1&C2+C14&C17' (sets of crosses: none, or pairs joined by +) "
         f"(at most {MOST_CONFIGURATIONS}), each learning every example; the first one listed "
         "(each hyper-parameter's first value) serves first, as a group's first model does, and "
         "a challenger the promotion test finds better replaces it; the other options are the "

@@ -37,6 +37,7 @@ from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.base_rate import SETTING as BASE_RATE_SETTING
+from online_ctr.learning.crosses import MOST_CROSSES, crosses_text, parse_crosses
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 
@@ -170,6 +171,12 @@ class Settings(BaseSettings):
         description=eviction.SETTING,
     )
     base_rate: str = Field(MEAN.text, description=BASE_RATE_SETTING)
+    crosses: str = Field(
+        "",
+        description=f"Pairs of fields the model crosses (at most {MOST_CROSSES}), A&B "
+        "separated by commas, such as site&hour,site&device: an example with both fields gets "
+        "one more feature, named a=va&b=vb; empty: none.",
+    )
     negative_rate: float = Field(
         1.0,
         ge=MIN_RATE,
@@ -364,6 +371,11 @@ class Settings(BaseSettings):
     @classmethod
     def _base_rate(cls, value: str) -> str:
         return BaseRate.parse(value).text
+
+    @field_validator("crosses")
+    @classmethod
+    def _crosses(cls, value: str) -> str:
+        return crosses_text(parse_crosses(value))
 
     @field_validator("redis_url")
     @classmethod

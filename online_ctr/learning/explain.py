@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from online_ctr.learning.crosses import Crosses, example_crosses
 from online_ctr.learning.features import Example
 from online_ctr.learning.numeric import Numeric, log_bucket
 
@@ -69,9 +70,13 @@ class Explanation:
     base_rate: float = 0.0
 
 
-def sent_features(example: Example, numeric: Numeric) -> list[Sent]:
-    """The features of ``example`` in the order it gives them, named and valued as
+def sent_features(example: Example, numeric: Numeric, crosses: Crosses = ()) -> list[Sent]:
+    """The features of ``example`` in the order it gives them, then its ``crosses``
+    (:mod:`online_ctr.learning.crosses`, each named ``a=va&b=vb``), named and valued as
     :class:`~online_ctr.learning.features.FeatureHasher` hashes them (the bias not among them).
+
+    >>> [s.name for s in sent_features({"site": "news", "os": "ios"}, "raw", (("site", "os"),))]
+    ['site=news', 'os=ios', 'site=news&os=ios']
     """
     sent: list[Sent] = []
     for field, value in example.items():
@@ -87,6 +92,7 @@ def sent_features(example: Example, numeric: Numeric) -> list[Sent]:
                 sent.append(Sent(field, x, x))
         else:
             sent.extend(Sent(f"{field}={item}", 1.0) for item in value)
+    sent.extend(Sent(name, x) for name, x in example_crosses(example, crosses, numeric))
     return sent
 
 

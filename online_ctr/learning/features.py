@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from online_ctr.learning.budget import Budget
+from online_ctr.learning.crosses import Crosses, example_crosses
 from online_ctr.learning.new_names import NewNames
 from online_ctr.learning.numeric import Numeric, check_numeric, log_bucket
 
@@ -124,6 +125,27 @@ class Batch:
         """How many (example, feature) pairs the batch holds."""
         return int(self.indptr[-1])
 
+    def appended(self, rows: ArrayLike, ids: ArrayLike, values: ArrayLike) -> Batch:
+        """The batch with the features ``ids`` (int64 holding the uint64 bits) of x
+        ``values`` added at the end of the examples ``rows`` (ascending), in that order."""
+        rows = np.asarray(rows, np.int64)
+        if not len(rows):
+            return self
+        own = np.diff(self.indptr)
+        added = np.bincount(rows, minlength=len(self))
+        indptr = np.concatenate(([0], np.cumsum(own + added))).astype(np.int64)
+        # Each example's own features move by the features added before it; the added ones
+        # go after its own, in the order given (positions computed, no sort).
+        own_at = np.arange(len(self.ids)) + np.repeat(indptr[:-1] - self.indptr[:-1], own)
+        first_added = np.cumsum(added) - added
+        added_at = indptr[rows] + own[rows] + np.arange(len(rows)) - first_added[rows]
+        out_ids = np.empty(int(indptr[-1]), np.uint64)
+        out_values = np.empty(int(indptr[-1]), np.float64)
+        out_ids[own_at], out_values[own_at] = self.ids, self.values
+        out_ids[added_at] = np.asarray(ids, np.int64).view(np.uint64)
+        out_values[added_at] = values
+        return Batch(indptr, out_ids, out_values, self.labels, self.weights)
+
 
 @dataclass
 class FeatureHasher:
@@ -141,6 +163,9 @@ class FeatureHasher:
     budget: Budget | None = field(default=None, repr=False, compare=False)
     #: Where names go when first hashed, for a model that records them (None: nowhere).
     new_names: NewNames | None = field(default=None, repr=False, compare=False)
+    #: Pairs of fields crossed (:mod:`online_ctr.learning.crosses`): each example's cross
+    #: features follow its own.
+    crosses: Crosses = ()
     _known: dict[object, int] = field(default_factory=dict, repr=False)
     _known_bytes: int = field(default=0, repr=False, compare=False)
 
@@ -178,16 +203,49 @@ class FeatureHasher:
         """Hash a sequence of examples into one :class:`Batch`."""
         examples = list(examples)
         labels_array = np.fromiter(labels, dtype=np.float64)
+        held = self._known_bytes
         try:
-            return self._known_batch(examples, labels_array)
+            batch, repeats = self._known_batch(examples, labels_array)
         except (KeyError, TypeError):  # a new name, a number, or an unhashable list
-            held = self._known_bytes
-            batch = self._slow_batch(examples, labels_array)
-            if self.budget is not None and self._known_bytes > held:
-                self.budget.fit()
-            return batch
+            batch, repeats = self._slow_batch(examples, labels_array)
+        if self.crosses:
+            batch = self._crossed(batch, examples)
+        if self.budget is not None and self._known_bytes > held:
+            self.budget.fit()
+        # Merged once, after the crosses: every path (scan.NameIds too) sorts the same rows.
+        return _merge_repeats(batch) if repeats else batch
 
-    def _known_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
+    def _crossed(self, batch: Batch, examples: list[Example]) -> Batch:
+        """``batch`` with each example's cross features after its own. Two categories, the
+        common case, are looked up by their four strings (whose hashes Python keeps), with
+        no name made: a name per cross per example was most of crossing's cost."""
+        rows: list[int] = []
+        ids: list[int] = []
+        values: list[float] = []
+        known = self._known
+        for row, example in enumerate(examples):
+            for a, b in self.crosses:
+                va, vb = example.get(a), example.get(b)
+                if va is None or vb is None:
+                    continue
+                if type(va) is str and type(vb) is str:
+                    key = known.get((a, va, b, vb))
+                    if key is None:
+                        full = f"{a}={va}&{b}={vb}"
+                        key = self._new_id((a, va, b, vb), full, len(full))
+                    rows.append(row)
+                    ids.append(key)
+                    values.append(1.0)
+                    continue
+                for name, x in example_crosses({a: va, b: vb}, ((a, b),), self.numeric):
+                    rows.append(row)
+                    ids.append(self._cached_id(name, None))
+                    values.append(x)
+        return batch.appended(rows, ids, values)
+
+    def _known_batch(
+        self, examples: list[Example], labels: NDArray[np.float64]
+    ) -> tuple[Batch, bool]:
         """The common case, every (field, value) a categorical feature seen before: looked
         up for the whole batch in one pass that runs in C, without a Python loop."""
         pairs: Iterable[object] = chain.from_iterable(map(dict.items, examples))  # type: ignore[arg-type]
@@ -197,10 +255,13 @@ class FeatureHasher:
         ids = np.insert(found, starts, self._bias)  # the bias first in every example
         indptr = np.concatenate(([0], np.cumsum(sizes + 1)))
         batch = Batch(indptr, ids.view(np.uint64), np.ones(len(ids)), labels)
-        return _merge_repeats(batch) if self.hash_bits is not None else batch
+        return batch, self.hash_bits is not None
 
-    def _slow_batch(self, examples: list[Example], labels: NDArray[np.float64]) -> Batch:
-        """Any examples: feature by feature, hashing and remembering new names."""
+    def _slow_batch(
+        self, examples: list[Example], labels: NDArray[np.float64]
+    ) -> tuple[Batch, bool]:
+        """Any examples: feature by feature, hashing and remembering new names; and whether
+        an id may repeat in an example."""
         indptr = [0]
         ids: list[int] = []
         numeric: dict[int, float] = {}  # position in ids -> x, for the few x != 1
@@ -218,7 +279,7 @@ class FeatureHasher:
             values=values,
             labels=labels,
         )
-        return _merge_repeats(batch) if repeats else batch
+        return batch, repeats
 
     def _add_slowly(self, example: Example, ids: list[int], numeric: dict[int, float]) -> bool:
         """Add one example's ids feature by feature; say whether an id may repeat in it."""
@@ -272,16 +333,21 @@ class FeatureHasher:
         """The id of ``name=value`` (``name`` alone when ``value`` is None), hashed at most once."""
         key = self._known.get((name, value))
         if key is None:
-            if len(self._known) >= _CACHE_LIMIT:
-                self.forget()
             full = name if value is None else f"{name}={value}"
-            key = self._signed_id(full)
-            self._remember((name, value), key, len(name) + len(value or ""))
-            if self.new_names is not None:
-                self.new_names.add(key, full)
+            key = self._new_id((name, value), full, len(name) + len(value or ""))
         return key
 
-    def _remember(self, pair: tuple[str, object], key: int, characters: int) -> None:
+    def _new_id(self, pair: tuple[object, ...], full: str, characters: int) -> int:
+        """Hash the name ``full``, remember its id under ``pair`` and record it if asked."""
+        if len(self._known) >= _CACHE_LIMIT:
+            self.forget()
+        key = self._signed_id(full)
+        self._remember(pair, key, characters)
+        if self.new_names is not None:
+            self.new_names.add(key, full)
+        return key
+
+    def _remember(self, pair: tuple[object, ...], key: int, characters: int) -> None:
         if pair not in self._known:
             self._known_bytes += _ENTRY_BYTES + characters
         self._known[pair] = key

@@ -99,6 +99,7 @@ from online_ctr.learning.admission import COUNTERS, PERIODS, Admission
 from online_ctr.learning.base_rate import BaseRate, check_state
 from online_ctr.learning.calibration import CALIBRATIONS
 from online_ctr.learning.compact import ENCODINGS, check_encoding
+from online_ctr.learning.crosses import crosses_text, parse_crosses
 from online_ctr.learning.numeric import NUMERIC_HANDLINGS
 from online_ctr.learning.retention import NEVER
 from online_ctr.learning.rules import get_rule
@@ -154,6 +155,9 @@ class Header:
     max_features: int = eviction.UNBOUNDED
     #: The base-rate prior (absent from files written before it existed: ``off``).
     base_rate: str = "off"
+    #: The pairs of fields the model crosses, ``a&b,c&d`` (:mod:`online_ctr.learning.
+    #: crosses`; "": none, as files written before crosses existed).
+    crosses: str = ""
 
     @property
     def stepped(self) -> bool:
@@ -269,6 +273,8 @@ class Writer:
             del body["max_features"]
         if header.base_rate == "off":  # as files written before the prior existed
             del body["base_rate"]
+        if not header.crosses:  # as files written before crosses
+            del body["crosses"]
         payload = _json(body)
         return self._out(PREAMBLE.pack(MAGIC, VERSION) + _section(b"H", len(payload), payload))
 
@@ -327,6 +333,7 @@ def parse_header(payload: bytes) -> Header:
             expire_after=_span(body.get("expire_after", NEVER)),
             max_features=_budget(body.get("max_features", eviction.UNBOUNDED)),
             base_rate=BaseRate.parse(str(body.get("base_rate", "off"))).text,
+            crosses=crosses_text(parse_crosses(str(body.get("crosses", "")))),
         )
         rule = get_rule(header.rule)
         rule.params_type(**header.params)

@@ -202,18 +202,23 @@ class SweepResult:
 
 
 def sweep(
-    batches: Iterable[Batch],
+    batches: Iterable[Batch | Sequence[Batch]],
     models: Sequence[Learner],
     policy: PromotionPolicy,
     on_batch: Callable[[Group], None] | None = None,
 ) -> SweepResult:
     """Learn ``batches`` with every model, the first one serving, promoting as ``policy``
-    says after every example."""
+    says after every example. Each of ``batches`` is one batch for every model, or a batch
+    per model: the same examples hashed as each model hashes them (its crosses)."""
     group, baseline = Group(len(models), policy), MeanBaseline()
     loss, baseline_losses = np.zeros(len(models)), [0.0]
-    for batch in batches:
+    for given in batches:
+        each = [given] * len(models) if isinstance(given, Batch) else list(given)
+        batch = each[0]
         first = group.examples
-        losses = np.vstack([model.learn(batch).losses for model in models])
+        losses = np.vstack(
+            [model.learn(one).losses for model, one in zip(models, each, strict=True)]
+        )
         loss += losses.sum(axis=1)
         group.add(losses)
         baseline_losses = _by_entry(baseline_losses, first, baseline.add(batch.labels), group)

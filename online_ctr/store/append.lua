@@ -5,7 +5,9 @@
 -- ARGV[1] the encoded entry ('': nothing to append, every example was sampled out; the key
 -- is still checked and recorded), ARGV[2] the record to keep ("<digest> <accepted>"),
 -- ARGV[3] the window in seconds, ARGV[4] n, ARGV[5] '1' if the request has a key,
--- ARGV[6] most records the tag keeps, ARGV[7] the records' key prefix (idempotency.lua)
+-- ARGV[6] most records the tag keeps, ARGV[7] the records' key prefix (idempotency.lua);
+-- then optionally ARGV[8..n+6], the entries of streams 2..n when each model's entry differs
+-- (models that cross other fields), ARGV[1] being the first stream's
 -- Returns {1, '', dropped} when appended (dropped: records of other keys dropped, oldest
 -- first, to keep at most ARGV[6]), {0, stored record} when the key was seen, {-1, meta} when
 -- a model is gone (deleted meanwhile): nothing is appended then. The check, the XADDs and the
@@ -16,8 +18,8 @@
 -- XADDs before it, and a window of 0 failed the SET after every XADD (a retry appended again).
 -- The first stream and the record need no TYPE: their command fails before anything is written.
 local n, problem = checked('append', function()
-  if #ARGV ~= 7 then refuse('not 7 arguments, but', #ARGV) end
   local count = whole('ARGV[4] n', ARGV[4], 1)
+  if #ARGV ~= 7 and #ARGV ~= 6 + count then refuse('not 7 or n + 6 arguments, but', #ARGV) end
   if #KEYS ~= 2 * count + 2 then refuse('not 2n + 2 keys for n = ' .. count .. ', but', #KEYS) end
   if ARGV[5] ~= '0' and ARGV[5] ~= '1' then refuse('ARGV[5] is neither 0 nor 1', ARGV[5]) end
   if ARGV[5] == '1' then
@@ -41,9 +43,12 @@ for i = 2, n + 1 do
         return {-1, KEYS[i]}
     end
 end
-if ARGV[1] ~= '' then
-    for i = n + 2, 2 * n + 1 do
-        redis.call('XADD', KEYS[i], '*', 'b', ARGV[1])
+local each = #ARGV > 7
+for i = n + 2, 2 * n + 1 do
+    local entry = ARGV[1]
+    if each and i > n + 2 then entry = ARGV[i - n + 5] end
+    if entry ~= '' then
+        redis.call('XADD', KEYS[i], '*', 'b', entry)
     end
 end
 local dropped = 0

@@ -86,21 +86,38 @@ class FeedbackLog:
         # The digest of the encoded request: the same examples in the same order match,
         # however the JSON was spaced or its numbers written.
         request = entry if kept is batch or not key else codec.encode_entry(batch)
-        record = f"{hashlib.sha256(request).hexdigest()} {len(batch)}" if key else ""
+        return await self._appended([entry], request, len(batch), len(kept), key)
+
+    async def append_each(self, batches: list[Batch], key: str | None = None) -> Appended:
+        """Append the same examples hashed for each model (its crosses), ``batches[i]`` to the
+        stream of model ``i``, in one atomic step; only at a negative rate of 1 (a sample is
+        taken by a hash of the ids, which differ: the registry makes sure)."""
+        if self.negative_rate != 1.0 or len(batches) != len(self.models):
+            raise ValueError("one batch per model, and no negative sampling")
+        entries = [codec.encode_entry(batch) for batch in batches]
+        count = len(batches[0])
+        return await self._appended(entries, b"".join(entries), count, count, key)
+
+    async def _appended(
+        self, entries: list[bytes], request: bytes, count: int, kept: int, key: str | None
+    ) -> Appended:
+        """Append ``entries`` (one for every stream, or one each), checking and recording
+        ``key`` with the digest of ``request``, of ``count`` examples (``kept`` appended)."""
+        record = f"{hashlib.sha256(request).hexdigest()} {count}" if key else ""
         metas = [keys.meta for keys in self.models]
         streams = [keys.stream for keys in self.models]
         index = self.feedback.idempotency_index
         window = self.limits.window_s
-        args = [entry, record, window, len(self.models), int(key is not None)]
+        args = [entries[0], record, window, len(self.models), int(key is not None)]
         appended, stored, *evicted = await self._append(
             keys=[self.feedback.idempotency(key or ""), *metas, *streams, index],
-            args=[*args, *script_args(self.feedback, self.limits)],
+            args=[*args, *script_args(self.feedback, self.limits), *entries[1:]],
         )
         if appended == -1:
             raise ModelDeletedError(f"{stored.decode()} was deleted")
         await self.acks.confirm(index)
         if appended == 1:
-            return Appended(len(batch), evicted=int(evicted[0]), sampled_out=len(batch) - len(kept))
+            return Appended(count, evicted=int(evicted[0]), sampled_out=count - kept)
         digest, accepted = stored.decode().split()
         if digest != record.split()[0]:
             raise IdempotencyConflictError(

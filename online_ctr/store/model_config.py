@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -43,11 +44,15 @@ from online_ctr.learning.admission import PATTERN as ADMISSION_PATTERN
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.base_rate import SETTING as BASE_RATE_SETTING
+from online_ctr.learning.crosses import MOST_CROSSES, crosses_text, parse_crosses
 from online_ctr.learning.promotion import PromotionPolicy
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sampling import MIN_RATE
 from online_ctr.store.keys import valid_model_name
 from online_ctr.store.state import ModelSpec, spec_from
+
+#: What ``crosses`` takes: the text ``a&b,c&d`` or a list of ``a&b`` (kept as the text).
+_CROSSES_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 
 
 class JoinConfig(BaseModel):
@@ -132,6 +137,13 @@ class ModelConfig(JoinConfig):
         "click is kept); each kept one is weighted 1/rate, so the model and its progressive "
         "log loss still estimate the whole stream's. Shared by every model of a group.",
     )
+    crosses: Annotated[str, WithJsonSchema(_CROSSES_SCHEMA)] = Field(
+        "",
+        description=f"Pairs of fields to cross (at most {MOST_CROSSES}), A&B separated by "
+        "commas, or a list of A&B: an example with both fields gets one more feature, named "
+        "a=va&b=vb, learned like any other. Empty: none.",
+        examples=["", "site&hour,site&device"],
+    )
     feature_names: bool = Field(
         False,
         description="Record the names of the model's features as the API hashes them (at "
@@ -155,6 +167,16 @@ class ModelConfig(JoinConfig):
     @classmethod
     def _base_rate(cls, value: str) -> str:
         return BaseRate.parse(value).text
+
+    @field_validator("crosses", mode="before")
+    @classmethod
+    def _crosses(cls, value: object) -> object:
+        # A list of A&B or the comma-separated text, kept as the canonical text.
+        if isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+        ):
+            return crosses_text(parse_crosses(value))
+        return value
 
     @field_validator("group")
     @classmethod
@@ -214,6 +236,7 @@ class ModelConfig(JoinConfig):
             self.expire_after,
             self.max_features,
             self.base_rate,
+            crosses=self.crosses,
         )
 
 
@@ -233,6 +256,7 @@ def config_of(spec: ModelSpec) -> ModelConfig:
         expire_after=spec.expire_after,
         max_features=spec.max_features,
         base_rate=spec.base_rate.text,
+        crosses=crosses_text(spec.crosses),
     )
 
 
@@ -254,6 +278,7 @@ def own_config(settings: Settings) -> ModelConfig:
         expire_after=settings.expire_after,
         max_features=settings.max_features,
         base_rate=settings.base_rate,
+        crosses=settings.crosses,
         feature_names=settings.feature_names,
     )
 

@@ -92,6 +92,11 @@ class Shared(JoinConfig):
     numeric: str = "log_bucket"
     #: The group's feedback is sampled once, before its one entry goes to every model.
     negative_rate: float = 1.0
+    #: The models' crosses, shared only where the group's feedback is hashed once for all:
+    #: with joins (an impression is logged as the serving model hashed it) or negative
+    #: sampling (kept by a hash of the ids). Otherwise each model's entry is its own hashing,
+    #: and challengers may cross other fields ("" here).
+    crosses: str = ""
 
     @classmethod
     def of(cls, config: ModelConfig) -> Shared:
@@ -101,12 +106,15 @@ class Shared(JoinConfig):
             hash_bits=config.hash_bits,
             numeric=config.numeric,
             negative_rate=config.negative_rate,
+            crosses=config.crosses if config.join_window_s or config.negative_rate < 1 else "",
         )
 
     def canonical(self) -> str:
         """The canonical JSON; without ``negative_rate`` at 1, so that groups recorded before
         it existed compare equal to the same settings given now."""
         dropped = {"negative_rate"} if self.negative_rate == 1.0 else set()
+        if not self.crosses:  # likewise for groups recorded before crosses
+            dropped.add("crosses")
         return json.dumps(self.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 
@@ -125,6 +133,8 @@ def encode_config(config: ModelConfig) -> str:
         dropped.add("max_features")
     if config.base_rate == "off":  # as models recorded before the prior existed have it
         dropped.add("base_rate")
+    if not config.crosses:
+        dropped.add("crosses")
     return json.dumps(config.model_dump(mode="json", exclude=dropped), sort_keys=True)
 
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from online_ctr.learning.admission import parse_recent
+from online_ctr.learning.crosses import crosses_text
 from online_ctr.learning.snapshot import NONE_ADMITTED, Footer, Header, Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
@@ -144,6 +145,7 @@ class Export:
             spec.rule.name, dict(vars(spec.params)), spec.hash_bits, spec.rule.fields, "export",
             source, spec.encoding, spec.numeric, spec.calibration, spec.admission.text,
             spec.expire_after, spec.max_features, spec.base_rate.text,
+            crosses=crosses_text(spec.crosses),
         )  # fmt: skip
 
     async def chunks(self) -> AsyncIterator[bytes]:

@@ -56,6 +56,7 @@ from pydantic import ValidationError
 from online_ctr.learning import eviction
 from online_ctr.learning.admission import Admission, Tally
 from online_ctr.learning.base_rate import BaseRate
+from online_ctr.learning.crosses import crosses_text, parse_crosses
 from online_ctr.learning.eviction import STABLE, WEIGHTED, ZERO, Evicting
 from online_ctr.learning.nonzero import classify
 from online_ctr.learning.rules import get_rule
@@ -164,6 +165,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "expire_after": spec.expire_after,
         "max_features": spec.max_features,
         "base_rate": spec.base_rate.text,
+        "crosses": crosses_text(spec.crosses),
         **vars(spec.params),
     }
     got = {
@@ -176,6 +178,7 @@ def spec_differences(header: Header, spec: ModelSpec) -> list[str]:
         "expire_after": header.expire_after,
         "max_features": header.max_features,
         "base_rate": header.base_rate,
+        "crosses": header.crosses,
         **header.params,
     }
     return [
@@ -276,6 +279,7 @@ class SnapshotImport:
             expire_after=header.expire_after,
             max_features=header.max_features,
             base_rate=BaseRate.parse(header.base_rate),
+            crosses=parse_crosses(header.crosses),
         )
         try:  # what the registry will record: refused now, before anything is written
             config_of(spec)

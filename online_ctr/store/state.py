@@ -34,6 +34,7 @@ from online_ctr.learning.base_rate import MEAN, BaseRate, check_state
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.calibration import Calibration, Histogram, PowerFit
 from online_ctr.learning.compact import CompactCodec, check_encoding
+from online_ctr.learning.crosses import Crosses, crosses_text, parse_crosses
 from online_ctr.learning.eviction import UNBOUNDED, Evicting, check_max_features
 from online_ctr.learning.numeric import Numeric
 from online_ctr.learning.retention import NEVER, check_expire_after, live
@@ -98,6 +99,8 @@ class ModelSpec:
     max_features: int = UNBOUNDED
     #: The base-rate prior added to each logit (:mod:`online_ctr.learning.base_rate`).
     base_rate: BaseRate = MEAN
+    #: Pairs of fields crossed (:mod:`online_ctr.learning.crosses`; none by default).
+    crosses: Crosses = ()
 
     def __post_init__(self) -> None:
         check_encoding(self.encoding, self.rule.name)
@@ -124,6 +127,7 @@ class ModelSpec:
             "expire_after": str(self.expire_after),
             "max_features": str(self.max_features),
             "base_rate": self.base_rate.text,
+            "crosses": crosses_text(self.crosses),
         }
 
     @property
@@ -269,6 +273,7 @@ _BEFORE_STORED = {
     "expire_after": "0",
     "max_features": "0",
     "base_rate": "off",
+    "crosses": "",
 }
 #: The meta hash's fields of a feature budget's marks (:mod:`online_ctr.learning.eviction`),
 #: and where each goes in :attr:`~online_ctr.learning.eviction.Evicting.marks`.
@@ -621,6 +626,7 @@ def spec_from_meta(name: str, meta: dict[str, str]) -> ModelSpec:
         int(stored["expire_after"]),
         int(stored["max_features"]),
         BaseRate.parse(stored["base_rate"]),
+        crosses=parse_crosses(stored["crosses"]),
     )
 
 
@@ -648,6 +654,7 @@ def spec_from(
     expire_after: int = NEVER,
     max_features: int = UNBOUNDED,
     base_rate: str = MEAN.text,
+    crosses: str = "",
 ) -> ModelSpec:
     """A :class:`ModelSpec` from plain settings values."""
     rule = get_rule(rule_name)
@@ -666,4 +673,5 @@ def spec_from(
         expire_after,
         max_features,
         BaseRate.parse(base_rate),
+        crosses=parse_crosses(crosses),
     )

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from online_ctr.challengers import MOST_SWEPT, Standing
+from online_ctr.learning.crosses import MOST_CROSSES
 from online_ctr.store.model_config import ModelConfig, PolicyBody
 
 #: What a sweep may vary: :data:`online_ctr.challengers.SWEPT` (a test keeps them equal).
@@ -32,9 +33,19 @@ class SweepRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     grid: dict[Swept, Values] = Field(
+        default_factory=dict,
         description="Hyper-parameter -> its values (alpha, beta, l1, l2, gamma, theta, k); at "
-        f"most {MOST_SWEPT} combinations.",
+        f"most {MOST_SWEPT} combinations (with crosses').",
         examples=[{"alpha": [0.02, 0.05, 0.1], "l1": [0.1, 1.0, 3.0]}],
+    )
+    crosses: list[Annotated[str, Field(max_length=MOST_CROSSES * 130)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MOST_SWEPT,
+        description='Sets of crosses to sweep too, each A&B pairs separated by commas ("": '
+        "none); the models are named crosses_0, crosses_1, ... by their place here. Only in a "
+        "group without joins or negative sampling, whose feedback each model hashes its way.",
+        examples=[["", "site&hour", "site&hour,site&device"]],
     )
     base: SweepBase = Field(
         default_factory=SweepBase,
@@ -47,9 +58,10 @@ class SweepRequest(BaseModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> SweepRequest:
-        if not self.grid:
+        if not self.grid and not self.crosses:
             raise ValueError("grid names no hyper-parameter: give at least one with its values")
         combinations = math.prod(len(values) for values in self.grid.values())
+        combinations *= len(self.crosses or [None])
         if combinations > MOST_SWEPT:
             raise ValueError(
                 f"grid has {combinations} combinations; a sweep creates at most {MOST_SWEPT}"

@@ -40,7 +40,7 @@ def explanations(
     lo, hi = int(bounds[0]), int(bounds[-1])
     occurring = weights[features.inverse[lo:hi]].tolist()  # each stored pair's weight
     starts = (bounds - lo).tolist()
-    sent = [sent_features(example, hasher.numeric) for example in examples]
+    sent = [sent_features(example, hasher.numeric, hasher.crosses) for example in examples]
     # Nothing merged: every row is the bias, then the features as sent.
     in_order = hi - lo == sum(len(row) + 1 for row in sent)
     answers = []

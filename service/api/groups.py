@@ -59,8 +59,11 @@ class ServedGroup:
         self.feedback = feedback
         self.joins = joins
         self.serving = members[info.serving]
-        # Every model of a group hashes alike (the registry makes sure): one hasher will do.
+        # Every model of a group hashes alike but for its crosses, which the registry lets
+        # differ only without joins or sampling: one hasher will do unless they differ.
         self.hasher = self.serving.hasher
+        self.hashers = [member.hasher for member in members.values()]  # the streams' order
+        self.alike = len({hasher.crosses for hasher in self.hashers}) == 1
         self.limits = self.serving.limits
 
     def pick(self, split_key: str | None) -> ServedModel:
@@ -82,8 +85,13 @@ class ServedGroup:
         so that every model learns the same entry."""
         for member in self.members.values():
             await member.ensure()
-        batch = self.hasher.batch(rows, labels).with_weights(weights)
-        appended = await self.feedback.append(batch, key)
+        if self.alike:
+            batch = self.hasher.batch(rows, labels).with_weights(weights)
+            appended = await self.feedback.append(batch, key)
+        else:  # each model's entry hashed with its own crosses, the same examples
+            distinct = {h.crosses: h for h in self.hashers}.values()
+            made = {h.crosses: h.batch(rows, labels).with_weights(weights) for h in distinct}
+            appended = await self.feedback.append_each([made[h.crosses] for h in self.hashers], key)
         # Counted as the group's joins are: by its serving model.
         if appended.sampled_out:
             self.serving.sampled_out.inc(appended.sampled_out)

@@ -135,11 +135,12 @@ def scan(body: bytes, want_label: bool) -> Scanned | None:
 
 
 def warm_up() -> None:
-    """Load the compiled scanner and table (numba's cache) or compile them, on a tiny body."""
-    body = b'{"examples": [{"features": {"a": "b"}, "label": 0}]}'
+    """Load the compiled scanner and table (numba's cache) or compile them, on a tiny body;
+    and the crossing (:func:`_cross_names`), so a model with crosses waits for no compile."""
+    body = b'{"examples": [{"features": {"a": "b", "c": "d"}, "label": 0}]}'
     scanned = scan(body, want_label=True)
     if scanned is not None:
-        NameIds(FeatureHasher()).batch(body, scanned)
+        NameIds(FeatureHasher(crosses=(("a", "c"),))).batch(body, scanned)
 
 
 class NameIds:
@@ -159,6 +160,7 @@ class NameIds:
     def __init__(self, hasher: FeatureHasher, budget: Budget | None = None) -> None:
         self.hasher = hasher
         self.budget = budget
+        self._crossed = _CrossedFields.of(hasher)
         self._reset()
         if budget is not None:
             budget.track(self)
@@ -186,15 +188,37 @@ class NameIds:
         """The scanned examples as the hasher's :meth:`~FeatureHasher.batch` makes them: the
         bias first in each example, then its features in order."""
         data = np.frombuffer(body, np.uint8)
-        ids, hashes, unseen = _look_up(data, scanned.spans, self.slots, self.arena)
-        if unseen:
-            missing = np.flatnonzero(hashes)
-            self._learn(body, scanned, missing, hashes[missing], ids)
+        ids = self._ids(body, data, scanned)
         # One compiled pass, not numpy's insert, diff and cumsum: for the one example of a
         # single /predict those calls' fixed costs were most of the look-up.
         indptr, with_bias = _with_bias(ids, scanned.indptr, self.hasher.bias_id)
         batch = Batch(indptr, with_bias.view(np.uint64), np.ones(len(with_bias)), scanned.labels)
+        if self._crossed is not None:
+            batch = self._with_crosses(data, scanned, batch, self._crossed)
         return merge_repeats(batch) if self.hasher.hash_bits is not None else batch
+
+    def _ids(self, body: bytes, data: U8, scanned: Scanned) -> NDArray[np.int64]:
+        """The ids of the scanned names, hashing (and adding) those the table lacks."""
+        ids, hashes, unseen = _look_up(data, scanned.spans, self.slots, self.arena)
+        if unseen:
+            missing = np.flatnonzero(hashes)
+            self._learn(body, scanned, missing, hashes[missing], ids)
+        return ids
+
+    def _with_crosses(
+        self, data: U8, scanned: Scanned, batch: Batch, crossed: _CrossedFields
+    ) -> Batch:
+        """``batch`` with each example's cross features after its own, as the hasher adds
+        them. A cross ``a=va&b=vb`` is written out as a name ``a=va&b`` = ``vb``, so that
+        the table looks it up, hashes and records it as any scanned name."""
+        rows, names, spans = _cross_names(
+            data, scanned.spans, scanned.indptr, crossed.fields, crossed.starts, crossed.pairs
+        )
+        if not len(rows):
+            return batch
+        named = Scanned(np.array([0, len(rows)], np.int64), spans, scanned.labels[:0])
+        ids = self._ids(names.tobytes(), names, named)
+        return batch.appended(rows, ids, np.ones(len(rows)))
 
     def _learn(
         self,
@@ -243,6 +267,30 @@ class NameIds:
             self.starts = _grown(self.starts, size + 1)
         if arena_bytes > len(self.arena):
             self.arena = _grown(self.arena, _doubled(len(self.arena), arena_bytes))
+
+
+@dataclass(frozen=True)
+class _CrossedFields:
+    """A hasher's crosses as compiled code compares them: the distinct fields' bytes
+    (field ``f`` is ``fields[starts[f]:starts[f + 1]]``) and each pair's two fields."""
+
+    fields: U8
+    starts: NDArray[np.int64]
+    pairs: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, hasher: FeatureHasher) -> _CrossedFields | None:
+        if not hasher.crosses:
+            return None
+        distinct = list(dict.fromkeys(field for pair in hasher.crosses for field in pair))
+        encoded = [field.encode() for field in distinct]
+        starts = np.concatenate(([0], np.cumsum([len(field) for field in encoded])))
+        pairs = [[distinct.index(a), distinct.index(b)] for a, b in hasher.crosses]
+        return cls(
+            np.frombuffer(b"".join(encoded), np.uint8),
+            starts.astype(np.int64),
+            np.array(pairs, np.int64),
+        )
 
 
 def _doubled(size: int, least: int) -> int:
@@ -574,6 +622,72 @@ def _with_bias(
             k += 1
         out_indptr[j + 1] = k
     return out_indptr, out
+
+
+@compiled
+def _cross_names(
+    data: U8,
+    spans: NDArray[np.int64],
+    indptr: NDArray[np.int64],
+    fields: U8,
+    starts: NDArray[np.int64],
+    pairs: NDArray[np.int64],
+) -> tuple[NDArray[np.int64], U8, NDArray[np.int64]]:
+    """Each cross present in an example (both its fields scanned there): the example's row,
+    and its name ``a=va&b=vb`` written into one buffer as a scanned name, ``a=va&b`` the
+    field's span and ``vb`` the value's, in examples' order, then the pairs' order."""
+    fields_count, examples = len(starts) - 1, len(indptr) - 1
+    where = np.full(fields_count, -1, np.int64)
+    rows = np.empty(examples * len(pairs), np.int64)
+    out = np.empty((examples * len(pairs), 4), np.int64)
+    names = np.empty(16, np.uint8)
+    count, used = 0, 0
+    for j in range(examples):
+        where[:] = -1
+        for k in range(indptr[j], indptr[j + 1]):
+            length = spans[k, 1] - spans[k, 0]
+            for f in range(fields_count):
+                if starts[f + 1] - starts[f] == length and _equal(
+                    data, spans[k, 0], fields, starts[f], length
+                ):
+                    where[f] = k
+                    break
+        for c in range(len(pairs)):
+            a, b = where[pairs[c, 0]], where[pairs[c, 1]]
+            if a < 0 or b < 0:
+                continue
+            size = spans[a, 3] - spans[a, 0] + 2 + spans[b, 3] - spans[b, 0]
+            if used + size > len(names):
+                names = _grown_bytes(names, 2 * (used + size))
+            out[count, 0] = used
+            used = _copied(names, used, data, spans[a, 0], spans[a, 1])
+            names[used] = _EQUALS
+            used = _copied(names, used + 1, data, spans[a, 2], spans[a, 3])
+            names[used] = 38  # &
+            used = _copied(names, used + 1, data, spans[b, 0], spans[b, 1])
+            out[count, 1] = used
+            out[count, 2] = used
+            used = _copied(names, used, data, spans[b, 2], spans[b, 3])
+            out[count, 3] = used
+            rows[count] = j
+            count += 1
+    return rows[:count], names[:used], out[:count]
+
+
+@helper
+def _copied(to: U8, at: int, data: U8, start: int, end: int) -> int:
+    """``data[start:end]`` written at ``to[at:]``; the position after it."""
+    for i in range(start, end):
+        to[at] = data[i]
+        at += 1
+    return at
+
+
+@helper
+def _grown_bytes(array: U8, size: int) -> U8:
+    grown = np.empty(size, np.uint8)
+    grown[: len(array)] = array
+    return grown
 
 
 @inlined

@@ -595,6 +595,11 @@ class ModelInfoResponse(BaseModel):
         "evicted, zero weights first; 0: no budget).",
         examples=[0],
     )
+    crosses: str = Field(
+        "",
+        description="The pairs of fields it crosses, A&B separated by commas (empty: none).",
+        examples=["site&hour"],
+    )
     features_evicted: int = Field(
         0,
         description="How many features its budget has evicted so far.",

@@ -125,7 +125,9 @@ class ServedModel:
             negative_rate,
         )
         # One hasher per app: its cache makes names seen before cost one dict look-up.
-        self.hasher = FeatureHasher(spec.hash_bits, numeric=spec.numeric, budget=names)
+        self.hasher = FeatureHasher(
+            spec.hash_bits, numeric=spec.numeric, budget=names, crosses=spec.crosses
+        )
         # The same ids, for bodies read by service.api.scan: one table for /predict and one
         # for /learn, so that names learned once (a stream of new features) do not crowd the
         # names predicted again and again out of the table or, by growing it past the CPU's

@@ -245,10 +245,12 @@ def append(
     most: Any = 1,
     index: str = "zset",
     prefix: str | None = None,
+    extra: int = 0,
 ) -> Drive:
     """append.lua (registered by FeedbackLog, here alone) for the model, or with ``second``
     (its stream's type: 'string' for another type) for a group of two; the tag at its limit of
-    ``most`` records (:func:`full_index`), the records under ``prefix`` (None: the tag's)."""
+    ``most`` records (:func:`full_index`), the records under ``prefix`` (None: the tag's);
+    ``extra`` more entries, as if each stream had its own."""
 
     async def drive(store: ModelStore) -> Any:
         keys = FeedbackKeys.of(store.spec.name, None)
@@ -262,7 +264,7 @@ def append(
         await full_index(store, keys, index)
         script = register(store.redis, "append")
         bound = [most, keys.idempotency("") if prefix is None else prefix]
-        args = [b"\1" * 16, "digest 1", window, n, keyed, *bound]
+        args = [b"\1" * 16, "digest 1", window, n, keyed, *bound, *[b"\2" * 16] * extra]
         record, held = keys.idempotency("k"), keys.idempotency_index
         return await script(keys=[record, *metas, *streams, held], args=args)
 
@@ -546,6 +548,7 @@ CASES: dict[str, tuple[Drive, str]] = {
     "append second stream a string": (append(n=2, second="string"), "is a string"),
     "append keyed flag": (append(keyed="yes"), "ARGV[5]"),
     "append n beyond keys": (append(n=2), "keys"),
+    "append an entry per stream, one too many": (append(extra=1), "n + 6 arguments"),
     # append and join: the oldest record was dropped before the new one was written.
     "append most zero": (append(most=0), "ARGV[6]"),
     "append most not whole": (append(most="lots"), "ARGV[6]"),

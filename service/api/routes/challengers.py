@@ -44,7 +44,7 @@ async def sweep_group(
     kept. With ``promotion``, the group gets that policy too."""
     grid = {str(param): values for param, values in request.grid.items()}
     try:
-        configs = sweep_configs(name, request.base, grid)
+        configs = sweep_configs(name, request.base, grid, request.crosses)
     except SweepValueError as error:
         raise InvalidFieldError("grid", str(error)) from None
     created = await sweep(admin, configs)

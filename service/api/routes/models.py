@@ -18,6 +18,7 @@ from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
 
 from online_ctr.admin import ModelsAdmin
 from online_ctr.challengers import challengers
+from online_ctr.learning.crosses import crosses_text
 from online_ctr.store.keys import MODEL_NAME
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import UnknownNameError
@@ -185,6 +186,7 @@ async def _info(served: ServedModel) -> ModelInfoResponse:
         expire_after=info.expire_after,
         features_expired=info.features_expired,
         max_features=info.max_features,
+        crosses=crosses_text(served.store.spec.crosses),
         features_evicted=info.features_evicted,
         features_held=info.features_held,
         features_pending_admission=info.features_pending_admission,
