@@ -88,7 +88,8 @@ def _explanation(body: dict[str, Any]) -> Explanation:
         )
         for t in body["features"]
     )
-    return Explanation(float(body["bias"]), terms, float(body["rest"]), int(body["omitted"]))
+    prior = float(body.get("base_rate", 0.0))  # 0 from a server older than the prior
+    return Explanation(float(body["bias"]), terms, float(body["rest"]), int(body["omitted"]), prior)
 
 
 @_parser

@@ -26,14 +26,16 @@ class Term:
 
 @dataclass(frozen=True)
 class Explanation:
-    """A logit in parts, before any calibration: ``bias + sum of the features'
+    """A logit in parts, before any calibration: ``bias + base_rate + sum of the features'
     contributions + rest`` is the logit; ``features`` holds the largest by magnitude, largest
-    first, and ``rest`` sums the ``omitted`` others."""
+    first, ``rest`` sums the ``omitted`` others, and ``base_rate`` is the model's base-rate
+    prior (0 for a model without one)."""
 
     bias: float
     features: tuple[Term, ...]
     rest: float
     omitted: int
+    base_rate: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ def parts_sum(prediction: Prediction) -> float:
     explanation = prediction.explanation
     assert isinstance(explanation, Explanation)
     terms = [t.contribution for t in explanation.features]
-    return math.fsum([explanation.bias, *terms, explanation.rest])
+    return math.fsum([explanation.bias, explanation.base_rate, *terms, explanation.rest])
 
 
 def test_explanations_are_typed_and_sum_to_the_logit(
