@@ -132,7 +132,17 @@ def model_info(body: dict[str, Any], _: httpx.Response) -> ModelInfo:
         features_held=int(body.get("features_held", body["features_tracked"])),
         features_pending_admission=None if pending is None else int(pending),
         state_bytes=int(body.get("state_bytes", 0)),
+        base_rate=str(body.get("base_rate", "off")),
+        base_rate_logit=float(body.get("base_rate_logit", 0.0)),
+        click_rate=_optional(body.get("click_rate")),
+        calibration_ratio=_optional(body.get("calibration_ratio")),
+        recent_calibration_ratio=_optional(body.get("recent_calibration_ratio")),
     )
+
+
+def _optional(value: Any) -> float | None:
+    """A number the service may send as null."""
+    return None if value is None else float(value)
 
 
 @_parser

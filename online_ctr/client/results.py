@@ -93,6 +93,15 @@ class ModelInfo:
     features_pending_admission: int | None = None
     #: Redis memory its feature state takes, in bytes (0 from a service before it was reported).
     state_bytes: int = 0
+    #: The base-rate prior ("off" from a service before it existed), what it adds to the next
+    #: logit, and the click rate it follows (None before any example).
+    base_rate: str = "off"
+    base_rate_logit: float = 0.0
+    click_rate: float | None = None
+    #: sum(p) / sum(y) over every example learned, and over the recent window (None before a
+    #: click).
+    calibration_ratio: float | None = None
+    recent_calibration_ratio: float | None = None
 
 
 @dataclass(frozen=True)

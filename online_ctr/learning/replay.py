@@ -23,7 +23,7 @@ learned, the kept non-clicks weighted ``1 / rate``, and the metrics are the weig
 ...     on_batch=lambda progress: seen.append(progress.examples),
 ... )
 >>> result.examples, seen[:3], result.auc
-(100, [10, 20, 30], 0.9982)
+(100, [10, 20, 30], 0.944)
 """
 
 from __future__ import annotations

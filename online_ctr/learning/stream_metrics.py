@@ -111,7 +111,7 @@ def decayed_sums(
     ratio is the recent calibration; batches of any size give it to rounding.
 
     >>> sums = decayed_sums(np.zeros(2), np.array([0.5, 0.25]), np.array([1.0, 0.0]))
-    >>> bool(abs(sums[0] - (0.5 * 2 ** (-1 / RECENT_HALF_LIFE) + 0.25)) < 1e-15), sums[1] < 1
+    >>> bool(abs(sums[0] - (0.5 * 2 ** (-1 / RECENT_HALF_LIFE) + 0.25)) < 1e-15), bool(sums[1] < 1)
     (True, True)
     """
     size = len(probabilities)

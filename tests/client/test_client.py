@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +73,10 @@ def test_predict_learn_model_and_delete(
         )
         assert info.progressive_logloss is not None and info.nonzero_weights > 0
         assert (info.admission, info.negative_rate, info.learned_weight) == ("all", 1.0, 50.0)
+        clicks = sum(label for _, label in rows)
+        assert (info.base_rate, info.click_rate) == ("mean", clicks / 50)
+        assert info.base_rate_logit == pytest.approx(math.log((clicks + 0.5) / (50 - clicks + 0.5)))
+        assert info.calibration_ratio is not None and info.recent_calibration_ratio is not None
         features = [x for x, _ in rows[:20]]
         many = client.predict_many(features)  # 3 requests
         assert many == [client.predict(x) for x in features]

@@ -93,7 +93,8 @@ def test_a_cross_is_explained_and_looked_up_by_name(client: TestClient, settings
     name = f"C1={x['C1']}&C2={x['C2']}"
     terms = {term["feature"]: term for term in explained["features"]}
     assert name in terms and f"C14={x['C14']}&C17={x['C17']}" in terms
-    total = explained["bias"] + sum(t["contribution"] for t in explained["features"])
+    total = explained["bias"] + explained["base_rate"]
+    total += sum(t["contribution"] for t in explained["features"])
     assert total + explained["rest"] == pytest.approx(answer["logit"], abs=1e-12)
     found = client.get("/models/default/weights", params={"feature": name})
     assert found.status_code == 200, found.text

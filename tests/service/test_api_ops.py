@@ -94,6 +94,7 @@ def test_model_info_before_and_after_learning(client: TestClient, settings: Sett
         "click_rate": None,
         "calibration_ratio": None,
         "recent_calibration_ratio": None,
+        "crosses": "",
         "state_bytes": info["state_bytes"],  # the filters only: below
     }
     empty_bytes = info["state_bytes"]
