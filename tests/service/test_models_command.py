@@ -18,7 +18,7 @@ from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from online_ctr.store.keys import ModelKeys, RegistryKeys
 from online_ctr.store.model_config import ModelConfig, own_config
-from online_ctr.store.registry import Registry
+from online_ctr.store.registry import Registry, decode_config
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
 from tests.service.test_commands import ROOT, assert_one_line
@@ -106,6 +106,22 @@ def test_a_model_with_a_budget_is_created_with_it(redis_url: str) -> None:
     assert ModelConfig.model_validate_json(stored).max_features == 100_000
 
 
+@pytest.mark.parametrize("base_rate", ["decay:1000", "off"])
+def test_a_model_is_created_with_its_base_rate_and_without_one_has_the_mean(
+    redis_url: str, base_rate: str
+) -> None:
+    plain = redis.Redis.from_url(redis_url)
+    ok(models(redis_url, "create", "drifting", "--rule", "ftrl", "--base-rate", base_rate))
+    ok(models(redis_url, "create", "plain", "--rule", "ftrl"))
+    created = {
+        name: decode_config(plain.hget(RegistryKeys().models, name))
+        for name in ("drifting", "plain")
+    }
+    assert (created["drifting"].base_rate, created["plain"].base_rate) == (base_rate, "mean")
+    spec = created["drifting"].spec("drifting")
+    assert spec.base_rate.text == base_rate
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -123,6 +139,8 @@ def test_a_model_with_a_budget_is_created_with_it(redis_url: str) -> None:
         (("--rule", "ftrl", "--negative-rate", "0"), "--negative-rate: input should be greater"),
         (("--rule", "ftrl", "--negative-rate", "half"), "--negative-rate: input should be a"),
         (("--rule", "ftrl", "--max-features", "-2"), "--max-features: input should be greater"),
+        (("--rule", "ftrl", "--base-rate", "median"), "--base-rate: the base-rate prior must be"),
+        (("--rule", "ftrl", "--base-rate", "decay:0"), "'decay:H' with H a whole number"),
         (
             ("--rule", "ftrl", "--max-features", "9", "--expire-after", "9"),
             "a model has --expire-after or --max-features, not both",
