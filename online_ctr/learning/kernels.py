@@ -359,7 +359,7 @@ def _evict(budget: Evicting, step: int) -> None:
     marks[_CUT_ZERO] = max(marks[_CUT_ZERO], marks[_CUT_ALL])
 
 
-@_helper
+@_inlined
 def _with_prior(s: float, base: Array) -> float:
     """``s`` with the base-rate prior's log-odds added, if it is on
     (:meth:`online_ctr.learning.base_rate.BaseRate.kernel`): after the weights' sum, as the
@@ -369,7 +369,7 @@ def _with_prior(s: float, base: Array) -> float:
     return s + math.log((base[2] + 0.5) / (base[3] - base[2] + 0.5))
 
 
-@_helper
+@_inlined
 def _count(base: Array, y: float, v: float) -> None:
     """Count an example of label ``y`` and importance ``v`` in the base rate: ``c <- d c +
     v y``, ``m <- d m + v``."""

@@ -119,9 +119,10 @@ def decayed_sums(
     if weights is not None:
         shares = shares * weights
     kept = 0.5 ** (size / RECENT_HALF_LIFE)
-    return np.array(
-        [kept * sums[0] + float(shares @ probabilities), kept * sums[1] + float(shares @ labels)]
-    )
+    # Sums of products, not a dot product: a BLAS call wakes its thread pool, whose spinning
+    # took the core the replay's parser runs on (replay of 200,000 rows: 0.86 s against 0.60).
+    predicted, clicks = (float((shares * x).sum()) for x in (probabilities, labels))
+    return np.array([kept * sums[0] + predicted, kept * sums[1] + clicks])
 
 
 class StreamMetrics:
