@@ -37,13 +37,14 @@ from tests.service.keys import AUTH, HEADERS
 from tests.workers.conftest import scan_state
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = 10_000
 PER_REQUEST = 100
-#: Two seconds, not one: on a slow machine clicks queued for a slot in flight reached the API
-#: more than a window late, past the tombstone, and got a 404.
-WINDOW_S = 2
+#: Four seconds: a late click is sent 1.1-1.35 windows after its prediction, and its tombstone
+#: answers 409 until about 2 windows after it. With a 2 s window, four pytest processes on two
+#: cores delayed queued clicks by more than the 1.3 s left, past the tombstone, to a rightful 404.
+WINDOW_S = 4
 #: Clicks sent at once (the client's Redis connection pool is bounded).
 CLICKS_IN_FLIGHT = 16
 KEYS = ModelKeys("default")
@@ -78,7 +79,7 @@ async def serve_and_click(
                 # Early: well inside the window. Late: after it closed, well inside the one
                 # after it, while its tombstone answers 409 (a click still queued for a slot
                 # in flight past that would get a 404, rightly).
-                delay = WINDOW_S * rng.choice([rng.uniform(0, 0.6), rng.uniform(1.2, 1.5)])
+                delay = WINDOW_S * rng.choice([rng.uniform(0, 0.6), rng.uniform(1.1, 1.35)])
                 tasks.append(asyncio.create_task(click(answer["prediction_id"], delay)))
         await asyncio.sleep(0)
     await asyncio.gather(*tasks)
