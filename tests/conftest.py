@@ -19,6 +19,25 @@ DATA_DIR = ROOT.parent / "shared" / "data"
 CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
 
 
+#: What a test needs, read off the fixtures it uses, so a marker can never go stale: `-m "not
+#: processes and not cluster and not docker"` is the quick subset (docs/development.md).
+#: Tests that start processes without such a fixture carry `pytest.mark.processes` themselves
+#: (a one-shot tool such as promtool or `python -c` does not count: it exits at once).
+NEEDS = {
+    "redis": {"redis_server", "make_redis_server"},
+    "cluster": {"redis_cluster"},
+    "processes": {"start_service", "start_serve"},
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+
+
 def fresh_python(code: str) -> str:
     """What ``code`` prints when a fresh interpreter runs it from the project's root: for what
     an import loads or leaves alone, which this session's own imports would hide."""

@@ -26,8 +26,6 @@ from online_ctr.client import (
 )
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Recorder, Service, wait_until
 
-pytestmark = pytest.mark.integration
-
 SITES = [f"site{i}.example" for i in range(20)]
 
 

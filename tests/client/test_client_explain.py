@@ -13,8 +13,6 @@ from online_ctr.client import AsyncClient, Client, Explanation, Prediction, Term
 from tests.client.conftest import ADMIN_KEY, Service
 from tests.client.test_client import examples, learned
 
-pytestmark = pytest.mark.integration
-
 
 def parts_sum(prediction: Prediction) -> float:
     explanation = prediction.explanation

@@ -14,8 +14,6 @@ from online_ctr.learning.snapshot import Reader
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Service
 from tests.client.test_client import examples, learned
 
-pytestmark = pytest.mark.integration
-
 
 def footer_of(blob: bytes) -> tuple[int, int]:
     reader = Reader()

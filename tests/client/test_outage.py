@@ -14,8 +14,6 @@ from online_ctr.client import Accepted, Client, FeatureMap, Retry
 from tests.client.conftest import ADMIN_KEY, Recorder, Service, wait_until
 from tests.client.test_client import examples
 
-pytestmark = pytest.mark.integration
-
 COUNT, BATCH, OUTAGE_AT = 600, 10, 300
 
 

@@ -12,6 +12,8 @@ import pytest
 from online_ctr.client import Retry, UnreachableError
 from online_ctr.client.retry import Attempts
 
+pytestmark = pytest.mark.processes
+
 REQUEST = httpx.Request("POST", "http://127.0.0.1/learn")
 
 

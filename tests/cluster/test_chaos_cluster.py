@@ -13,8 +13,6 @@ import pytest
 from loadtests import chaos_cluster
 from tests.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("scenario", ["log-kill-lagging", "left-down"])

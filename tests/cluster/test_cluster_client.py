@@ -26,7 +26,7 @@ from online_ctr.store.state import ModelStore, spec_from
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
 from tests.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 def other_key(client: RedisCluster, key: str, same_node: bool) -> str:

@@ -11,15 +11,12 @@ import uuid
 from typing import Any
 
 import httpx
-import pytest
 from redis.cluster import RedisCluster
 
 from online_ctr.learning.readers import read_examples
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
 from tests.local_cluster import LocalCluster
-
-pytestmark = pytest.mark.integration
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 BODY = 50  # examples per /learn request

@@ -16,7 +16,7 @@ from online_ctr.wiring import redis_client
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
 from tests.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 Timeline = list[tuple[float, str, str]]
 

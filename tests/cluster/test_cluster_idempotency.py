@@ -14,7 +14,7 @@ from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.ingest import FeedbackLog
 from online_ctr.store.state import ModelStore, spec_from
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 async def test_the_oldest_records_are_dropped_and_forgotten_with_the_model(

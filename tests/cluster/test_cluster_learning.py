@@ -20,8 +20,6 @@ from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
 from tests.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.integration
-
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 BODY = 50  # examples per /learn request
 

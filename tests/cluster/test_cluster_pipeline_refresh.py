@@ -17,7 +17,7 @@ from online_ctr.store.failures import client_failure
 from online_ctr.store.state import ModelStore, spec_from
 from tests.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 #: Generous: a failover takes 2.5-3 s on this cluster (docs/redis-cluster.md).
 RECOVERY_S = 20.0

@@ -27,7 +27,7 @@ from online_ctr.store.state import ModelStore, spec_from
 from tests.local_cluster import LocalCluster
 from tests.workers.conftest import make_worker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 T = TypeVar("T")
 

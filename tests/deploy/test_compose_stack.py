@@ -29,7 +29,7 @@ import pytest
 
 from tests.ports import free_ports
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.docker]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "deploy" / "images"

@@ -33,7 +33,7 @@ from tests.deploy.bounds import JOINS, REACHED, REDIS_MAXMEMORY, SMALL_BOUNDS, d
 from tests.deploy.conftest import with_metrics_key_file
 from tests.ports import free_ports
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 ONLINE_CTR = Path(sys.executable).with_name("online-ctr")
 STARTUP_DEADLINE_S = 60.0

@@ -23,8 +23,6 @@ import yaml
 from tests.docs.blocks import MARK, Step, matches, page_steps
 from tests.docs.conftest import ROOT, LocalServe
 
-pytestmark = pytest.mark.integration
-
 #: A command that only sets a variable (``KEY=$(...)``): its value is set for every later one.
 _ASSIGNMENT = re.compile(r"^(export )?([A-Za-z_][A-Za-z0-9_]*)=")
 

@@ -17,7 +17,7 @@ import pytest
 from tests.docs.browser import browser, chromium, load
 from tests.docs.conftest import ROOT, LocalServe, build_site
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 SHOTS = ROOT / "build" / "screenshots"
 

@@ -13,8 +13,6 @@ import pytest
 
 from loadtests import abuse
 
-pytestmark = pytest.mark.integration
-
 SECONDS = 4.0
 #: What each store may hold at the suite's limits.
 HELD_LIMITS = {

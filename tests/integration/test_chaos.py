@@ -7,8 +7,6 @@ import pytest
 
 from loadtests import chaos
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.timeout(120)
 def test_chaos_loses_and_doubles_nothing() -> None:

@@ -7,8 +7,6 @@ import pytest
 
 from loadtests import fuzz_api
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.mark.timeout(180)
 def test_every_generated_request_gets_a_documented_answer() -> None:

@@ -20,7 +20,6 @@ from online_ctr.cli.embedded import RedisServer
 from online_ctr.store.keys import ModelKeys
 from tests.integration.conftest import Service, wait_until
 
-pytestmark = pytest.mark.integration
 KEYS = ModelKeys("default")
 #: Examples per /learn: each brings a feature never seen, so the model's state grows too.
 PER_REQUEST = 200

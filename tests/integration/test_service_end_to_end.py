@@ -20,8 +20,6 @@ from online_ctr.learning.rules import get_rule
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
 
-pytestmark = pytest.mark.integration
-
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 400))
 
 

@@ -8,7 +8,6 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 
 from online_ctr.client import Client
 from online_ctr.learning.features import FeatureHasher
@@ -19,8 +18,6 @@ from online_ctr.learning.rules import get_rule
 from online_ctr.learning.snapshot import Footer, Reader, RowChunk
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service
-
-pytestmark = pytest.mark.integration
 
 ROWS = list(read_examples(CRITEO, "criteo"))  # the whole file: 10,000 examples
 

@@ -20,6 +20,8 @@ from online_ctr.learning.features import BIAS, FeatureHasher, Value
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules.ftrl import FTRLParams
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CRITEO = ROOT.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_head10k.tsv"

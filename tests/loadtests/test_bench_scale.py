@@ -88,7 +88,6 @@ def numbers(line: str) -> list[float]:
     return [float(cell.strip().replace(",", "")) for cell in line.strip().strip("|").split("|")]
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("tool", ["wrk", "httpx"])
 def test_quick_run_reports_every_figure(
     tool: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -6,13 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from loadtests import compact_cost
 from online_ctr.cli.embedded import RedisServer
 
 
-@pytest.mark.integration
 def test_bytes_per_feature_fills_each_configuration(tmp_path: Path) -> None:
     with RedisServer(tmp_path / "redis", persist=False) as server:
         rows = [

@@ -11,7 +11,6 @@ from loadtests import bench, explain_cost
 from loadtests.report import BenchOptions
 
 
-@pytest.mark.integration
 def test_explain_cost_prints_the_three_shapes(capsys: pytest.CaptureFixture[str]) -> None:
     assert explain_cost.main(["--size", "500", "--rounds", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()

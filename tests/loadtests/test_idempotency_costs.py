@@ -8,7 +8,6 @@ import pytest
 from loadtests import idempotency_costs
 
 
-@pytest.mark.integration
 def test_idempotency_costs_prints_memory_and_latency(capsys: pytest.CaptureFixture[str]) -> None:
     assert idempotency_costs.main(["--keys", "500", "--calls", "20", "--most", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -8,7 +8,6 @@ import pytest
 from loadtests import join_costs
 
 
-@pytest.mark.integration
 def test_join_costs_prints_memory_and_throughput(capsys: pytest.CaptureFixture[str]) -> None:
     assert join_costs.main(["--impressions", "2000", "--requests", "20", "--rounds", "1"]) == 0
     memory, predict = capsys.readouterr().out.splitlines()

@@ -8,7 +8,6 @@ import pytest
 from loadtests import lean_costs
 
 
-@pytest.mark.integration
 def test_lean_costs_prints_both_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert lean_costs.main(["--features", "5000"]) == 0
     (line,) = capsys.readouterr().out.splitlines()

@@ -43,6 +43,8 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from service.api.schemas import PREDICT_REQUEST
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DATA_DIR = ROOT.parent / "shared" / "data"
@@ -232,7 +234,6 @@ def test_entries_of_many_examples_keep_the_rows_in_order() -> None:
     assert decode_entry(blobs[1]).labels.tolist() == [y for _, y in rows[10:20]]
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("per_entry", [1, 64])
 def test_one_learner_drains_every_fed_example_and_its_redis_calls_are_counted(
     stack: Stack, per_entry: int
@@ -250,7 +251,6 @@ def test_one_learner_drains_every_fed_example_and_its_redis_calls_are_counted(
         drain.run_learner(stack, rows, 1281, 64)
 
 
-@pytest.mark.integration
 @needs_wrk
 def test_wrk_with_the_lua_script_counts_requests_and_no_errors(
     stack: Stack, tmp_path: Path
@@ -264,7 +264,6 @@ def test_wrk_with_the_lua_script_counts_requests_and_no_errors(
     assert set(run.cores) == {"bare", "wrk"}
 
 
-@pytest.mark.integration
 @needs_wrk
 def test_wrk_failures_are_not_counted_as_throughput(stack: Stack, tmp_path: Path) -> None:
     bare = stack.start_bare()
@@ -274,7 +273,6 @@ def test_wrk_failures_are_not_counted_as_throughput(stack: Stack, tmp_path: Path
         wrk_runs.load("bare", f"{bare}/predict", wrk_runs.Load(bodies, 1, 2, 1.0), {})
 
 
-@pytest.mark.integration
 @needs_wrk
 def test_ingest_counts_what_reached_the_stream(stack: Stack, tmp_path: Path) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=3000)
@@ -292,7 +290,6 @@ def test_ingest_counts_what_reached_the_stream(stack: Stack, tmp_path: Path) -> 
     assert result.run.label == "`/learn` (online-ctr api, no worker), batch of 1,000"
 
 
-@pytest.mark.integration
 def test_freshness_samples_are_all_reflected(stack: Stack) -> None:
     api = stack.start_api()
     stack.start_workers(1)
@@ -302,7 +299,6 @@ def test_freshness_samples_are_all_reflected(stack: Stack) -> None:
     assert len(result.poll_seconds) >= 3 and result.load_examples_per_second > 0
 
 
-@pytest.mark.integration
 def test_memory_counts_at_least_the_payload_of_every_tracked_feature(tmp_path: Path) -> None:
     rows = feed.criteo_rows(DATA_DIR, limit=300)
     result = memory.measure_one(tmp_path, rows, buckets=64)
@@ -312,7 +308,6 @@ def test_memory_counts_at_least_the_payload_of_every_tracked_feature(tmp_path: P
     assert sum(result.encodings.values()) == 64
 
 
-@pytest.mark.integration
 def test_locustfile_runs_headless_against_the_real_service(stack: Stack, tmp_path: Path) -> None:
     api = stack.start_api()
     stack.start_workers(1)

@@ -26,6 +26,8 @@ from loadtests.quality_logs_runs import (
 )
 from loadtests.report import Headline, Section
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "criteo/criteo_deepctr_sample200.csv"
 

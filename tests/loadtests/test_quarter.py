@@ -8,15 +8,12 @@ import asyncio
 import itertools
 from pathlib import Path
 
-import pytest
-
 from loadtests import quarter
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
 from tests.conftest import CRITEO
 
 
-@pytest.mark.integration
 def test_a_short_quarter(redis_url: str, tmp_path: Path) -> None:
     rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
     base = FeatureHasher().batch([x for x, _ in rows], [y for _, y in rows])

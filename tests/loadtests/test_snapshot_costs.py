@@ -8,7 +8,6 @@ import pytest
 from loadtests import snapshot_costs
 
 
-@pytest.mark.integration
 def test_snapshot_costs_prints_each_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert snapshot_costs.main(["--sizes", "1000", "70000"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -12,7 +12,6 @@ from loadtests import store_costs
 from online_ctr.cli.embedded import RedisServer
 
 
-@pytest.mark.integration
 def test_store_costs_prints_each_size_and_batch_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -7,7 +7,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +19,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 #: What a group's feedback leaves under its tag (an idempotency record, the pending set).
 GROUP_KEYS = ("octr:{g:ctr}:idem:k-1", "octr:{g:ctr}:pending")

@@ -22,6 +22,8 @@ from online_ctr.config.settings import Settings
 from tests.service.keys import ADMIN_KEY, AUTH
 from tests.service.test_commands import ROOT
 
+pytestmark = pytest.mark.processes
+
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.
     warnings.simplefilter("ignore", UserWarning)

@@ -21,7 +21,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 LAYOUT = {"state_buckets": 64, "state_shards": 8}
 GRID = {"alpha": [0.05, 0.1], "l1": [0.1, 1.0]}

@@ -21,7 +21,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 #: At most this many rounds of three requests (about 1.5 s each 100).
 ROUNDS = 2_000

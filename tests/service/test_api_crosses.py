@@ -32,7 +32,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 400))
 

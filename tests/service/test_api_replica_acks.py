@@ -25,11 +25,11 @@ from service.app import create_app
 from tests.service.keys import HEADERS
 from tests.service.test_api_faults import LEARN, settings_for
 
+pytestmark = pytest.mark.processes
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

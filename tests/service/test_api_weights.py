@@ -201,7 +201,6 @@ def test_weights_need_the_admin_scope(client: Any) -> None:
     assert client.get("/models/default/weights?top=1001").status_code == 422
 
 
-@pytest.mark.integration
 def test_the_command_prints_the_weights(client: Any, settings: Settings, redis_url: str) -> None:
     learn(client, rows(200))
     apply(settings)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 SCRIPT = """
 import asyncio, gc, sys
 from prometheus_client import CollectorRegistry
 from online_ctr.config.settings import Settings
 from service.app import create_app
+
+pytestmark = pytest.mark.processes
 
 async def main() -> None:
     settings = Settings(redis_url=sys.argv[1], auth="off")
@@ -36,12 +36,10 @@ def frozen_after_startup(redis_url: str, freeze: bool) -> int:
     return int(done.stdout.split()[-1])
 
 
-@pytest.mark.integration
 def test_a_serving_app_freezes_its_start_up_objects(redis_url: str) -> None:
     # Tens of thousands: the modules, classes and functions of start-up.
     assert frozen_after_startup(redis_url, freeze=True) > 10_000
 
 
-@pytest.mark.integration
 def test_an_app_built_by_a_test_leaves_the_collector_alone(redis_url: str) -> None:
     assert frozen_after_startup(redis_url, freeze=False) == 0

@@ -8,8 +8,6 @@ import pytest
 
 from tests.service.test_models_command import listing, models, ok, refused
 
-pytestmark = pytest.mark.integration
-
 GRID = ("--alpha", "0.05,0.1", "--l1", "0.1,1")
 
 

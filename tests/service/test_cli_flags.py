@@ -20,6 +20,8 @@ from online_ctr.cli.main import build_parser, main
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError, variable
 
+pytestmark = pytest.mark.processes
+
 #: This checkout, first on the children's path (the virtualenv may hold another checkout).
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ["serve", "api", "worker"]

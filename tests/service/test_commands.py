@@ -19,7 +19,8 @@ from online_ctr.config.settings import Settings
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
+
 
 #: This checkout, first on the children's path (the virtualenv may hold another checkout).
 ROOT = Path(__file__).resolve().parents[2]

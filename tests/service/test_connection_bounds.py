@@ -32,6 +32,8 @@ from service.connections import bounded_protocol
 from tests.service.keys import AUTH, LEARN_KEY, PREDICT_KEY
 from tests.service.test_commands import ROOT, assert_one_line
 
+pytestmark = pytest.mark.processes
+
 #: A header line of 64 KiB, as the flood that grew the API by gigabytes sent.
 LINE = b"X-Fill: " + b"a" * 65_536 + b"\r\n"
 #: What the flood test sends at most before it gives up waiting for an answer.

@@ -17,7 +17,7 @@ from online_ctr.cli.embedded import free_port
 from tests.service.test_commands import ROOT, assert_one_line
 from tests.service.test_status import environment, two_free_ports, wait_healthy
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 
 def cli(data: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
 from tests.service.test_commands import ROOT, assert_one_line
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 
 def models(redis_url: str | None, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -24,8 +24,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:

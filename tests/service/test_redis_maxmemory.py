@@ -99,7 +99,6 @@ def test_the_embedded_redis_takes_its_limit_without_eviction(tmp_path: Path) -> 
         client.close()
 
 
-@pytest.mark.integration
 def test_serve_starts_its_redis_with_the_default_limit(tmp_path: Path) -> None:
     port = free_port()
     serve = start_serve(tmp_path, port)

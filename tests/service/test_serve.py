@@ -20,7 +20,8 @@ from online_ctr.cli.local import lock_data_dir
 from online_ctr.store.keys import ModelKeys
 from tests.service.test_commands import ROOT, assert_one_line, run
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
+
 KEYS = ModelKeys("default")
 BATCH = {
     "examples": [

@@ -23,7 +23,7 @@ from tests.service.test_snapshot_refusals import keys_of
 from tests.workers.conftest import scan_state, send
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 
 def online_ctr(*argv: str, cwd: Path, **env: str) -> tuple[int, str, str]:

@@ -28,6 +28,8 @@ from tests.service.keys import ADMIN_KEY, AUTH, HEADERS
 from tests.service.test_commands import ROOT
 from tests.service.test_snapshot_refusals import keys_of
 
+pytestmark = pytest.mark.processes
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient

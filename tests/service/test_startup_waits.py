@@ -25,8 +25,6 @@ from online_ctr.wiring import model_spec, redis_client
 from tests.integration.conftest import Service, wait_until
 from tests.service.test_commands import assert_one_line, run
 
-pytestmark = pytest.mark.integration
-
 EXAMPLES = [
     {"features": {"site": f"s{n % 3}", "hour": float(n % 24)}, "label": n % 2} for n in range(20)
 ]

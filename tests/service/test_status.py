@@ -17,7 +17,8 @@ import pytest
 from online_ctr.cli.embedded import RedisServer, free_port
 from online_ctr.cli.status import redis_answers
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

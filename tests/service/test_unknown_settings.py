@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from online_ctr.config.settings import COMPOSE_VARIABLES, Settings, setting_variables
 from tests.service.test_commands import ROOT, assert_one_line, run
 
+pytestmark = pytest.mark.processes
+
 #: The misspellings these tests (and the README) set on purpose.
 MISSPELLED = {"OCTR_ALPAH", "OCTR_FOO", "OCTR_REDIS_URI"}
 
@@ -67,14 +69,12 @@ def test_every_octr_name_in_the_repository_is_a_setting_or_allowed() -> None:
     assert names - setting_variables() - COMPOSE_VARIABLES - MISSPELLED == set()
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("command", ["serve", "api", "worker", "status"])
 def test_a_real_process_refuses_a_misspelled_variable(command: str, tmp_path: Path) -> None:
     result = run(command, tmp_path, OCTR_ALPAH="0.5", OCTR_REDIS_URL="redis://127.0.0.1:1/0")
     assert_one_line(result, "unknown setting OCTR_ALPAH (did you mean OCTR_ALPHA?)")
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("argv", [["models", "list"], ["export", "default", "-"]])
 def test_a_cli_command_refuses_a_misspelled_variable(argv: list[str], tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}

@@ -39,7 +39,7 @@ from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 PENDING = "online_ctr_features_pending_admission"

@@ -31,7 +31,7 @@ from tests.workers.conftest import make_worker, scan_state, send
 from workers import learn_group
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 #: Below what one bin of 64 examples brings (about 2,500 features): the budget evicts every

@@ -45,7 +45,7 @@ from tests.workers.conftest import MakeStore, scan_state, send
 from tests.workers.test_budget_matches_replay import MOST
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 #: The rows learned before the export (those of test_budget_matches_replay), then after it.
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 4_500))

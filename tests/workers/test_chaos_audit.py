@@ -9,7 +9,7 @@ from loadtests.chaos_parts import audit
 from online_ctr.learning.features import Example
 from tests.workers.conftest import MakeStore, make_worker, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 def tagged(tag: str) -> Example:

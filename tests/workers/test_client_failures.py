@@ -20,7 +20,7 @@ from online_ctr.store.failures import client_failure, redis_trouble
 from service.api.errors import describe
 from tests.workers.conftest import MakeStore, make_worker, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 SETTINGS = Settings(redis_url="redis://unused", retry_after_s=3)
 

@@ -39,7 +39,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = [pytest.mark.integration]
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_200))
 CROSSES = "C1&C2,I1&C3,C14&C17"

@@ -13,7 +13,7 @@ from online_ctr.learning.features import Example
 from tests.workers.conftest import MakeStore, make_worker, send
 from tests.workers.test_nonfinite import ROWS, assert_equals_replay
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 FIRST: list[tuple[Example, int]] = list(ROWS[:10])
 

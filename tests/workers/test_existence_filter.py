@@ -19,7 +19,7 @@ from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 async def loaded(store: ModelStore) -> ExistenceFilter:

@@ -30,7 +30,7 @@ from tests.workers.conftest import scan_state, send
 from tests.workers.test_grouped_applies import Held
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 #: Short enough that most features expire, many more than once.

@@ -27,7 +27,7 @@ from tests.workers.conftest import scan_state, send
 from tests.workers.test_expiry_matches_replay import ROWS, SPAN, settings_of
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 Rows = dict[int, np.ndarray]
 

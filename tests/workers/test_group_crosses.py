@@ -37,7 +37,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 EXAMPLES = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_000))
 CROSSES = ["", "C1&C2", "C1&C2,C14&C17"]

@@ -26,7 +26,7 @@ from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan
 from tests.workers.test_existence_filter import expected_bitmaps
 from workers.committer import MOST_WAITING
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_200))
 #: Commits finalized while the first apply is held.

@@ -20,7 +20,7 @@ from online_ctr.store.redis_types import text
 from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 def batch(i: int) -> Batch:

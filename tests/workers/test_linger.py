@@ -16,7 +16,7 @@ from tests.workers.conftest import MakeStore, make_worker, send
 from tests.workers.test_grouped_applies import assert_equals_replay
 from workers.consumer import Worker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 6))
 

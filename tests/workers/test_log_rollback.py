@@ -27,7 +27,7 @@ from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.consumer import Worker
 from workers.rollback import positions
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 900))
 #: Learned before the replica stopped following, learned only on the lost side, sent after.

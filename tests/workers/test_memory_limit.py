@@ -29,7 +29,7 @@ from workers.consumer import Worker, WorkerConfig
 from workers.feedback import FeedbackStream
 from workers.learn_group import Learning, learn_group
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 #: A limit below what any Redis holds: every write that may add memory is refused.
 FULL = 1

@@ -20,7 +20,7 @@ from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 40))
 

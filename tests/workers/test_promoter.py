@@ -34,7 +34,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 LAYOUT = {"numeric": "raw", "state_buckets": 64, "state_shards": 8, "group": "ctr"}
 POLICY = {"margin": 0.001, "confidence": 0.95, "min_examples": 200, "planned_units": 500}

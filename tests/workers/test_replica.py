@@ -17,7 +17,7 @@ from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from tests.workers.test_store_lookup import random_state, script_calls
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 def replica_of(store: ModelStore, max_features: int = 1_000_000) -> StateReplica:

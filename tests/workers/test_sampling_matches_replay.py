@@ -34,7 +34,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 RATE = 0.3

@@ -17,7 +17,7 @@ from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, send
 from workers.committer import MOST_WAITING
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 #: A script call on a model with some history: it answers, or raises ResponseError.
 Drive = Callable[[ModelStore], Awaitable[Any]]

@@ -24,7 +24,7 @@ from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.consumer import Worker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 

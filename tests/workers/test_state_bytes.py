@@ -13,7 +13,7 @@ from online_ctr.store.state_bytes import SAMPLE, sample_buckets, state_bytes
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 async def measured(store: object) -> tuple[int, int]:

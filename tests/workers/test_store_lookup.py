@@ -13,7 +13,7 @@ from online_ctr.store.state import ModelMismatchError, ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.parametrize(("buckets", "shards"), [(1, 1), (16, 4), (4096, 64), (1 << 20, 8)])

@@ -18,7 +18,7 @@ from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan
 from workers.committer import MOST_WAITING
 from workers.learn_group import learn_group
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 

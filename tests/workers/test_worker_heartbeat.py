@@ -7,7 +7,7 @@ import pytest
 from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 async def registered(store: ModelStore) -> dict[str, float]:

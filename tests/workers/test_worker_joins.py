@@ -20,7 +20,7 @@ from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore
 from workers.consumer import Worker, WorkerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = [x for x, _ in itertools.islice(read_examples(CRITEO, "criteo"), 20)]
 

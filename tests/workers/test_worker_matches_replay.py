@@ -23,7 +23,7 @@ from online_ctr.store.state import ModelStore, spec_from
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 
 async def check_matches_replay(

@@ -18,7 +18,7 @@ from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from workers.consumer import Worker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+pytestmark = pytest.mark.anyio
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
 
