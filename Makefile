@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
 STAMP := $(VENV)/.installed-stamp
+# pytest processes for `make test`, files kept whole on one (their module fixtures are shared).
+# Four on two cores: most of a test's time is spent waiting on the processes it started.
+TEST_PROCESSES ?= 4
 
 .PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
@@ -41,7 +44,7 @@ test: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
 ## its target (quality, quality on every click log, learning, serving, freshness, memory,
