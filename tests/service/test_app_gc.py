@@ -13,8 +13,6 @@ from prometheus_client import CollectorRegistry
 from online_ctr.config.settings import Settings
 from service.app import create_app
 
-pytestmark = pytest.mark.processes
-
 async def main() -> None:
     settings = Settings(redis_url=sys.argv[1], auth="off")
     app = create_app(settings, CollectorRegistry(), freeze_gc=sys.argv[2] == "1")
