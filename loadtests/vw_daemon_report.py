@@ -10,7 +10,7 @@ rounds, ratio ours/VW per round), where the CPU went while each system learned, 
 >>> print(comparison_table(runs).splitlines()[2])
 | learning, examples/s until all are learned | higher | 1,000 | 2,000 | 2.00x | 2.00x |
 >>> print(cpu_table(runs).splitlines()[2])
-| Vowpal Wabbit's daemon | X | 1.0000 | 1,000 | 1.0000 |
+| Vowpal Wabbit's daemon | X | 1.00 | 1,000 | 1.00 |
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def comparison_table(runs: Sequence[Run]) -> str:
         for c in compare(runs)
     ]
     header = ["figure", "better", "VW daemon", "online-ctr", "ours/VW", "each round"]
-    return table(header, rows)
+    return right_aligned(table(header, rows), {2, 3, 4})
 
 
 def cpu_table(runs: Sequence[Run]) -> str:
@@ -64,9 +64,24 @@ def cpu_table(runs: Sequence[Run]) -> str:
         wall = statistics.median(run.learn_s for run in mine)
         examples = mine[0].examples
         for name, seconds in cpu_breakdown(runs, system).items():
-            rows.append([NAMES[system], name, seconds, seconds / examples * 1e6, seconds / wall])
+            per_example = seconds / examples * 1e6
+            figures = (seconds, per_example, seconds / wall)
+            rows.append([NAMES[system], name, *(figure_text(x) for x in figures)])
     header = ["system", "process", "CPU s", "CPU µs per example", "cores while learning"]
-    return table(header, rows)
+    return right_aligned(table(header, rows), {2, 3, 4})
+
+
+def right_aligned(markdown_table: str, columns: set[int]) -> str:
+    """``markdown_table`` with these columns (from 0) right-aligned, figures printed as text.
+
+    >>> print(right_aligned("| a | b |\\n|---|---|\\n| x | 1.0 |", {1}))
+    | a | b |
+    |---|---:|
+    | x | 1.0 |
+    """
+    head, rule, *rows = markdown_table.split("\n")
+    cells = ["---:" if j in columns else "---" for j in range(rule.count("|") - 1)]
+    return "\n".join([head, "|" + "|".join(cells) + "|", *rows])
 
 
 def learned(runs: Sequence[Run]) -> str:
@@ -108,7 +123,7 @@ def method(rounds: int, examples: int) -> str:
         "first. Requests/s is the count over the whole loop's time.\n"
         "- Batches: 1,000 such lines sent at once and their 1,000 answers read, against one "
         "`/predict` of 1,000 examples.\n\n"
-        f"Each of {rounds} round(s) runs VW, online-ctr, online-ctr, VW (A B B A); per round "
+        f"Each round ({rounds} in all) runs VW, online-ctr, online-ctr, VW (A B B A); per round "
         "each figure is the mean of a system's two runs, and ours/VW is taken from those. "
         "The table gives each system's median over the rounds and the median of the rounds' "
         "ratios. Where the CPU went while each system learned comes from `/proc/PID/stat` of "

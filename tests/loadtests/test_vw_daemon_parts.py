@@ -158,7 +158,7 @@ def test_every_figure_is_compared_with_its_direction() -> None:
 def test_the_cpu_breakdown_and_the_page() -> None:
     runs = [_run(s, 2.0, 1.0, cpu) for s, cpu in zip(order(1), [1.0, 2.0, 4.0, 3.0], strict=True)]
     assert cpu_breakdown(runs, "vw") == {"p": 2.0} and cpu_breakdown(runs, "ours") == {"p": 3.0}
-    assert "| online-ctr serve | p | 3.0000 | 3,000 | 1.5000 |" in cpu_table(runs)
+    assert "| online-ctr serve | p | 3.00 | 3,000 | 1.50 |" in cpu_table(runs)
     assert "| one prediction at a time, p50 ms | lower | 1.00 | 1.00 | 1.00x | 1.00x |" in (
         comparison_table(runs)
     )
