@@ -191,9 +191,9 @@ FIGURES = (
     ("learn_per_s", "learning, examples/s until all are learned", "higher"),
     ("single_p50_ms", "one prediction at a time, p50 ms", "lower"),
     ("single_p99_ms", "one prediction at a time, p99 ms", "lower"),
-    ("single_per_s", "one prediction at a time, requests/s", "higher"),
+    ("single_per_s", "one prediction at a time, requests/s (the whole loop)", "higher"),
     ("batch_p50_ms", "batch of 1,000 predictions, p50 ms", "lower"),
-    ("batch_examples_per_s", "batch of 1,000 predictions, examples/s", "higher"),
+    ("batch_examples_per_s", "batch of 1,000 predictions, examples/s (all batches)", "higher"),
 )
 
 
