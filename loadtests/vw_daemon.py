@@ -114,10 +114,10 @@ def timed(
     return tuple(times), time.perf_counter() - loop
 
 
-def cpu_now(pids: dict[str, list[int]]) -> dict[str, float]:
-    """CPU seconds so far of each named group of processes, this one as the load generator."""
-    named = {**pids, "load generator": [os.getpid()]}
-    return {name: sum(cpu_seconds(pid) for pid in group) for name, group in named.items()}
+def cpu_now(system: VWDaemon | Service) -> dict[str, float]:
+    """CPU seconds so far of the system's processes, and of this one, the load generator
+    (its own: the servers it started and waits for are counted as theirs)."""
+    return {**system.cpu(), "load generator": cpu_seconds(os.getpid())}
 
 
 def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -128,9 +128,9 @@ def run_vw(folder: Path, work: Workload) -> Run:
     """One run of VW's daemon: learn every row, then the single and batch predictions."""
     n = len(work.rows)
     with VWDaemon(folder, FTRLParams()) as vw:
-        before = cpu_now(vw.pids())
+        before = cpu_now(vw)
         seconds, answers = vw.learn(work.vw_learn, n)
-        cpu = spent(before, cpu_now(vw.pids()))
+        cpu = spent(before, cpu_now(vw))
         single = timed(lambda line: vw.predict(line, 1), work.vw_single, work.warm_up)
         batch = timed(lambda lines: vw.predict(lines, BODY), work.vw_batches, 2)
     scores = np.array(answers.split(), dtype=np.float64)
@@ -145,9 +145,9 @@ def run_ours(folder: Path, work: Workload) -> Run:
         learn = [http_request("/learn", body, service.key) for body in work.learn]
         single_requests = [http_request("/predict", b, service.key) for b in work.single]
         batch_requests = [http_request("/predict", b, service.key) for b in work.batches]
-        before = cpu_now(service.pids())
+        before = cpu_now(service)
         seconds, answered = service.learn(learn, n)
-        cpu = spent(before, cpu_now(service.pids()))
+        cpu = spent(before, cpu_now(service))
         if (step := service.status()["global_step"]) != n:
             raise RuntimeError(f"the model learned {step} examples, {n} were sent")
         logloss = service.logloss()

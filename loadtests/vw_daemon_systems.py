@@ -7,8 +7,8 @@ over one raw TCP connection (``TCP_NODELAY``, ``recv`` of 64 KiB, the same clien
   with its append-only file, the API, one worker, a generated API key), in a fresh data
   directory on free ports.
 
-Each has ``pids()``: the processes whose CPU seconds the benchmark reads from
-``/proc/PID/stat``, by name.
+Each has ``cpu()``: the CPU seconds so far of each of its processes, by name, from
+``/proc/PID/stat``, each with the processes it forked (:func:`tree_cpu_seconds`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import redis
 
 from loadtests import _vw, bench_replay, feed
 from loadtests.processes import ROOT, http_ok, wait_until
-from loadtests.vw_daemon_parts import Answers
+from loadtests.stats import CLOCK_TICKS, cpu_seconds
+from loadtests.vw_daemon_parts import Answers, tree_ticks
 from online_ctr.cli.embedded import free_port
 from online_ctr.cli.local import API_KEYS_FILE, REDIS_PASSWORD_FILE
 from online_ctr.learning.rules.ftrl import FTRLParams
@@ -48,15 +49,31 @@ def connect(port: int) -> socket.socket:
 
 
 def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (``/proc/PID/task/TID/children``)."""
+    """``pid`` and every running process below it (``/proc/PID/task/TID/children``)."""
     found, todo = [], [pid]
     while todo:
         current = todo.pop()
         found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                todo += [int(child) for child in (task / "children").read_text().split()]
+        todo += children(current)
     return found
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started that are running."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and of every process below it, running or waited for."""
+    ticks = 0
+    for member in descendants(pid):
+        with contextlib.suppress(OSError):  # a fork that ended meanwhile: in its parent's
+            ticks += tree_ticks(Path(f"/proc/{member}/stat").read_text())
+    return ticks / CLOCK_TICKS
 
 
 def command_line(pid: int) -> str:
@@ -111,9 +128,9 @@ class VWDaemon:
         self.connection.close()
         stop(self.process)
 
-    def pids(self) -> dict[str, list[int]]:
-        """The daemon and its child (the one that learns)."""
-        return {"VW daemon": descendants(self.process.pid)}
+    def cpu(self) -> dict[str, float]:
+        """The daemon's CPU seconds so far, with its child's (the one that learns)."""
+        return {"VW daemon": tree_cpu_seconds(self.process.pid)}
 
     def learn(self, payload: bytes, count: int) -> tuple[float, bytes]:
         """Send every line at once (a thread writes while this one reads) and read every
@@ -166,6 +183,7 @@ class Service:
         self.redis = redis.Redis(port=self.redis_port, password=password, socket_timeout=30)
         self.connection = connect(self.port)
         self.answers = Answers(self.connection)
+        self.processes = self._processes()
         return self
 
     def _ready(self) -> bool:
@@ -178,16 +196,24 @@ class Service:
         self.redis.close()
         stop(self.process)
 
-    def pids(self) -> dict[str, list[int]]:
-        """Redis, the API, the worker, and ``serve`` itself (it only waits)."""
-        named = {"serve": [self.process.pid]}
-        for pid in descendants(self.process.pid)[1:]:
+    def _processes(self) -> dict[str, int]:
+        """Redis, the API and the worker: the processes ``serve`` started, by name."""
+        named = {}
+        for pid in children(self.process.pid):
             line = command_line(pid)
             name = "Redis" if "redis-server" in line else line.split()[-1]
-            named[{"api": "API"}.get(name, name)] = [pid]
-        if set(named) != {"serve", "Redis", "API", "worker"}:
+            named[{"api": "API"}.get(name, name)] = pid
+        if set(named) != {"Redis", "API", "worker"}:
             raise RuntimeError(f"serve's processes are not Redis, the API and one worker: {named}")
         return named
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far of Redis (its forks included), the API, the worker, and
+        ``serve`` itself (it only waits for them)."""
+        return {
+            "serve": cpu_seconds(self.process.pid),
+            **{name: tree_cpu_seconds(pid) for name, pid in self.processes.items()},
+        }
 
     def exchange(self, request: bytes, expected: int) -> bytes:
         """Send one HTTP request and read its answer, which must have status ``expected``."""

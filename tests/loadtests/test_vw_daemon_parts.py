@@ -4,7 +4,10 @@ whole command briefly against the real daemon and the real ``online-ctr serve``.
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ import pytest
 
 from loadtests import _vw, bench, feed, vw_daemon
 from loadtests.report import BenchOptions
+from loadtests.stats import cpu_seconds
 from loadtests.vw_daemon_parts import (
     Answers,
     Run,
@@ -26,8 +30,10 @@ from loadtests.vw_daemon_parts import (
     per_round,
     predict_bodies,
     prediction_lines,
+    tree_ticks,
 )
 from loadtests.vw_daemon_report import About, comparison_table, cpu_table, page
+from loadtests.vw_daemon_systems import tree_cpu_seconds
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +128,17 @@ def test_answers_count_lines_across_reads_and_keep_the_rest(answers_from: Answer
     assert answers.lines(1) == b"2\n"
     with pytest.raises(ConnectionError, match="0 of 1"):
         answers_from(close=True).lines(1)
+
+
+def test_a_process_trees_cpu_counts_the_children_it_waited_for() -> None:
+    # As Redis's append-only-file rewrite: a fork that works, ends and is waited for.
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    me = os.getpid()
+    before, own_before = tree_cpu_seconds(me), cpu_seconds(me)
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    children_s = tree_cpu_seconds(me) - before - (cpu_seconds(me) - own_before)
+    assert children_s >= 0.29
+    assert tree_ticks("1 (a) b) S " + "0 " * 10 + "1 2 3 4 5") == 10  # ")" in the name
 
 
 def _run(system: str, learn_s: float, single_ms: float, cpu: float = 1.0) -> Run:
