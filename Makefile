@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-stamp
 # Four on two cores: most of a test's time is spent waiting on the processes it started.
 TEST_PROCESSES ?= 4
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
+.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-vw-daemon bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench: install
 ## Throughput of the in-process replay next to River and Vowpal Wabbit.
 bench-replay: install
 	$(BIN)/python -m loadtests.bench_replay
+
+## online-ctr serve next to Vowpal Wabbit's own server (vw --daemon), same Criteo rows: learning,
+## single and batch predictions, A B B A rounds, CPU per process -> docs/benchmarks-vw-daemon.md.
+bench-vw-daemon: install
+	$(BIN)/python -m loadtests.vw_daemon
 
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install

@@ -1,13 +1,14 @@
 """One command for every benchmark: ``python -m loadtests.bench`` (``make bench``).
 
 Runs the sections in order (quality, quality_logs, learning, serving, freshness, memory,
-explain_cost: each a module of ``loadtests`` with ``run(BenchOptions) -> Section``), prints each
-one's tables as it ends, and writes the Markdown report: every section's headline figures first,
-each next to its baseline from this run and its target, then the sections, then the machine, the
-date and this exact command. With ``--update`` only the sections run are rewritten in the
-report that is there, each saying when and how it was run alone; the rest stays as it was. A
-section whose module is missing, or which lacks a tool, is named in the report with what to
-install, and the others still run; the exit status is 1 if any section did not run.
+explain_cost, vw_daemon: each a module of ``loadtests`` with ``run(BenchOptions) -> Section``),
+prints each one's tables as it ends, and writes the Markdown report: every section's headline
+figures first, each next to its baseline from this run and its target, then the sections, then
+the machine, the date and this exact command. With ``--update`` only the sections run are
+rewritten in the report that is there, each saying when and how it was run alone; the rest
+stays as it was. A section whose module is missing, or which lacks a tool, is named in the
+report with what to install, and the others still run; the exit status is 1 if any section did
+not run.
 """
 
 from __future__ import annotations
@@ -34,7 +35,16 @@ from loadtests import headline
 from loadtests.report import BenchOptions, Section, figure, table
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("quality", "quality_logs", "learning", "serving", "freshness", "memory", "explain_cost")
+SECTIONS = (
+    "quality",
+    "quality_logs",
+    "learning",
+    "serving",
+    "freshness",
+    "memory",
+    "explain_cost",
+    "vw_daemon",
+)
 PACKAGES = ("numpy", "redis", "river", "vowpalwabbit", "matplotlib")
 
 #: Python packages of the ``bench`` extra: a section that imports a missing one says this.
