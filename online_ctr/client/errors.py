@@ -32,7 +32,7 @@ class ClientError(ApiError):
 
 class InvalidExampleError(ClientError, ValueError):
     """An example the client refuses before sending it (a label that is not 0 or 1, a weight
-    that is not a number): the 422 the service would answer, without the request. ``errors``
+    that is not a finite number): the 422 the service would answer, without the request. ``errors``
     names the field (``label``; in a batch ``examples[i].label``, ``i`` counted from the
     first example given). A ``ValueError`` too, as such an argument is."""
 
