@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 # `make test` believe the dev and benchmark extras are installed too.
 VENV_STAMP := $(VENV)/.venv-stamp
 SERVICE_STAMP := $(VENV)/.service-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 STAMP := $(VENV)/.installed-stamp
 # pytest processes for `make test`, files kept whole on one (their module fixtures are shared).
 # Four on two cores: most of a test's time is spent waiting on the processes it started.
@@ -26,6 +27,11 @@ $(SERVICE_STAMP): pyproject.toml $(VENV_STAMP)
 
 $(STAMP): pyproject.toml $(VENV_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@ $(SERVICE_STAMP) $(DOCS_STAMP)
+
+# The service and the docs extra (MkDocs Material) only: what `make docs` needs.
+$(DOCS_STAMP): pyproject.toml $(VENV_STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
 	touch $@ $(SERVICE_STAMP)
 
 ## Everything: the service, the dev tools and the benchmark extras.
@@ -105,7 +111,7 @@ fuzz-api: install
 	$(BIN)/python -m loadtests.fuzz_api
 
 ## The documentation site into site/ (MkDocs Material), its reference pages regenerated first.
-docs: install
+docs: $(DOCS_STAMP)
 	$(BIN)/python -m tools.docs_reference
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

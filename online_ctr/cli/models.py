@@ -65,7 +65,10 @@ def _add_weights(actions: Any) -> None:
         "--top", type=_top, default=20, help=f"how many weights to list (1-{MAX_TOP}; 20)"
     )
     weights.add_argument(
-        "--feature", metavar="FIELD=VALUE", help="look up one feature, as sent, instead"
+        "--feature",
+        metavar="FIELD=VALUE",
+        help="look up one feature, as sent, instead (a number, such as hour=20, also as the "
+        "feature it becomes: its bucket, hour=8, or in raw mode hour)",
     )
     weights.add_argument("--json", action="store_true", help="print what the API answers")
     weights.set_defaults(func=print_weights)
@@ -155,6 +158,8 @@ def print_weights(args: argparse.Namespace) -> int:
     print("\t".join(["weight", "name", "id", *fields]))
     for feature in found.features:
         name = "-" if feature.name is None else feature.name or "(bias)"
+        if feature.number is not None:
+            name += f" (from {args.feature})"
         state = [f"{feature.state[f]:.6g}" for f in fields]
         print("\t".join([f"{feature.weight:+.6g}", name, str(feature.id), *state]))
     return 0

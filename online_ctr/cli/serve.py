@@ -24,7 +24,14 @@ from online_ctr.cli.embedded import (
     die_with_parent,
     find_redis_server,
 )
-from online_ctr.cli.local import local_api_keys, lock_data_dir, redis_password, save_record
+from online_ctr.cli.local import (
+    load_record,
+    local_api_keys,
+    lock_data_dir,
+    lock_holder,
+    redis_password,
+    save_record,
+)
 from online_ctr.cli.memory import describe as describe_memory
 from online_ctr.cli.memory import embedded_maxmemory
 from online_ctr.config.settings import Settings
@@ -41,6 +48,21 @@ def metrics_ports(settings: Settings) -> list[int]:
     """Each worker's /metrics port: OCTR_WORKER_METRICS_PORT and the ones after it (0: off)."""
     base = settings.worker_metrics_port
     return [base + index if base else 0 for index in range(settings.workers)]
+
+
+def refuse_a_second_serve(settings: Settings) -> None:
+    """Fail first if a ``serve`` of this data directory runs already, naming it: the ports it
+    holds (the API's, then a worker's) would otherwise be blamed one at a time before it."""
+    running, pid = lock_holder(settings.data_dir)
+    if not running:
+        return
+    record = load_record(settings.data_dir) or {}
+    where = f", API on {record['api_url']}" if record.get("api_url") else ""
+    raise StartupError(
+        f"`online-ctr serve` is already running from {settings.data_dir} (OCTR_DATA_DIR; "
+        f"pid {pid or 'unknown'}{where}): use it (`online-ctr status` tells where each part "
+        "runs), stop it (Ctrl-C in its terminal), or set OCTR_DATA_DIR to another directory"
+    )
 
 
 def check_ports(settings: Settings) -> None:
@@ -118,6 +140,7 @@ def auth_line(settings: Settings, api_env: dict[str, str]) -> str:
 
 def serve(settings: Settings) -> int:
     """Run Redis (if embedded), the API and the workers until interrupted or a child dies."""
+    refuse_a_second_serve(settings)
     check_ports(settings)
     redis = None
     if settings.redis_url is None:

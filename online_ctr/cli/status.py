@@ -2,7 +2,9 @@
 answers: the API, its Redis (without the password) and the workers' /metrics.
 
 It reads what ``serve`` records in the directory (``serve.json``, and the pid in the lock file)
-and asks each part once, with a one-second timeout. Exit status 0 when serve runs and
+and asks each part once, with a one-second timeout. Once that serve has stopped, what answers
+at its parts' addresses is someone else's (another checkout's serve on the same default ports):
+it is said so, never reported as this directory's. Exit status 0 when serve runs and
 everything answers, 1 otherwise.
 """
 
@@ -76,6 +78,8 @@ def report(data_dir: Path) -> tuple[list[tuple[str, str]], bool]:
     pid = pid if locked else str(record.get("pid"))
     alive = locked or _alive(record.get("pid"))
     lines.append(("serve", f"pid {pid}, " + ("running" if alive else "not running")))
+    if not alive:
+        return lines + _stopped(data_dir, record), False
     checks = [("API", record["api_url"], http_answers(record["api_url"] + "/healthz"))]
     checks += [("worker metrics", url, http_answers(url)) for url in record["worker_metrics_urls"]]
     answer = redis_answers(record["redis_url"], _password(data_dir, record))
@@ -86,6 +90,31 @@ def report(data_dir: Path) -> tuple[list[tuple[str, str]], bool]:
     # An external Redis may want a password status does not have: answering is enough.
     healthy = alive and answer.startswith("answers") and all(ok for _, _, ok in checks)
     return lines, healthy
+
+
+def _stopped(data_dir: Path, record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The parts of a serve that stopped. Its API, workers and embedded Redis stopped with it:
+    whatever answers at their addresses now is another service (another checkout's, on the
+    same default ports), not this directory's, and is not reported as this one's."""
+    lines = []
+    if record.get("embedded_redis"):
+        taken = redis_answers(record["redis_url"], None) != "does not answer"
+        lines.append(("Redis", f"{record['redis_url']} (embedded): {_gone(taken)}"))
+    else:  # the external Redis is this directory's whether serve runs or not
+        answer = redis_answers(record["redis_url"], None)
+        lines.append(("Redis", f"{record['redis_url']} (external): {answer}"))
+    api = record["api_url"]
+    lines.append(("API", f"{api}: {_gone(http_answers(api + '/healthz'))}"))
+    for url in record["worker_metrics_urls"]:
+        lines.append(("worker metrics", f"{url}: {_gone(http_answers(url))}"))
+    return lines
+
+
+def _gone(taken: bool) -> str:
+    """What a stopped serve's part is, and whether another process answers at its address."""
+    if taken:
+        return "stopped with serve; another process answers there, not this directory's serve"
+    return "stopped with serve, does not answer"
 
 
 def _alive(pid: object) -> bool:

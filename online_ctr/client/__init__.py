@@ -15,6 +15,7 @@ from online_ctr.client.aio import AsyncClient
 from online_ctr.client.errors import (
     ApiError,
     ClientError,
+    InvalidExampleError,
     OnlineCtrError,
     ServerError,
     UnreachableError,
@@ -45,6 +46,7 @@ __all__ = [
     "Explanation",
     "FeatureMap",
     "Features",
+    "InvalidExampleError",
     "ModelDeleted",
     "ModelImported",
     "ModelInfo",

@@ -74,7 +74,10 @@ def _parser(
 def _prediction(item: dict[str, Any], model: str) -> Prediction:
     explained = item.get("explanation")
     explanation = None if explained is None else _explanation(explained)
-    return Prediction(float(item["probability"]), float(item["logit"]), model, explanation)
+    uncertainty = _optional(item.get("uncertainty"))
+    return Prediction(
+        float(item["probability"]), float(item["logit"]), model, explanation, uncertainty
+    )
 
 
 def _explanation(body: dict[str, Any]) -> Explanation:

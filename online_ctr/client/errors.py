@@ -30,6 +30,16 @@ class ClientError(ApiError):
     retried, since sending it again would get the same answer (408 excepted, which is)."""
 
 
+class InvalidExampleError(ClientError, ValueError):
+    """An example the client refuses before sending it (a label that is not 0 or 1, a weight
+    that is not a finite number): the 422 the service would answer, without the request. ``errors``
+    names the field (``label``; in a batch ``examples[i].label``, ``i`` counted from the
+    first example given). A ``ValueError`` too, as such an argument is."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(422, f"invalid example, not sent: {field}: {message}", ((field, message),))
+
+
 class ServerError(ApiError):
     """A 5xx: a 500, or a 503 that lasted longer than the retry policy allows."""
 

@@ -16,6 +16,7 @@ send it yet. It goes here, as one more function returning an :class:`Operation`.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from urllib.parse import quote
 import httpx
 
 from online_ctr.client import answers
+from online_ctr.client.errors import InvalidExampleError
 from online_ctr.client.results import Accepted, FeatureMap, ModelDeleted, ModelInfo, Prediction
 
 #: The service's default ``OCTR_MAX_EXAMPLES_PER_REQUEST``.
@@ -98,11 +100,11 @@ def _new_key() -> dict[str, str]:
 
 
 def predict(
-    features: FeatureMap, model: str | None, explain: int | None = None
+    features: FeatureMap, model: str | None, explain: int | None = None, uncertainty: bool = False
 ) -> Operation[list[Prediction], Prediction]:
     """``POST /predict`` for one example; with ``explain`` (a count of terms), its logit
-    explained."""
-    body = {"features": dict(features), **_explain(explain)}
+    explained; with ``uncertainty``, its uncertainty."""
+    body = {"features": dict(features), **_explain(explain), **_uncertainty(uncertainty)}
     return Operation(
         [Call("POST", "/predict", body, {}, _model(model), 1)],
         answers.one_prediction,
@@ -111,15 +113,21 @@ def predict(
 
 
 def predict_many(
-    rows: Iterable[FeatureMap], model: str | None, max_batch: int, explain: int | None = None
+    rows: Iterable[FeatureMap],
+    model: str | None,
+    max_batch: int,
+    explain: int | None = None,
+    uncertainty: bool = False,
 ) -> Operation[list[Prediction], list[Prediction]]:
     """``POST /predict`` for many examples, ``max_batch`` per request, answers in order;
-    with ``explain`` (a count of terms), their logits explained."""
+    with ``explain`` (a count of terms), their logits explained; with ``uncertainty``,
+    their uncertainties."""
+    options = {**_explain(explain), **_uncertainty(uncertainty)}
     calls = (
         Call(
             "POST",
             "/predict",
-            {"examples": [{"features": dict(x)} for x in batch], **_explain(explain)},
+            {"examples": [{"features": dict(x)} for x in batch], **options},
             {},
             _model(model),
             len(batch),
@@ -134,6 +142,11 @@ def _explain(top: int | None) -> dict[str, object]:
     return {} if top is None else {"explain": True, "explain_top": top}
 
 
+def _uncertainty(asked: bool) -> dict[str, object]:
+    """The body's uncertainty key: none unless asked for (the service's default is false)."""
+    return {"uncertainty": True} if asked else {}
+
+
 def learn(
     features: FeatureMap,
     label: int,
@@ -144,7 +157,8 @@ def learn(
     """``POST /learn`` for one example (of importance ``weight``, if given), with ``key`` or a
     new ``Idempotency-Key``."""
     headers = {IDEMPOTENCY_KEY: key} if key else _new_key()
-    body = _labelled((features, label) if weight is None else (features, label, weight))
+    example = (features, label) if weight is None else (features, label, weight)
+    body = _labelled(example, "")
     return Operation(
         [Call("POST", "/learn", body, headers, _model(model), 1)], answers.accepted, answers.total
     )
@@ -159,21 +173,42 @@ def learn_many(
         Call(
             "POST",
             "/learn",
-            {"examples": [_labelled(example) for example in batch]},
+            {"examples": [_labelled(example, f"examples[{n}].") for n, example in batch]},
             _new_key(),
             _model(model),
             len(batch),
         )
-        for batch in batches(examples, max_batch)
+        for batch in batches(enumerate(examples), max_batch)
     )
     return Operation(calls, answers.accepted, answers.total)
 
 
-def _labelled(example: LabelledExample) -> dict[str, object]:
-    """One example of a ``/learn`` body: its features, label and weight, if it has one."""
-    body: dict[str, object] = {"features": dict(example[0]), "label": int(example[1])}
+def _labelled(example: LabelledExample, where: str) -> dict[str, object]:
+    """One example of a ``/learn`` body: its features, label and weight, if it has one; an
+    :class:`InvalidExampleError` naming the field (after ``where``) for a label that is not 0
+    or 1 or a weight that is not a finite number, which ``int()``, ``float()`` or the JSON
+    encoder would change or refuse with a bare ``ValueError``.
+
+    >>> try:
+    ...     _labelled(({"a": "b"}, "yes"), "examples[3].")
+    ... except InvalidExampleError as error:
+    ...     print(error.errors)
+    (('examples[3].label', "0 (not clicked) or 1 (clicked), not 'yes'"),)
+    >>> _labelled(({"a": "b"}, 1.0, 2), "")
+    {'features': {'a': 'b'}, 'label': 1, 'weight': 2.0}
+    """
+    label = example[1]
+    if not isinstance(label, int | float) or label not in (0, 1):
+        raise InvalidExampleError(f"{where}label", f"0 (not clicked) or 1 (clicked), not {label!r}")
+    body: dict[str, object] = {"features": dict(example[0]), "label": int(label)}
     if len(example) == 3:
-        body["weight"] = float(example[2])
+        weight = example[2]
+        # JSON has no nan or inf: encoding one would be a bare ValueError.
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise InvalidExampleError(f"{where}weight", f"a finite number, not {weight!r}")
+        if not math.isfinite(weight):
+            raise InvalidExampleError(f"{where}weight", f"a finite number, not {weight!r}")
+        body["weight"] = float(weight)
     return body
 
 

@@ -41,12 +41,14 @@ class Explanation:
 @dataclass(frozen=True)
 class Prediction:
     """The click probability of one example, its logit, and the model that scored it; with
-    ``explain=True``, the logit's :class:`Explanation`."""
+    ``explain=True``, the logit's :class:`Explanation`; with ``uncertainty=True``, its
+    uncertainty ``sum_i |x_i| eta_i`` (McMahan et al. 2013: large for features seen rarely)."""
 
     probability: float
     logit: float
     model: str
     explanation: Explanation | None = None
+    uncertainty: float | None = None
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ class Retry:
 
     Example::
 
-        Retry(attempts=10, deadline_s=60)   # ride out a Redis restart of up to a minute
-        Retry(attempts=1)                   # never retry
+        Retry(attempts=10, deadline_s=60)  # ride out a Redis restart of up to a minute
+        Retry(attempts=1)  # never retry
     """
 
     attempts: int = 5

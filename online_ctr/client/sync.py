@@ -26,7 +26,8 @@ class Client:
     """A client of one online-ctr service, over one pooled keep-alive HTTP connection set.
 
     ``api_key`` is sent as ``Authorization: Bearer``; ``model`` (default: the one the service
-    serves) is sent as ``?model=`` with predictions and feedback; ``timeout_s`` bounds each
+    serves) is sent as ``?model=`` with predictions and feedback, unless a call names its own
+    (``model=``); ``timeout_s`` bounds each
     attempt, ``retry`` the attempts (see :class:`Retry`); ``max_batch`` is the most examples
     per request (the service's ``OCTR_MAX_EXAMPLES_PER_REQUEST``). ``transport`` replaces
     httpx's network transport (a proxy, a mounted ASGI app). Errors are
@@ -60,20 +61,38 @@ class Client:
         )
 
     def predict(
-        self, features: FeatureMap, explain: bool = False, explain_top: int = 10
+        self,
+        features: FeatureMap,
+        explain: bool = False,
+        explain_top: int = 10,
+        *,
+        uncertainty: bool = False,
+        model: str | None = None,
     ) -> Prediction:
         """The click probability of one example; with ``explain``, its ``explanation`` too
-        (the ``explain_top`` largest contributions to its logit, 1-1000)."""
+        (the ``explain_top`` largest contributions to its logit, 1-1000); with
+        ``uncertainty``, its ``uncertainty``. ``model``: this call's model or group (default:
+        the client's)."""
         top = explain_top if explain else None
-        return self._run(operations.predict(features, self.model_name, top))
+        predicted = operations.predict(features, self._model(model), top, uncertainty)
+        return self._run(predicted)
 
     def predict_many(
-        self, rows: Iterable[FeatureMap], explain: bool = False, explain_top: int = 10
+        self,
+        rows: Iterable[FeatureMap],
+        explain: bool = False,
+        explain_top: int = 10,
+        *,
+        uncertainty: bool = False,
+        model: str | None = None,
     ) -> list[Prediction]:
         """The click probabilities of many examples, in order, ``max_batch`` per request;
-        with ``explain``, each one's ``explanation`` too (as :meth:`predict`)."""
+        with ``explain`` and ``uncertainty``, each one's too (as :meth:`predict`)."""
         top = explain_top if explain else None
-        return self._run(operations.predict_many(rows, self.model_name, self.max_batch, top))
+        predicted = operations.predict_many(
+            rows, self._model(model), self.max_batch, top, uncertainty
+        )
+        return self._run(predicted)
 
     def learn(
         self,
@@ -81,18 +100,25 @@ class Client:
         label: int,
         idempotency_key: str | None = None,
         weight: float | None = None,
+        *,
+        model: str | None = None,
     ) -> Accepted:
-        """Send one labelled example (``label`` 1: clicked; ``weight`` its importance weight,
-        default 1) under ``idempotency_key`` (by default a new one, kept on retries: the
-        example is accepted once)."""
-        learned = operations.learn(features, label, self.model_name, idempotency_key, weight)
+        """Send one labelled example (``label`` 1: clicked, 0: not; ``weight`` its importance
+        weight, default 1) under ``idempotency_key`` (by default a new one, kept on retries:
+        the example is accepted once), to ``model`` (default: the client's). Another label
+        is an :class:`InvalidExampleError`, and nothing is sent."""
+        key = idempotency_key
+        learned = operations.learn(features, label, self._model(model), key, weight)
         return self._run(learned)
 
-    def learn_many(self, examples: Iterable[LabelledExample]) -> Accepted:
+    def learn_many(
+        self, examples: Iterable[LabelledExample], *, model: str | None = None
+    ) -> Accepted:
         """Send ``(features, label)`` pairs (or ``(features, label, weight)``) in order,
         ``max_batch`` per request, each with an ``Idempotency-Key`` of its own kept on its
-        retries: each is accepted exactly once."""
-        return self._run(operations.learn_many(examples, self.model_name, self.max_batch))
+        retries: each is accepted exactly once; to ``model`` (default: the client's)."""
+        learned = operations.learn_many(examples, self._model(model), self.max_batch)
+        return self._run(learned)
 
     def model(self, name: str) -> ModelInfo:
         """A model's rule, hyper-parameters and progress (needs the ``admin`` scope)."""
@@ -142,6 +168,10 @@ class Client:
         retry = self.retry if upload.repeatable else Retry(attempts=1)
         return answers.imported(self._retrying(attempt, retry))
 
+    def _model(self, model: str | None) -> str | None:
+        """The model of a call: its own, or else the client's."""
+        return self.model_name if model is None else model
+
     def close(self) -> None:
         """Close the connections."""
         self._http.close()
@@ -160,13 +190,13 @@ class Client:
     def _run(self, operation: Operation[Part, Result]) -> Result:
         parts: list[Part] = []
         done = 0
-        for call in operation.calls:
-            try:
+        try:  # the calls too: one is built, its examples checked, after the last is sent
+            for call in operation.calls:
                 parts.append(operation.parse(self._send(call)))
-            except OnlineCtrError as error:
-                error.examples_done = done
-                raise
-            done += call.examples
+                done += call.examples
+        except OnlineCtrError as error:
+            error.examples_done = done
+            raise
         return operation.combine(parts)
 
     def _send(self, call: Call) -> httpx.Response:

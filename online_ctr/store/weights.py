@@ -10,12 +10,14 @@ function at the model's step read before the scan: the weights as the shards hol
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import BIAS, FeatureHasher
+from online_ctr.learning.numeric import Numeric, log_bucket
 from online_ctr.store import snapshot_scan
 from online_ctr.store.feature_names import FeatureNames
 from online_ctr.store.registry import RegistryError, UnknownNameError
@@ -23,6 +25,8 @@ from online_ctr.store.state import ModelStore
 
 #: Most features one listing returns.
 MAX_TOP = 1000
+#: A value that JSON would read as a number (no nan, inf or 1_000, as the API refuses those).
+_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
 class FeatureNamesOffError(RegistryError):
@@ -36,12 +40,36 @@ class UnknownFeatureError(UnknownNameError):
 @dataclass(frozen=True)
 class FeatureWeight:
     """A feature: its id (unsigned), recorded name (None if not recorded), weight and state
-    as the rule keeps it (field -> value)."""
+    as the rule keeps it (field -> value); looked up by a number (``hour=20``), ``number`` is
+    that number and ``name`` the feature it became (``hour=8``, its bucket, or ``hour``)."""
 
     id: int
     name: str | None
     weight: float
     state: dict[str, float]
+    number: float | None = None
+
+
+def readings(sent: str, numeric: Numeric) -> list[tuple[str, float | None]]:
+    """The features ``field=value`` may name, as the API hashes an example: the category
+    ``value``, and, when ``value`` is a number, the feature that number becomes (its bucket in
+    ``log_bucket`` mode, ``field`` itself in ``raw`` mode); each with the number (or None).
+
+    >>> readings("hour=20", "log_bucket")
+    [('hour=20', None), ('hour=8', 20)]
+    >>> readings("hour=20", "raw"), readings("site=news", "log_bucket")
+    ([('hour=20', None), ('hour', 20)], [('site=news', None)])
+    >>> readings("hour=1", "log_bucket")  # the number 1 is in bucket 1: one feature
+    [('hour=1', 1)]
+    """
+    field, equals, value = sent.partition("=")
+    if not equals or _NUMBER.fullmatch(value) is None:
+        return [(sent, None)]
+    number: float = int(value) if value.lstrip("-").isdigit() else float(value)
+    became = field if numeric == "raw" else f"{field}={log_bucket(number)}"
+    if became == sent:
+        return [(sent, number)]
+    return [(sent, None), (became, number)]
 
 
 @dataclass(frozen=True)
@@ -108,25 +136,40 @@ class WeightsReader:
         return await self._weights(t, features)
 
     async def lookup(self, name: str) -> Weights:
-        """The feature ``name`` (``field=value``, as hashed), or UnknownFeatureError."""
+        """The features ``name`` (``field=value`` as sent) may be: the category, and the
+        feature its number became (:func:`readings`), those stored; or UnknownFeatureError."""
         spec = self.spec
-        feature_id = FeatureHasher(spec.hash_bits).id(name)
-        rows = await self.store.shards.read(np.array([feature_id], np.uint64))
-        if not rows.stored[0]:
+        hasher = FeatureHasher(spec.hash_bits)
+        candidates = readings(name, spec.numeric)
+        ids = np.array([hasher.id(hashed) for hashed, _ in candidates], np.uint64)
+        rows = await self.store.shards.read(ids)
+        if not rows.stored.any():
+            named = zip(candidates, ids.tolist(), strict=True)
+            tried = " or ".join(f"{hashed!r} (id {i})" for (hashed, _), i in named)
             raise UnknownFeatureError(
-                f"model {spec.name!r} has no weight for feature {name!r} (id {feature_id}): "
-                "it was never learned, or its state was dropped; names are field=value as "
-                "sent (a number in log_bucket mode: field=bucket)"
+                f"model {spec.name!r} has no weight for feature {tried}: it was never "
+                "learned, or its state was dropped; a name is field=value as sent (a number "
+                f"is looked up as the feature it becomes, numeric mode {spec.numeric})"
             )
-        w = float(spec.weights(rows.state, rows.t, rows.cut_all)[0])
-        return await self._weights(rows.t, [self._feature(feature_id, name, w, rows.state[0])])
+        w = spec.weights(rows.state, rows.t, rows.cut_all)
+        found = [
+            self._feature(int(ids[n]), hashed, float(w[n]), rows.state[n], number)
+            for n, (hashed, number) in enumerate(candidates)
+            if rows.stored[n]
+        ]
+        return await self._weights(rows.t, found)
 
     def _feature(
-        self, feature_id: int, name: str | None, w: float, row: NDArray[np.float64]
+        self,
+        feature_id: int,
+        name: str | None,
+        w: float,
+        row: NDArray[np.float64],
+        number: float | None = None,
     ) -> FeatureWeight:
         names = self.spec.rule.fields + (("last_step",) if self.spec.stepped else ())
         state = dict(zip(names, map(float, row), strict=True))
-        return FeatureWeight(int(feature_id), name, w, state)
+        return FeatureWeight(int(feature_id), name, w, state, number)
 
     async def _weights(self, t: int, features: list[FeatureWeight]) -> Weights:
         held = await self.names.held() if self.names is not None else None

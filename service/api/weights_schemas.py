@@ -20,6 +20,13 @@ class FeatureWeightResponse(BaseModel):
     state: dict[str, float] = Field(
         description="The rule's state fields of the feature.", examples=[{"z": -1.2, "n": 3.5}]
     )
+    number: float | None = Field(
+        None,
+        description="Looked up by a number (`feature=hour=20`): that number, and `name` is "
+        "the feature it becomes (`hour=8`, its log_bucket; in raw mode `hour`); null for a "
+        "category.",
+        examples=[None],
+    )
 
 
 class WeightsResponse(BaseModel):
@@ -40,7 +47,9 @@ def weights_response(weights: Weights) -> WeightsResponse:
         model=weights.model,
         global_step=weights.t,
         features=[
-            FeatureWeightResponse(id=f.id, name=f.name, weight=f.weight, state=f.state)
+            FeatureWeightResponse(
+                id=f.id, name=f.name, weight=f.weight, state=f.state, number=f.number
+            )
             for f in weights.features
         ],
         names_recorded=weights.names_recorded,

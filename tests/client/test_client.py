@@ -19,6 +19,7 @@ from online_ctr.client import (
     Client,
     ClientError,
     FeatureMap,
+    InvalidExampleError,
     Prediction,
     Retry,
     UnreachableError,
@@ -117,10 +118,10 @@ def test_errors_are_client_errors_with_the_servers_message(
     recorder = Recorder()
     with Client(service.api_url, api_key=ADMIN_KEY, transport=recorder) as client:
         with pytest.raises(ClientError) as invalid:
-            client.learn({"site": "a"}, label=2)
+            client.learn({"site": "a"}, 1, weight=-1.0)
         assert invalid.value.status == 422
         assert invalid.value.message.startswith("invalid request")
-        assert [field for field, _ in invalid.value.errors] == ["label"]
+        assert [field for field, _ in invalid.value.errors] == ["weight"]
         with pytest.raises(ClientError) as weightless:
             client.learn({"site": "a"}, 1, weight=0.0)
         assert weightless.value.status == 422
@@ -145,6 +146,70 @@ def test_errors_are_client_errors_with_the_servers_message(
         with pytest.raises(ClientError) as forbidden:
             predictor.learn({"site": "a"}, 1)
     assert forbidden.value.status == 403 and "learn" in forbidden.value.message
+
+
+def test_a_bad_label_is_a_typed_error_and_nothing_is_sent(
+    redis_url: str, start_authed: Callable[..., Service]
+) -> None:
+    service = start_authed(redis_url)
+    recorder = Recorder()
+    with Client(service.api_url, api_key=ADMIN_KEY, transport=recorder) as client:
+        # Refused before it is sent, where int() made "yes" a bare ValueError, 0.5 a silent 0
+        # and "1" a 1 the service itself refuses.
+        for bad in (2, 0.5, "yes", "1", None, float("nan")):
+            with pytest.raises(InvalidExampleError) as refused:
+                client.learn({"site": "a"}, bad)  # type: ignore[arg-type]
+            assert isinstance(refused.value, ClientError) and isinstance(refused.value, ValueError)
+            assert refused.value.status == 422 and refused.value.errors[0][0] == "label"
+        for heavy in ("heavy", float("inf"), float("nan")):  # JSON has no inf: a bare error
+            with pytest.raises(InvalidExampleError) as weighed:
+                client.learn({"site": "a"}, 1, weight=heavy)  # type: ignore[arg-type]
+            assert weighed.value.errors[0][0] == "weight"
+        assert recorder.attempts == []
+        assert client.learn({"site": "a"}, True) == Accepted(1)
+        # In a batch: its index among the examples given, and how many were accepted before.
+        with pytest.raises(InvalidExampleError) as late:
+            client.learn_many([({"site": "a"}, 1)] * 1001 + [({"site": "b"}, "yes")])  # type: ignore[list-item]
+        assert late.value.errors[0][0] == "examples[1001].label"
+        assert late.value.examples_done == 1000
+    assert [status for _, status, _ in recorder.attempts] == [202, 202]
+
+
+def test_each_call_may_name_its_model_and_ask_for_uncertainty(
+    redis_url: str, start_authed: Callable[..., Service]
+) -> None:
+    service = start_authed(redis_url)
+    rows = examples(20)
+
+    async def run_async() -> tuple[Prediction, list[Prediction]]:
+        async with AsyncClient(service.api_url, api_key=ADMIN_KEY) as aio:
+            await aio.learn_many(rows[10:], model="other")
+            one = await aio.predict(rows[0][0], model="other", uncertainty=True)
+            return one, await aio.predict_many([rows[0][0]], uncertainty=True, model="other")
+
+    with Client(service.api_url, api_key=ADMIN_KEY) as client:
+        put = httpx.put(
+            f"{service.api_url}/models/other",
+            json={"rule": "ftrl"},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        )
+        assert put.status_code == 201, put.text
+        assert client.learn(*rows[0], model="other") == Accepted(1)
+        assert client.learn_many(rows[1:10], model="other") == Accepted(9)
+        one, many = asyncio.run(run_async())
+        wait_until(lambda: client.model("other").global_step >= 20, what="20 learned")
+        assert client.model("default").global_step == 0  # the client's model had none
+        plain = client.predict(rows[0][0])
+        assert plain.model == "default" and plain.uncertainty is None
+        other = client.predict(rows[0][0], model="other", uncertainty=True)
+        assert other.model == "other" and other.uncertainty is not None
+        # Learning only shrinks the step sizes (the worker learned meanwhile, or had).
+        assert one.uncertainty is not None and many[0].uncertainty is not None
+        assert 0 < other.uncertainty <= many[0].uncertainty <= one.uncertainty
+        assert (one.model, many[0].model) == ("other", "other")
+        batch = client.predict_many([x for x, _ in rows[:3]], uncertainty=True, model="other")
+        assert [p.model for p in batch] == ["other"] * 3
+        assert all(p.uncertainty is not None and p.uncertainty > 0 for p in batch)
 
 
 def test_an_unreachable_service_is_retried_then_reported() -> None:

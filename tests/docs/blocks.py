@@ -10,9 +10,11 @@ Shown output is compared with what the command printed:
 
 - a JSON line with JSON: numbers rounded to the digits the page shows (``0.313`` matches
   0.31290...), an object with a ``...`` member holds at least the members shown, one without
-  exactly those; ``[...]`` is any list;
+  exactly those, in the order shown (what a reader's terminal prints); ``[...]`` is any list;
 - any other line with the printed line of the same position, runs of spaces as one, ``...``
-  standing for any text and each number rounded as above.
+  standing for any text and each number rounded as above;
+- and the output ends with a newline, as each line shown does: otherwise the reader's next
+  output (or prompt) runs on after it (curl prints a JSON body without one: ``-w '\\n'``).
 """
 
 from __future__ import annotations
@@ -98,10 +100,12 @@ def _same_json(shown: Any, printed: Any) -> bool:
     if isinstance(shown, dict):
         if not isinstance(printed, dict):
             return False
-        keys = set(shown) - {_ANY}
-        if _ANY not in shown and keys != set(printed):
+        keys = [key for key in shown if key != _ANY]
+        if _ANY not in shown and set(keys) != set(printed):
             return False
-        return all(k in printed and _same_json(shown[k], printed[k]) for k in keys)
+        if [key for key in printed if key in shown] != keys:  # missing, or in another order
+            return False
+        return all(_same_json(shown[k], printed[k]) for k in keys)
     if isinstance(shown, list):
         if shown == [_ANY]:
             return isinstance(printed, list)
@@ -144,6 +148,8 @@ def _same_line(shown: str, printed: str) -> bool:
 
 def matches(expected: list[str], printed: str) -> bool:
     """Whether ``printed`` is what the ``expected`` lines show (see the module's docstring)."""
+    if expected and not printed.endswith("\n"):
+        return False
     lines = printed.rstrip("\n").split("\n") if printed.strip() else []
     return len(lines) == len(expected) and all(
         _same_line(want, got) for want, got in zip(expected, lines, strict=True)

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from tests.docs.conftest import build_site
-from tools.docs_reference import API_PAGE, CLI_PAGE, pages
+from tools.docs_reference import API_PAGE, CLI_PAGE, CLIENT_PAGE, pages
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A Markdown link or image: [text](target) or ![alt](target).
@@ -30,7 +30,7 @@ def generated() -> dict[Path, str]:
     return pages()
 
 
-@pytest.mark.parametrize("path", [API_PAGE, CLI_PAGE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [API_PAGE, CLI_PAGE, CLIENT_PAGE], ids=lambda p: p.name)
 def test_the_reference_pages_are_current(path: Path, generated: dict[Path, str]) -> None:
     assert path.read_text() == generated[path], (
         f"{path.relative_to(ROOT)} is stale: run `python -m tools.docs_reference`"

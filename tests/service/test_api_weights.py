@@ -135,6 +135,37 @@ def test_a_feature_is_looked_up_by_name(client: Any, settings: Settings) -> None
     assert "never learned" in never.json()["detail"]
 
 
+def test_a_number_is_looked_up_as_sent_and_shows_its_bucket(
+    client: Any, settings: Settings
+) -> None:
+    assert settings.numeric == "log_bucket"
+    # 20 is in log_bucket 8: `n` only as a number, `hour` as a number and as the category "20".
+    sent: list[tuple[dict[str, Any], int]] = [
+        ({"site": "s0", "n": 20, "hour": 20}, 1),
+        ({"site": "s1", "n": 20, "hour": "20"}, 0),
+    ]
+    learn(client, sent)  # type: ignore[arg-type]
+    apply(settings)
+    answer = client.get("/models/default/weights", params={"feature": "n=20"})
+    assert answer.status_code == 200, answer.text
+    (bucket,) = answer.json()["features"]
+    assert bucket["name"] == "n=8" and bucket["number"] == 20
+    assert bucket["id"] == feature_id("n=8")
+    assert bucket["weight"] == pytest.approx(independent_weights(settings)[bucket["id"]])
+    both = client.get("/models/default/weights", params={"feature": "hour=20"}).json()
+    assert [(f["name"], f["number"]) for f in both["features"]] == [
+        ("hour=20", None),
+        ("hour=8", 20),
+    ]
+    # The bucket's own name still finds it (8 is also a number: its bucket 4 holds nothing).
+    by_bucket = client.get("/models/default/weights", params={"feature": "hour=8"}).json()
+    assert [(f["name"], f["number"]) for f in by_bucket["features"]] == [("hour=8", None)]
+    never = client.get("/models/default/weights", params={"feature": "hour=3000"})
+    assert never.status_code == 404
+    detail = never.json()["detail"]
+    assert "'hour=3000' (id" in detail and "'hour=64' (id" in detail
+
+
 def test_names_are_bounded_at_the_limit(
     client: Any, settings: Settings, plain: Any, registry: CollectorRegistry
 ) -> None:
@@ -202,16 +233,19 @@ def test_weights_need_the_admin_scope(client: Any) -> None:
 
 
 def test_the_command_prints_the_weights(client: Any, settings: Settings, redis_url: str) -> None:
-    learn(client, rows(200))
+    learn(client, [*rows(199), ({"hour": 20}, 1)])  # type: ignore[list-item]
     apply(settings)
     client.get("/models/default/weights", params={"feature": "site=s0"})  # flushes the names
     printed = ok(models(redis_url, "weights", "default", "--top", "3")).splitlines()
-    assert printed[0] == "model 'default' at step 200, 24 of at most 100000 names recorded"
+    # 24 names of rows(), and hour=8 (a number is recorded as the feature it became)
+    assert printed[0] == "model 'default' at step 200, 25 of at most 100000 names recorded"
     assert printed[1].split("\t") == ["weight", "name", "id", "z", "n"]
     api = client.get("/models/default/weights?top=3").json()["features"]
     assert [line.split("\t")[1] for line in printed[2:]] == [f["name"] or "(bias)" for f in api]
     looked_up = ok(models(redis_url, "weights", "default", "--feature", "site=s1", "--json"))
     assert '"name": "site=s1"' in looked_up
+    by_number = ok(models(redis_url, "weights", "default", "--feature", "hour=20"))
+    assert by_number.splitlines()[2].split("\t")[1] == "hour=8 (from hour=20)"
     refused(models(redis_url, "weights", "default", "--feature", "x=y"), 1, "no weight for")
     bad_top = models(redis_url, "weights", "default", "--top", "0")
     assert bad_top.returncode == 2 and "--top: a whole number from 1 to 1000" in bad_top.stderr

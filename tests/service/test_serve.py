@@ -4,6 +4,7 @@ stops the API and the worker before Redis, so no batch is left pending."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -79,8 +80,16 @@ def test_serve_owns_its_data_and_stops_redis_last(tmp_path: Path) -> None:
         for _ in range(20):
             assert httpx.post(f"{url}/learn", json=BATCH, headers=headers).status_code == 202
 
-        second = run("serve", tmp_path, OCTR_AUTH="on")
-        assert_one_line(second, f"is in use by another `online-ctr serve` (pid {serve.pid}")
+        # A second `make run` in the same folder: same ports, all taken by the first. It is
+        # told the service runs from here, not that OCTR_PORT (then a worker's port) is taken.
+        record = json.loads((data / "serve.json").read_text())
+        metrics_port = record["worker_metrics_urls"][0].rsplit(":", 1)[1].split("/")[0]
+        redis_port = record["redis_url"].rsplit(":", 1)[1].split("/")[0]
+        same = {"OCTR_PORT": str(port), "OCTR_WORKER_METRICS_PORT": metrics_port}
+        second = run("serve", tmp_path, OCTR_AUTH="on", OCTR_EMBEDDED_REDIS_PORT=redis_port, **same)
+        assert_one_line(second, "`online-ctr serve` is already running from", str(data))
+        assert_one_line(second, f"pid {serve.pid}, API on {url}", "online-ctr status")
+        assert "OCTR_PORT" not in second[1] and "OCTR_WORKER_METRICS_PORT" not in second[1]
         os.killpg(serve.pid, signal.SIGINT)
         assert serve.wait(30) == 0
     finally:

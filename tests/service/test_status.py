@@ -3,12 +3,16 @@ answers, and no password on the screen."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -88,6 +92,42 @@ def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
     stopped = status(data)
     assert stopped.returncode == 1
     assert "not running" in stopped.stdout and "does not answer" in stopped.stdout
+    assert "stopped with serve" in stopped.stdout
+
+    # Another checkout's serve now holds the same ports: status says its parts are not this
+    # directory's, where it used to report that Redis and API as if they were.
+    other_redis = RedisServer(tmp_path / "other", port=redis_port, persist=False, password="x" * 20)
+    with other_redis, answering_healthz(port):
+        other = status(data)
+    assert other.returncode == 1
+    redis_line = f"redis://127.0.0.1:{redis_port}/0 (embedded): stopped with serve; another"
+    api_line = f"http://127.0.0.1:{port}: stopped with serve; another process answers there"
+    assert redis_line in other.stdout and api_line in other.stdout, other.stdout
+    assert ": answers" not in other.stdout, other.stdout
+
+
+@contextlib.contextmanager
+def answering_healthz(port: int) -> Iterator[None]:
+    """An HTTP server on ``port`` answering 200 to everything, as another API would."""
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Healthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def test_redis_answers_tells_a_missing_password_from_no_answer(tmp_path: Path) -> None:

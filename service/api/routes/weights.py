@@ -22,7 +22,9 @@ router = APIRouter(tags=["models"])
 
 
 _ANSWERS = _errors(404, 409, 422, 503)
-_ANSWERS[404]["description"] = "No model of that name, or no weight for `feature`."
+_ANSWERS[404]["description"] = (
+    "No model of that name, or no weight for `feature` (as a category, nor as a number)."
+)
 _ANSWERS[409]["description"] = (
     "The model records no feature names (the message says how to turn it on): only "
     "`feature` can be looked up."
@@ -41,8 +43,9 @@ async def read_weights(
         Query(
             min_length=1,
             max_length=1281,
-            description="One feature to look up instead, as sent: `field=value` (a number in "
-            "log_bucket mode: `field=bucket`; in raw mode: `field`).",
+            description="One feature to look up instead, as sent: `field=value`. A number "
+            "(`hour=20`) is also looked up as the feature it becomes (log_bucket mode: its "
+            "bucket, `hour=8`; raw mode: `hour`); the answer lists each one stored.",
         ),
     ] = None,
 ) -> WeightsResponse:
