@@ -85,6 +85,7 @@ def redis_client(settings: Settings) -> RedisClient:
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
         "retry": Retry(NoBackoff(), 0),
+        **settings.redis_tls_options(),
     }
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
@@ -111,6 +112,7 @@ async def check_topology(settings: Settings) -> None:
         socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s,
         retry=Retry(NoBackoff(), 0),
+        **settings.redis_tls_options(),
     )
     try:
         info = await probe.info("cluster")

@@ -12,6 +12,7 @@ import redis
 
 from online_ctr.cli.embedded import RedisServer
 from tests.local_cluster import LocalCluster
+from tests.tls import Certificates, Pair, TlsRedisServer, make_certificates
 
 #: The shared real CTR data, beside the repository (never copied into it).
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,35 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server = RedisServer(tmp_path / f"redis-{len(servers)}", persist=persist).start()
         servers.append(server)
         return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """The CAs and certificates of :mod:`tests.tls`, made for this session."""
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def make_tls_redis(
+    tmp_path: Path, tls_certificates: Certificates
+) -> Iterator[Callable[..., TlsRedisServer]]:
+    """Start Redis servers that speak only TLS (``mutual``: requiring a client certificate;
+    ``server``: another certificate than the CA's server one); all stopped after."""
+    servers: list[TlsRedisServer] = []
+
+    def make(
+        mutual: bool = False, server: Pair | None = None, persist: bool = False
+    ) -> TlsRedisServer:
+        directory = tmp_path / f"tls-redis-{len(servers)}"
+        started = TlsRedisServer(
+            directory, tls_certificates, mutual=mutual, server=server, persist=persist
+        )
+        servers.append(started)
+        return started.start()
 
     yield make
     for server in servers:
