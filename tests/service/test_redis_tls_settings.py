@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from tests.tls import Certificates
 
@@ -106,3 +107,31 @@ def test_a_command_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
         assert done.stderr.startswith("online-ctr: invalid configuration: "), done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert f"OCTR_REDIS_TLS_CA_FILE: cannot read {tmp_path / 'ca.pem'}" in done.stderr
+
+
+def test_serve_refuses_tls_settings_for_its_embedded_redis(
+    tls_certificates: Certificates, tmp_path: Path
+) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
+    environment.pop("REDIS_URL", None)
+    environment.update(
+        PYTHONPATH=str(ROOT),
+        OCTR_DATA_DIR=str(tmp_path / "data"),
+        OCTR_PORT=str(free_port()),
+        OCTR_WORKER_METRICS_PORT=str(free_port()),
+        OCTR_EMBEDDED_REDIS_PORT=str(free_port()),
+        OCTR_REDIS_TLS_CA_FILE=str(tls_certificates.ca),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "online_ctr.cli.main", "serve"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "online-ctr: OCTR_REDIS_TLS_CA_FILE set, but the embedded Redis speaks no TLS: set "
+        "OCTR_REDIS_URL to a rediss:// Redis, or unset them\n"
+    )
