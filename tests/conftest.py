@@ -25,8 +25,8 @@ CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
 #: Tests that start processes without such a fixture carry `pytest.mark.processes` themselves
 #: (a one-shot tool such as promtool or `python -c` does not count: it exits at once).
 NEEDS = {
-    "redis": {"redis_server", "make_redis_server"},
-    "cluster": {"redis_cluster"},
+    "redis": {"redis_server", "make_redis_server", "make_tls_redis"},
+    "cluster": {"redis_cluster", "redis_tls_cluster"},
     "processes": {"start_service", "start_serve"},
 }
 
@@ -112,6 +112,18 @@ def make_tls_redis(
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A real Redis Cluster for the session (3 masters, 3 replicas) on free loopback ports."""
     with LocalCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_tls_cluster(
+    tmp_path_factory: pytest.TempPathFactory, tls_certificates: Certificates
+) -> Iterator[LocalCluster]:
+    """A real Redis Cluster whose nodes speak only TLS, to clients, to their replicas and on
+    the cluster bus (the CA's server certificate each)."""
+    with LocalCluster(
+        tmp_path_factory.mktemp("redis-tls-cluster"), tls=tls_certificates
+    ) as cluster:
         yield cluster
 
 

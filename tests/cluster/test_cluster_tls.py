@@ -8,7 +8,6 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,27 +22,16 @@ from tests.integration.conftest import wait_until
 from tests.local_cluster import LocalCluster
 from tests.tls import Certificates
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_000))
 
 
-@pytest.fixture(scope="module")
-def tls_cluster(
-    tmp_path_factory: pytest.TempPathFactory, tls_certificates: Certificates
-) -> Iterator[LocalCluster]:
-    base = tmp_path_factory.mktemp("tls-cluster")
-    with LocalCluster(base, tls=tls_certificates) as cluster:
-        yield cluster
-
-
 def test_a_tls_cluster_learns_end_to_end(
-    tls_cluster: LocalCluster, tls_certificates: Certificates, start_service: Any
+    redis_tls_cluster: LocalCluster, tls_certificates: Certificates, start_service: Any
 ) -> None:
-    assert tls_cluster.url.startswith("rediss://")
+    assert redis_tls_cluster.url.startswith("rediss://")
     service = start_service(
-        tls_cluster.url,
+        redis_tls_cluster.url,
         workers=2,
         OCTR_REDIS_CLUSTER="true",
         OCTR_BATCH_SIZE="128",
@@ -55,22 +43,23 @@ def test_a_tls_cluster_learns_end_to_end(
     reply = httpx.post(f"{service.api_url}/predict", json={"features": features}, timeout=5)
     assert reply.json()["probability"] != 0.5, reply.text
     # The model's state is spread over every master, each reached over TLS.
-    masters = tls_cluster.master_ports()
+    masters = redis_tls_cluster.master_ports()
     assert len(masters) == 3
     for port in masters:
-        with tls_cluster.node_client(port, timeout_s=2) as node:
+        with redis_tls_cluster.node_client(port, timeout_s=2) as node:
             assert next(node.scan_iter(match="octr:{default/*}:b:*", count=1000), None)
     assert "Traceback" not in service.logs()
 
 
+@pytest.mark.processes
 def test_a_tls_cluster_with_an_unknown_ca_is_one_line(
-    tls_cluster: LocalCluster, tls_certificates: Certificates, tmp_path: Path
+    redis_tls_cluster: LocalCluster, tls_certificates: Certificates, tmp_path: Path
 ) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
     environment.update(
         PYTHONPATH=str(ROOT),
-        OCTR_REDIS_URL=tls_cluster.url,
+        OCTR_REDIS_URL=redis_tls_cluster.url,
         OCTR_REDIS_CLUSTER="true",
         OCTR_REDIS_TLS_CA_FILE=str(tls_certificates.stranger_ca),
         OCTR_WORKER_METRICS_PORT=str(free_port()),
@@ -85,5 +74,5 @@ def test_a_tls_cluster_with_an_unknown_ca_is_one_line(
     )
     assert done.returncode == 1, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"Redis at 127.0.0.1:{tls_cluster.ports[0]} (OCTR_REDIS_URL)" in done.stderr
+    assert f"Redis at 127.0.0.1:{redis_tls_cluster.ports[0]} (OCTR_REDIS_URL)" in done.stderr
     assert "not signed by a CA of OCTR_REDIS_TLS_CA_FILE" in done.stderr

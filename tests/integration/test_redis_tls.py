@@ -26,8 +26,6 @@ from tests.integration.conftest import Service, wait_until
 from tests.integration.test_service_end_to_end import model, worker_sample
 from tests.tls import Certificates, TlsRedisServer
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))
 BODY = 20  # examples per /learn request
@@ -90,6 +88,7 @@ def online_ctr(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Comple
     )
 
 
+@pytest.mark.processes
 def test_serve_status_and_models_list_over_mutual_tls(
     make_tls_redis: Callable[..., TlsRedisServer],
     tls_certificates: Certificates,

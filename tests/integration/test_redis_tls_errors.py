@@ -21,7 +21,7 @@ import pytest
 from online_ctr.cli.embedded import RedisServer, free_port
 from tests.tls import Certificates, TlsRedisServer
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Well below OCTR_REDIS_WAIT_S: the command did not wait for Redis.

@@ -86,6 +86,7 @@ def test_tls_settings_with_a_url_without_tls_are_refused(
         Settings(redis_url=url, redis_tls_check_hostname=False)
 
 
+@pytest.mark.processes
 def test_a_command_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
     environment.pop("REDIS_URL", None)
@@ -109,6 +110,7 @@ def test_a_command_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
         assert f"OCTR_REDIS_TLS_CA_FILE: cannot read {tmp_path / 'ca.pem'}" in done.stderr
 
 
+@pytest.mark.processes
 def test_serve_refuses_tls_settings_for_its_embedded_redis(
     tls_certificates: Certificates, tmp_path: Path
 ) -> None:
