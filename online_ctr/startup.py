@@ -1,6 +1,7 @@
 """Checks a process makes before it starts serving, each failing as one :class:`StartupError`
-line that names the setting and what to do: a port in use, a Redis that never answers, an
-open-file limit too low for ``OCTR_MAX_CONNECTIONS``.
+line that names the setting and what to do: a port in use, a Redis that never answers (or
+that TLS keeps out: :mod:`online_ctr.store.tls_probe`), an open-file limit too low for
+``OCTR_MAX_CONNECTIONS``.
 
 The API, the worker and ``serve`` start alike on a Redis that is not up yet, or restarting:
 every startup step that talks to Redis runs under :func:`on_redis`, which waits for Redis
@@ -19,11 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import redis
-from redis.exceptions import ClusterDownError, TryAgainError
+from redis.exceptions import BusyLoadingError, ClusterDownError, TryAgainError
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
 from online_ctr.store.failures import client_failure
+from online_ctr.store.tls_probe import tls_trouble
 from online_ctr.wiring import prepare_redis, redis_client
 
 logger = logging.getLogger(__name__)
@@ -95,6 +97,7 @@ async def on_redis(
         try:
             done = await steps()
         except Exception as error:  # what redis-py raised; a bug is raised again below
+            await _unless_tls_trouble(error, settings)
             _unless_waitable(error, url, settings.redis_wait_s, deadline)
             now = time.monotonic()
             if now >= next_log:
@@ -112,6 +115,19 @@ async def on_redis(
             logger.info("Redis answered after %.1fs", time.monotonic() - started)
         return done
     return None
+
+
+async def _unless_tls_trouble(error: Exception, settings: Settings) -> None:
+    """Return unless a failure to connect comes from TLS (a certificate, or TLS on one side
+    only), which no wait mends: then the one line that says which setting to change."""
+    connecting = isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError))
+    if not connecting or isinstance(error, (redis.AuthenticationError, BusyLoadingError)):
+        return
+    trouble = await asyncio.to_thread(
+        tls_trouble, settings.redis_url, settings.tls_files(), settings.redis_timeout_s
+    )
+    if trouble is not None:
+        raise StartupError(trouble) from None
 
 
 def _unless_waitable(error: Exception, url: str, wait_s: float, deadline: float) -> None:

@@ -1,5 +1,8 @@
 """Building the runtime pieces from the settings: the Redis client and the model spec.
 
+With a ``rediss://`` URL every connection, to each node of a cluster too, speaks TLS with the
+``OCTR_REDIS_TLS_*`` settings (:mod:`online_ctr.config.tls`; docs/operations/redis-tls.md).
+
 With ``OCTR_REDIS_CLUSTER=true`` the client is redis-py's asyncio ``RedisCluster``, which finds
 the other nodes from the one in the URL. What it does with scripts, pipelines, streams and a
 failover was measured on a real cluster (``tests/cluster``) and is written up in
@@ -85,6 +88,7 @@ def redis_client(settings: Settings) -> RedisClient:
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
         "retry": Retry(NoBackoff(), 0),
+        **settings.redis_tls_options(),
     }
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
@@ -111,6 +115,7 @@ async def check_topology(settings: Settings) -> None:
         socket_timeout=settings.redis_timeout_s,
         socket_connect_timeout=settings.redis_timeout_s,
         retry=Retry(NoBackoff(), 0),
+        **settings.redis_tls_options(),
     )
     try:
         info = await probe.info("cluster")

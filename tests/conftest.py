@@ -12,6 +12,7 @@ import redis
 
 from online_ctr.cli.embedded import RedisServer
 from tests.local_cluster import LocalCluster
+from tests.tls import Certificates, Pair, TlsRedisServer, make_certificates
 
 #: The shared real CTR data, beside the repository (never copied into it).
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +25,8 @@ CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
 #: Tests that start processes without such a fixture carry `pytest.mark.processes` themselves
 #: (a one-shot tool such as promtool or `python -c` does not count: it exits at once).
 NEEDS = {
-    "redis": {"redis_server", "make_redis_server"},
-    "cluster": {"redis_cluster"},
+    "redis": {"redis_server", "make_redis_server", "make_tls_redis"},
+    "cluster": {"redis_cluster", "redis_tls_cluster"},
     "processes": {"start_service", "start_serve"},
 }
 
@@ -79,9 +80,50 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 
 @pytest.fixture(scope="session")
+def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """The CAs and certificates of :mod:`tests.tls`, made for this session."""
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def make_tls_redis(
+    tmp_path: Path, tls_certificates: Certificates
+) -> Iterator[Callable[..., TlsRedisServer]]:
+    """Start Redis servers that speak only TLS (``mutual``: requiring a client certificate;
+    ``server``: another certificate than the CA's server one); all stopped after."""
+    servers: list[TlsRedisServer] = []
+
+    def make(
+        mutual: bool = False, server: Pair | None = None, persist: bool = False
+    ) -> TlsRedisServer:
+        directory = tmp_path / f"tls-redis-{len(servers)}"
+        started = TlsRedisServer(
+            directory, tls_certificates, mutual=mutual, server=server, persist=persist
+        )
+        servers.append(started)
+        return started.start()
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A real Redis Cluster for the session (3 masters, 3 replicas) on free loopback ports."""
     with LocalCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_tls_cluster(
+    tmp_path_factory: pytest.TempPathFactory, tls_certificates: Certificates
+) -> Iterator[LocalCluster]:
+    """A real Redis Cluster whose nodes speak only TLS, to clients, to their replicas and on
+    the cluster bus (the CA's server certificate each)."""
+    with LocalCluster(
+        tmp_path_factory.mktemp("redis-tls-cluster"), tls=tls_certificates
+    ) as cluster:
         yield cluster
 
 

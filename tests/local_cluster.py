@@ -1,5 +1,6 @@
 """A real Redis Cluster on loopback for the tests: six ``redis-server --cluster-enabled yes``
-children (three masters, one replica each) joined by ``redis-cli --cluster create``.
+children (three masters, one replica each) joined by ``redis-cli --cluster create``; with
+``tls``, every node speaks only TLS, to clients, to its replicas and on the cluster bus.
 
 Ports are picked below the kernel's ephemeral range, so that neither a node's port nor its
 cluster bus port (port + 10000) can be taken by a client socket or another test's
@@ -23,6 +24,7 @@ from typing import Any
 import redis
 
 from online_ctr.cli.embedded import find_redis_server
+from tests.tls import Certificates
 
 #: Redis puts a node's cluster bus on its port plus this.
 BUS_OFFSET = 10_000
@@ -70,19 +72,13 @@ def cluster_ports(count: int, low: int = 10_000) -> list[int]:
     raise RuntimeError(f"no {count} free port pairs in {low}..{high} (+{BUS_OFFSET})")
 
 
-def cluster_info(port: int, timeout_s: float = 0.5) -> dict[str, str]:
-    """``CLUSTER INFO`` of the node on ``port``, as strings."""
-    with redis.Redis(port=port, socket_timeout=timeout_s, decode_responses=True) as client:
-        info: dict[str, str] = client.execute_command("CLUSTER INFO")
-    return info
-
-
 @dataclass
 class LocalCluster:
     """A Redis Cluster of ``masters`` x (1 + ``replicas``) nodes with files under ``base_dir``.
 
     No persistence; ``node_timeout_ms`` is short so that a killed master fails over in a
-    couple of seconds.
+    couple of seconds. With ``tls``, the nodes speak only TLS with its server certificate,
+    and the URL is ``rediss://``.
     """
 
     base_dir: Path
@@ -91,11 +87,30 @@ class LocalCluster:
     node_timeout_ms: int = 1000
     ports: list[int] = field(default_factory=list)
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    tls: Certificates | None = None
 
     @property
     def url(self) -> str:
         """The startup URL: the first node (a client discovers the others from it)."""
-        return f"redis://127.0.0.1:{self.ports[0]}"
+        scheme = "redis" if self.tls is None else "rediss"
+        return f"{scheme}://127.0.0.1:{self.ports[0]}"
+
+    def node_client(self, port: int, timeout_s: float = 0.5, decode: bool = False) -> redis.Redis:
+        """A client of the node on ``port`` alone."""
+        return redis.Redis(
+            host="127.0.0.1",
+            port=port,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            decode_responses=decode,
+            **({} if self.tls is None else self.tls.client_options()),
+        )
+
+    def cluster_info(self, port: int) -> dict[str, str]:
+        """``CLUSTER INFO`` of the node on ``port``, as strings."""
+        with self.node_client(port, decode=True) as client:
+            info: dict[str, str] = client.execute_command("CLUSTER INFO")
+        return info
 
     def pid(self, port: int) -> int:
         return self.processes[port].pid
@@ -105,7 +120,7 @@ class LocalCluster:
         return [
             find_redis_server(),
             "--bind", "127.0.0.1",
-            "--port", str(port),
+            *self._listen(port),
             "--dir", str(self.base_dir / str(port)),
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
@@ -118,6 +133,25 @@ class LocalCluster:
             "--logfile", "redis.log",
             "--daemonize", "no",
         ]  # fmt: skip
+
+    def _listen(self, port: int) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(port)]
+        return [
+            "--port", "0",
+            "--tls-port", str(port),
+            "--tls-cluster", "yes",
+            "--tls-replication", "yes",
+            "--tls-cert-file", str(self.tls.server.cert),
+            "--tls-key-file", str(self.tls.server.key),
+            "--tls-ca-cert-file", str(self.tls.ca),
+            "--tls-auth-clients", "no",
+        ]  # fmt: skip
+
+    def _cli_tls(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return ["--tls", "--cacert", str(self.tls.ca)]
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
         """Start the nodes, create the cluster, and wait until it serves every slot."""
@@ -141,7 +175,7 @@ class LocalCluster:
         )
         self.processes[port] = process
         deadline = time.monotonic() + timeout_s
-        with redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5) as client:
+        with self.node_client(port) as client:
             while True:
                 with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
                     if client.ping():
@@ -154,7 +188,7 @@ class LocalCluster:
         nodes = [f"127.0.0.1:{port}" for port in self.ports]
         replicas = ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
         done = subprocess.run(
-            [cli, "--cluster", "create", *nodes, *replicas],
+            [cli, *self._cli_tls(), "--cluster", "create", *nodes, *replicas],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -175,7 +209,7 @@ class LocalCluster:
 
     def _state(self, port: int) -> str:
         try:
-            info = cluster_info(port)
+            info = self.cluster_info(port)
         except redis.RedisError as error:
             return repr(error)
         return f"{info.get('cluster_state')} slots_ok={info.get('cluster_slots_ok')}"
@@ -193,7 +227,7 @@ class LocalCluster:
     def _node_ok(self, port: int, masters: set[int], replication: dict[str, object]) -> bool:
         """Whether the node sees the whole cluster ok, with the same masters as their roles
         say, and, for a replica, is in sync."""
-        info = cluster_info(port)
+        info = self.cluster_info(port)
         return (
             info.get("cluster_state") == "ok"
             and info.get("cluster_slots_ok") == str(SLOTS)
@@ -203,7 +237,7 @@ class LocalCluster:
         )
 
     def _masters_seen_by(self, port: int) -> set[int]:
-        with redis.Redis(port=port, socket_timeout=0.5, decode_responses=True) as client:
+        with self.node_client(port, decode=True) as client:
             nodes: dict[str, dict[str, Any]] = client.execute_command("CLUSTER NODES")
         return {
             int(address.rsplit(":", 1)[1])
@@ -212,7 +246,7 @@ class LocalCluster:
         }
 
     def _replication(self, port: int) -> dict[str, object]:
-        with redis.Redis(port=port, socket_timeout=0.5, decode_responses=True) as client:
+        with self.node_client(port, decode=True) as client:
             info: dict[str, object] = client.info("replication")
         return info
 
@@ -240,7 +274,7 @@ class LocalCluster:
     def flushall(self) -> None:
         """Empty every master (replicas follow)."""
         for port in self.master_ports():
-            with redis.Redis(port=port, socket_timeout=2.0) as client:
+            with self.node_client(port, timeout_s=2.0) as client:
                 client.flushall()
 
     def kill(self, port: int, signum: int = signal.SIGKILL) -> None:

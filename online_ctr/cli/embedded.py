@@ -140,9 +140,7 @@ class RedisServer:
             preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis(
-            port=self.port, password=self.password, socket_timeout=0.5, socket_connect_timeout=0.5
-        )
+        client = self.client(timeout_s=0.5)
         try:
             while True:
                 with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
@@ -154,6 +152,15 @@ class RedisServer:
                 time.sleep(0.02)
         finally:
             client.close()
+
+    def client(self, timeout_s: float) -> redis.Redis:
+        """A client of this server, whose calls fail after ``timeout_s`` (the start's PING)."""
+        return redis.Redis(
+            port=self.port,
+            password=self.password,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+        )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL if it lingers)."""

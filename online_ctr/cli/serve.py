@@ -75,6 +75,12 @@ def check_ports(settings: Settings) -> None:
 def start_embedded_redis(settings: Settings) -> RedisServer:
     """Lock the data directory and start its Redis, password-protected, with its memory
     limit (OCTR_REDIS_MAXMEMORY, or a share of the machine's memory)."""
+    if given := settings.tls_files().given():
+        # It listens on loopback only, in plain text: the files would be for nothing.
+        raise StartupError(
+            f"{', '.join(given)} set, but the embedded Redis speaks no TLS: set "
+            "OCTR_REDIS_URL to a rediss:// Redis, or unset them"
+        )
     try:
         find_redis_server()
     except RedisNotFoundError as error:

@@ -16,11 +16,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
 from online_ctr.cli.local import REDIS_PASSWORD_FILE, load_record, lock_holder
+from online_ctr.config.tls import TlsFiles
 from online_ctr.process import settings_or_exit
+from online_ctr.store.tls_probe import tls_trouble
 
 TIMEOUT_S = 1.0
 
@@ -42,10 +45,17 @@ def http_answers(url: str) -> bool:
         return False
 
 
-def redis_answers(url: str, password: str | None) -> str:
-    """How Redis at ``url`` answers PING: ``answers``, ``answers (needs a password)`` or not."""
+def redis_answers(url: str, password: str | None, tls: TlsFiles | None = None) -> str:
+    """How Redis at ``url`` answers PING: ``answers``, ``answers (needs a password)`` or not,
+    and why not when TLS is the trouble (a ``rediss://`` URL is spoken to with ``tls``)."""
+    files = tls or TlsFiles()
+    options = files.redis_options() if urlsplit(url).scheme == "rediss" else {}
     client = redis.Redis.from_url(
-        url, password=password, socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S
+        url,
+        password=password,
+        socket_timeout=TIMEOUT_S,
+        socket_connect_timeout=TIMEOUT_S,
+        **options,
     )
     try:
         client.ping()
@@ -53,7 +63,8 @@ def redis_answers(url: str, password: str | None) -> str:
     except redis.AuthenticationError:
         return "answers (needs a password)"
     except (redis.RedisError, OSError):
-        return "does not answer"
+        trouble = tls_trouble(url, files, TIMEOUT_S, "serve.json")
+        return "does not answer" + ("" if trouble is None else f": {trouble}")
     finally:
         client.close()
 
@@ -67,8 +78,9 @@ def _password(data_dir: Path, record: dict[str, Any]) -> str | None:
         return None
 
 
-def report(data_dir: Path) -> tuple[list[tuple[str, str]], bool]:
-    """The status lines (label, text), and whether everything runs and answers."""
+def report(data_dir: Path, tls: TlsFiles | None = None) -> tuple[list[tuple[str, str]], bool]:
+    """The status lines (label, text), and whether everything runs and answers (Redis over
+    TLS with ``tls``, the ``OCTR_REDIS_TLS_*`` settings, for a ``rediss://`` URL)."""
     locked, pid = lock_holder(data_dir)
     record = load_record(data_dir)
     lines = [("data directory", str(data_dir.resolve()))]
@@ -82,7 +94,7 @@ def report(data_dir: Path) -> tuple[list[tuple[str, str]], bool]:
         return lines + _stopped(data_dir, record), False
     checks = [("API", record["api_url"], http_answers(record["api_url"] + "/healthz"))]
     checks += [("worker metrics", url, http_answers(url)) for url in record["worker_metrics_urls"]]
-    answer = redis_answers(record["redis_url"], _password(data_dir, record))
+    answer = redis_answers(record["redis_url"], _password(data_dir, record), tls)
     where = "embedded" if record.get("embedded_redis") else "external"
     lines.append(("Redis", f"{record['redis_url']} ({where}): {answer}"))
     for label, url, ok in checks:
@@ -129,8 +141,8 @@ def _alive(pid: object) -> bool:
 
 def status(args: argparse.Namespace) -> int:
     """Print the status of the data directory's serve; 0 if everything answers."""
-    data_dir = args.data_dir or settings_or_exit().data_dir
-    lines, healthy = report(data_dir)
+    settings = settings_or_exit()
+    lines, healthy = report(args.data_dir or settings.data_dir, settings.tls_files())
     width = max(len(label) for label, _ in lines)
     for label, text in lines:
         print(f"{label:<{width}}  {text}")

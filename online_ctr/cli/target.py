@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from online_ctr.cli.local import RECORD_FILE, REDIS_PASSWORD_FILE, load_record, without_password
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError, describe_settings_error
+from online_ctr.store.tls_probe import tls_trouble
 
 URL_VARIABLE = "OCTR_REDIS_URL"
 PASSWORD_VARIABLE = "OCTR_REDIS_PASSWORD_FILE"
@@ -39,6 +40,11 @@ class Target:
         where = f"Redis at {without_password(url)} ({self.source})"
         if isinstance(error, redis.AuthenticationError):
             return StartupError(_auth_advice(where, url, error, self.settings.data_dir))
+        if isinstance(error, (redis.ConnectionError, redis.TimeoutError, OSError)):
+            settings = self.settings
+            trouble = tls_trouble(url, settings.tls_files(), settings.redis_timeout_s, self.source)
+            if trouble is not None:
+                return StartupError(trouble)
         hint = ""
         if self.source.endswith(RECORD_FILE):
             hint = "; is its `online-ctr serve` running? (`online-ctr status` tells)"

@@ -1,2 +1,3 @@
-"""Configuration read once per process: the settings (``OCTR_*``) and the join policy they
-describe. Built on the learning core (a rule's hyper-parameters); no I/O."""
+"""Configuration read once per process: the settings (``OCTR_*``), the join policy they
+describe and the TLS context of a ``rediss://`` Redis. Built on the learning core (a rule's
+hyper-parameters); no I/O but reading the files settings name (a password, certificates)."""

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from online_ctr.config import tls
 from online_ctr.config.checks import (
     HYPER_PARAMETERS,
     MAX_JOIN_WINDOW_S,
@@ -244,6 +245,24 @@ class Settings(BaseSettings):
     )
     redis_password_file: Path | None = Field(
         None, description="A file holding the Redis password (a Compose or Kubernetes secret)."
+    )
+    redis_tls_ca_file: Path | None = Field(
+        None,
+        description="For a rediss:// URL: the CA certificates (PEM) that signed the Redis "
+        "server's certificate; unset: the system's trusted CAs.",
+    )
+    redis_tls_cert_file: Path | None = Field(
+        None,
+        description="For a rediss:// URL: a client certificate (PEM) for a Redis that requires "
+        "one (mutual TLS, tls-auth-clients yes), with OCTR_REDIS_TLS_KEY_FILE.",
+    )
+    redis_tls_key_file: Path | None = Field(
+        None, description="The private key (PEM) of OCTR_REDIS_TLS_CERT_FILE."
+    )
+    redis_tls_check_hostname: bool = Field(
+        True,
+        description="For a rediss:// URL: the Redis server's certificate must be for the URL's "
+        "host (always signed by a trusted CA); false skips the name check only.",
     )
     redis_wait_s: float = Field(
         30.0, gt=0, description="How long a starting process waits for Redis to answer."
@@ -472,6 +491,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _tls_files(self) -> Settings:
+        """Read the TLS files now (each missing or unreadable one named), and refuse them
+        with a URL that is not ``rediss://``: TLS settings there are a URL mistyped."""
+        files = self.tls_files()
+        files.context()
+        given = files.given() + ([] if files.check_hostname else [tls.HOSTNAME_VARIABLE])
+        scheme = None if self.redis_url is None else urlsplit(self.redis_url).scheme
+        if given and scheme not in (None, "rediss"):
+            raise ValueError(
+                f"{', '.join(given)} set, but OCTR_REDIS_URL is {scheme}://, without TLS: "
+                "write it rediss:// for TLS, or unset them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _linger_within_lease(self) -> Settings:
         # A learner renews its lease once a third of it has passed: one that lingered
         # longer could lose the lease while it waits, and a standby would take over.
@@ -502,6 +536,22 @@ class Settings(BaseSettings):
                 "replicas would end as a Redis timeout: lower it or raise OCTR_REDIS_TIMEOUT_S"
             )
         return self
+
+    def tls_files(self) -> tls.TlsFiles:
+        """The ``OCTR_REDIS_TLS_*`` settings."""
+        return tls.TlsFiles(
+            self.redis_tls_ca_file,
+            self.redis_tls_cert_file,
+            self.redis_tls_key_file,
+            self.redis_tls_check_hostname,
+        )
+
+    def redis_tls_options(self) -> dict[str, Any]:
+        """redis-py's TLS arguments for the Redis URL: those of the ``OCTR_REDIS_TLS_*``
+        settings for a ``rediss://`` URL, none for another (its connections take none)."""
+        if self.redis_url is None or urlsplit(self.redis_url).scheme != "rediss":
+            return {}
+        return self.tls_files().redis_options()
 
     def replicas_to_ack(self) -> int:
         """``OCTR_REPLICA_ACKS``, or its default: 1 on Redis Cluster, 0 on a single Redis."""
