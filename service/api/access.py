@@ -73,7 +73,8 @@ async def admin_name(
         str,
         Path(
             pattern=MODEL_NAME.pattern,
-            description="1-64 of A-Z a-z 0-9 _ . - (first a letter or digit).",
+            description="The model's or group's name: 1-64 of A-Z a-z 0-9 _ . - (first a "
+            "letter or digit).",
         ),
     ],
 ) -> str:

@@ -182,7 +182,8 @@ def describe(settings: Settings) -> str:
     protected += ["/metrics"] * settings.protect_metrics
     protected += ["/docs", "/redoc", "/openapi.json"] * settings.protect_docs
     return (
-        f"auth: on, API keys from {' and '.join(sources)}; keys needed for {', '.join(protected)}"
+        f"auth: on, API keys from {' and '.join(sources)} and Redis (online-ctr keys); keys "
+        f"needed for {', '.join(protected)}"
     )
 
 
