@@ -23,6 +23,10 @@ from service.api.scopes import Grants
 
 logger = logging.getLogger(__name__)
 
+#: The records are read again this often even when the version did not move: a Redis that
+#: lost its data and counted back up to the same version would otherwise go unnoticed.
+FULL_RELOAD_S = 60.0
+
 
 class KeyWatch:
     """Keeps an :class:`~service.api.auth.Authenticator` in step with the stored keys."""
@@ -37,6 +41,7 @@ class KeyWatch:
         self.metrics = metrics
         self.version = -1  # never read
         self._read_at = time.monotonic()
+        self._loaded_at = -FULL_RELOAD_S
         self._written_at = time.monotonic()
         self._failing = False
         # One reload at a time: a route's reload after a change and the poll's must not
@@ -58,7 +63,7 @@ class KeyWatch:
     async def _reload(self) -> None:
         version = await self.store.version()
         self._read_at = time.monotonic()
-        if version == self.version:
+        if version == self.version and self._read_at - self._loaded_at < FULL_RELOAD_S:
             return
         stored: dict[bytes, Grants] = {}
         for record in await self.store.records():
@@ -68,6 +73,7 @@ class KeyWatch:
                 logger.warning("stored API key %s ignored: %s", record.id, error)
         self.auth.update(stored)
         self.version = version
+        self._loaded_at = self._read_at
         self._count()
 
     async def write_last_use(self, force: bool = False) -> None:

@@ -252,3 +252,40 @@ def test_the_command_adds_lists_and_revokes(redis_url: str, served: TestClient) 
     while served.post("/predict", json=PREDICT, headers=bearer(key)).status_code != 401:
         assert time.monotonic() < deadline, "the app did not drop the key in time"
         time.sleep(0.02)
+
+
+def test_last_use_is_written_at_a_bounded_rate_not_per_request(redis_url: str, plain: Any) -> None:
+    settings = Settings(redis_url=redis_url, state_buckets=64, api_keys_last_use_s=3600, **AUTH)
+    with TestClient(create_app(settings, CollectorRegistry())) as client:
+        added = add(client, "predict")
+        for _ in range(50):  # over more than two polls (OCTR_API_KEYS_POLL_S)
+            assert client.post("/predict", json=PREDICT, headers=bearer(added["key"])).is_success
+            time.sleep(0.05)
+        assert plain.hgetall(ApiKeyKeys().used) == {}  # nothing written per request or poll
+        listing = client.get("/keys", headers=ADMIN).json()["keys"]  # writes this process's
+        used = {key["id"]: key["last_used_at"] for key in listing}
+        assert used[added["id"]] is not None
+        assert sorted(plain.hkeys(ApiKeyKeys().used)) == sorted(
+            k.encode() for k, v in used.items() if v is not None
+        )
+
+
+def test_with_redis_gone_the_last_keys_are_kept_then_followed_again(
+    make_redis_server: Any,
+) -> None:
+    server = make_redis_server(persist=False)
+    settings = Settings(redis_url=server.url, state_buckets=64, redis_timeout_s=0.5, **AUTH)
+    with TestClient(create_app(settings, CollectorRegistry())) as client:
+        added = add(client, "predict")
+        server.stop()
+        time.sleep(2 * settings.api_keys_poll_s)
+        answer = client.post("/predict", json=PREDICT, headers=bearer(added["key"]))
+        assert answer.status_code != 401, answer.text  # still known (Redis: a 503, or served)
+        server.start()  # empty: the stored key is gone with its data
+        deadline = time.monotonic() + APPLIED_WITHIN_S + 1
+        while (
+            client.post("/predict", json=PREDICT, headers=bearer(added["key"])).status_code != 401
+        ):
+            assert time.monotonic() < deadline, "the keys were not read again"
+            time.sleep(0.05)
+        assert client.post("/predict", json=PREDICT, headers=bearer(PREDICT_KEY)).is_success
