@@ -261,9 +261,25 @@ def request_grants(auth: Authenticator | None, scope: Scope) -> Grants:
     return grants
 
 
+def route_path(scope: Scope) -> str:
+    """The request's path as the routes match it: without the app's ``root_path`` (behind a
+    proxy's prefix, ``/ctr/predict`` is ``/predict``), as Starlette's router takes it off.
+
+    >>> route_path({"path": "/ctr/predict", "root_path": "/ctr"}), route_path({"path": "/learn"})
+    ('/predict', '/learn')
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return path
+
+
 def refusal(auth: Authenticator, scope: Scope) -> tuple[Message, Message] | None:
     """The 401 or 403 answer (start and body messages) for a request, or None to let it in."""
-    needed = auth.required(scope["path"])
+    # The route's path, not the raw one: behind a root path the raw one matched no protected
+    # path, and every route was open to anyone.
+    needed = auth.required(route_path(scope))
     if needed is None:
         return None
     key = presented_key(scope)
