@@ -32,8 +32,9 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
 from online_ctr.wiring import check_topology, redis_client
 from service.api import errors, scan
-from service.api.auth import DOCS_ASSETS_URL, KeyShares, authenticator
+from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
+from service.api.key_shares import KeyShares
 from service.api.key_watch import KeyWatch
 from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware

@@ -20,7 +20,8 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from online_ctr.store.keys import MODEL_NAME
-from service.api.auth import DOCS_ASSETS_URL, Authenticator, KeyShares, refusal, route_path
+from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal, route_path
+from service.api.key_shares import KeyShares
 
 logger = logging.getLogger(__name__)
 
