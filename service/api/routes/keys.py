@@ -79,6 +79,7 @@ async def list_keys(request: Request) -> KeyListResponse:
     status_code=status.HTTP_201_CREATED,
     responses=_responses(
         409,
+        415,
         422,
         503,
         e409="OCTR_MAX_API_KEYS keys are stored: revoke some first (nothing was stored).",
