@@ -240,6 +240,24 @@ class Metrics:
             ("reason",),
             registry=registry,
         )
+        self.api_keys = Gauge(
+            "online_ctr_api_keys",
+            "API keys this process accepts, by where they come from: static (OCTR_API_KEYS, "
+            "OCTR_API_KEYS_FILE) or stored (in Redis, at most OCTR_MAX_API_KEYS).",
+            ("source",),
+            registry=registry,
+        )
+        self.api_keys_refused = Counter(
+            "online_ctr_api_keys_refused",
+            "API keys not stored because OCTR_MAX_API_KEYS are (POST /keys answered 409).",
+            registry=registry,
+        )
+        self.api_keys_reload_age = Gauge(
+            "online_ctr_api_keys_reload_age_seconds",
+            "Seconds since this process last read the stored keys' version from Redis (it "
+            "polls every OCTR_API_KEYS_POLL_S; a large value: revocations are not seen).",
+            registry=registry,
+        )
         self.redis_memory = Gauge(
             "online_ctr_redis_memory_bytes",
             "Memory Redis uses (INFO memory used_memory).",

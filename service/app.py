@@ -10,6 +10,8 @@ refusal is one line and not a traceback of the lifespan.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,12 +26,16 @@ from online_ctr.learning import grouping
 from online_ctr.learning.rules import get_rule
 from online_ctr.metrics import Metrics
 from online_ctr.process import StartupError, freeze_startup_objects
+from online_ctr.store.api_keys import ApiKeyStore
 from online_ctr.store.model_config import own_config
+from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
 from online_ctr.wiring import check_topology, redis_client
 from service.api import errors, scan
-from service.api.auth import DOCS_ASSETS_URL, KeyShares, authenticator
+from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
+from service.api.key_shares import KeyShares
+from service.api.key_watch import KeyWatch
 from service.api.lane import LaneDispatch
 from service.api.middleware import EdgeMiddleware
 from service.api.name_record import record_names
@@ -37,6 +43,7 @@ from service.api.openapi import document_auth
 from service.api.routes import (
     challengers,
     health,
+    keys,
     learn,
     metrics,
     models,
@@ -53,7 +60,7 @@ logger = logging.getLogger(__name__)
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 #: The route modules, each with one ``router``.
-ROUTES = (predict, learn, models, challengers, weights, snapshots, health, metrics)
+ROUTES = (predict, learn, models, challengers, weights, snapshots, keys, health, metrics)
 
 
 @asynccontextmanager
@@ -93,11 +100,37 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
         app.state.served = served
         app.state.catalog = Catalog(served, settings, redis, metrics, tables)
+        watching = await watch_keys(app, redis)
         if app.state.freeze_gc:
             freeze_startup_objects()  # start-up's imports and compiled code included
-        yield
+        try:
+            yield
+        finally:
+            await stop_watching(app, watching)
     finally:
         await redis.aclose()
+
+
+async def watch_keys(app: FastAPI, redis: RedisClient) -> asyncio.Task[None] | None:
+    """Read the keys stored in Redis, and follow them while the app runs (auth on)."""
+    auth, settings = app.state.auth, app.state.settings
+    if auth is None:
+        return None
+    store = ApiKeyStore(redis, settings.max_api_keys)
+    watch = app.state.key_watch = KeyWatch(auth, store, settings, app.state.metrics)
+    await watch.poll()  # Redis down: the static keys only, until it answers
+    return asyncio.create_task(watch.run())
+
+
+async def stop_watching(app: FastAPI, watching: asyncio.Task[None] | None) -> None:
+    """Stop following the stored keys, and write when keys were last used."""
+    if watching is None:
+        return
+    watching.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watching
+    with contextlib.suppress(Exception):  # Redis gone at shutdown: that interval is lost
+        await app.state.key_watch.write_last_use(force=True)
 
 
 def create_app(
@@ -139,6 +172,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.auth = auth
+    app.state.key_watch = None  # the lifespan's, with auth on
     app.state.registry = registry
     app.state.freeze_gc = freeze_gc
     app.state.metrics = Metrics(registry)

@@ -19,6 +19,7 @@ COMMANDS = {
     "online_ctr.cli.train_batch": ("train-batch",),
     "online_ctr.cli.api": ("serve", "api"),
     "online_ctr.cli.models": ("models",),
+    "online_ctr.cli.keys": ("keys",),
     "online_ctr.cli.snapshots": ("export", "import"),
     "online_ctr.cli.status": ("status",),
     "online_ctr.cli.worker": ("worker",),

@@ -287,6 +287,25 @@ class Settings(BaseSettings):
     auth: Literal["on", "off"] = Field("on", description="API keys required; off: local use.")
     api_keys: SecretStr | None = Field(None, description='JSON {"<key>": ["predict", ...]}.')
     api_keys_file: Path | None = Field(None, description="A file of API keys, one per line.")
+    max_api_keys: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="Most API keys stored in Redis (keys add, POST /keys); one more is refused.",
+    )
+    api_keys_poll_s: float = Field(
+        1.0,
+        gt=0,
+        le=1.0,
+        description="How often each API process looks for added or revoked keys (a change "
+        "is applied within this plus one Redis round trip).",
+    )
+    api_keys_last_use_s: int = Field(
+        10,
+        ge=1,
+        le=3600,
+        description="How often each API process writes when its keys were last used.",
+    )
     protect_metrics: bool = Field(
         False,
         description="/metrics needs a key with the metrics (or admin) scope; unset, it is "

@@ -70,6 +70,23 @@ class RegistryKeys:
     promotions: str = f"{PREFIX}:{{{REGISTRY_TAG}}}:promotions"
 
 
+#: The hash tag of the API keys stored while the service runs (``#``: in no model name).
+API_KEYS_TAG = "#apikeys"
+
+
+@dataclass(frozen=True)
+class ApiKeyKeys:
+    """The API keys managed while the service runs (:mod:`online_ctr.store.api_keys`): one
+    hash tag, so one script adds a key, checks the limit and moves the version atomically."""
+
+    #: Per key id (16 hex digits of its SHA-256), a JSON record: digest, scopes, label, created.
+    records: str = f"{PREFIX}:{{{API_KEYS_TAG}}}:keys"
+    #: Per key id, when it was last used (Unix seconds), written at a bounded rate.
+    used: str = f"{PREFIX}:{{{API_KEYS_TAG}}}:used"
+    #: Moves on every change: API processes poll it and reload the records when it moved.
+    version: str = f"{PREFIX}:{{{API_KEYS_TAG}}}:version"
+
+
 @dataclass(frozen=True)
 class FeedbackKeys:
     """Where feedback for a model, or for every model of a group, arrives: one hash tag.

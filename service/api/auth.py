@@ -1,10 +1,13 @@
-"""API keys and their scopes: who may predict, learn and administer.
+"""API keys and their scopes: who may predict, learn and administer, and which models.
 
-Keys come from ``OCTR_API_KEYS`` (a JSON object ``{"<key>": ["predict", "learn"]}``) and/or
-``OCTR_API_KEYS_FILE`` (one ``<key> <scope>,<scope>`` per line, ``#`` comments). Only their
-SHA-256 digests are kept in memory. A request presents its key as ``Authorization: Bearer
-<key>`` or ``X-API-Key: <key>``; checking it is one digest and one dict look-up, done by
-:class:`service.api.middleware.EdgeMiddleware` before any routing.
+Keys come from ``OCTR_API_KEYS`` (a JSON object ``{"<key>": ["predict", "learn:ads-*"]}``)
+and/or ``OCTR_API_KEYS_FILE`` (one ``<key> <scope>,<scope>`` per line, ``#`` comments), and
+from Redis, where ``online-ctr keys add`` and ``POST /keys`` store them while the service runs
+(:mod:`service.api.key_watch` follows them). Only their SHA-256 digests are kept. A request
+presents its key as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``; checking it is
+one digest and one dict look-up, done by :class:`service.api.middleware.EdgeMiddleware`
+before any routing, which then puts the key's grants in the request for the routes to check
+the model they name (:mod:`service.api.access`).
 """
 
 from __future__ import annotations
@@ -12,24 +15,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.types import Message, Scope
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
+from service.api.access import GRANTS
+from service.api.scopes import ALL, NOTHING, SCOPES, Grants
 
-SCOPES = ("predict", "learn", "admin", "metrics")
-#: Scopes a scope includes: an administrator, who may list the models, may also read their
-#: series on /metrics; ``metrics`` alone is for a scraper (Prometheus), which needs nothing else.
-IMPLIED = {"admin": frozenset({"metrics"})}
 #: Shortest key accepted: a short key can be guessed.
 MIN_KEY_CHARS = 16
 #: The scope each path needs. "" means any valid key; paths not listed are open.
-PATH_SCOPES = {"/predict": "predict", "/learn": "learn", "/models": "admin"}
+PATH_SCOPES = {"/predict": "predict", "/learn": "learn", "/models": "admin", "/keys": "admin"}
 MODELS_PREFIX = "/models/"
 GROUPS_PREFIX = "/groups/"
+KEYS_PREFIX = "/keys/"
+#: Where each key came from, as ``keys list`` shows it: these two are read-only.
+FROM_ENV = "OCTR_API_KEYS"
+FROM_FILE = "OCTR_API_KEYS_FILE"
 DOCS_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 #: Where Swagger UI's and ReDoc's JS and CSS are served from. Always open, even with
 #: OCTR_PROTECT_DOCS: they are the same public files for every install and hold no data of
@@ -46,17 +50,18 @@ def digest(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()
 
 
-def _scopes(names: Iterable[object], where: str) -> frozenset[str]:
-    scopes = frozenset(str(name) for name in names)
-    unknown = sorted(scopes - set(SCOPES))
-    if unknown or not scopes:
+def _scopes(names: Iterable[object], where: str) -> Grants:
+    texts = [str(name) for name in names]
+    try:
+        return Grants.parse(texts)
+    except ValueError as error:
         raise StartupError(
-            f"{where}: scopes must be some of {', '.join(SCOPES)}, got {sorted(scopes)}"
-        )
-    return scopes.union(*(IMPLIED.get(scope, ()) for scope in scopes))
+            f"{where}: scopes must be some of {', '.join(SCOPES)}, each alone or as "
+            f"<scope>:<model, group or prefix*>, got {sorted(texts)} ({error})"
+        ) from None
 
 
-def _entry(key: str, scopes: Iterable[object], where: str) -> tuple[bytes, frozenset[str]]:
+def _entry(key: str, scopes: Iterable[object], where: str) -> tuple[bytes, Grants]:
     if len(key) < MIN_KEY_CHARS or not key.isascii() or not key.isprintable() or " " in key:
         raise StartupError(
             f"{where}: API keys must be at least {MIN_KEY_CHARS} printable ASCII characters "
@@ -65,7 +70,7 @@ def _entry(key: str, scopes: Iterable[object], where: str) -> tuple[bytes, froze
     return digest(key.encode()), _scopes(scopes, where)
 
 
-def parse_keys_json(text: str) -> dict[bytes, frozenset[str]]:
+def parse_keys_json(text: str) -> dict[bytes, Grants]:
     """``{"<key>": ["predict", ...]}`` as digest -> scopes."""
     try:
         loaded = json.loads(text)
@@ -76,7 +81,7 @@ def parse_keys_json(text: str) -> dict[bytes, frozenset[str]]:
     return dict(_entry(k, v, f"OCTR_API_KEYS key #{n}") for n, (k, v) in enumerate(loaded.items()))
 
 
-def parse_keys_file(path: Path) -> dict[bytes, frozenset[str]]:
+def parse_keys_file(path: Path) -> dict[bytes, Grants]:
     """A keys file (``<key> <scope>,<scope>`` per line) as digest -> scopes."""
     try:
         lines = path.read_text().splitlines()
@@ -95,13 +100,29 @@ def parse_keys_file(path: Path) -> dict[bytes, frozenset[str]]:
     return keys
 
 
-@dataclass(frozen=True)
 class Authenticator:
-    """The known keys (by digest) and the scope each protected path needs."""
+    """The known keys (by digest) with their grants, and the scope each protected path needs.
 
-    keys: Mapping[bytes, frozenset[str]]
-    paths: Mapping[str, str] = field(default_factory=dict)
-    models_scope: str = "admin"
+    ``static`` are the keys of the environment and the file, fixed at start; :meth:`update`
+    adds the keys stored in Redis, as :mod:`service.api.key_watch` finds them. ``used`` holds
+    the digests of the keys used since the watch last wrote when keys were last used.
+    """
+
+    def __init__(
+        self,
+        static: Mapping[bytes, Grants],
+        paths: Mapping[str, str] | None = None,
+        sources: Mapping[bytes, str] | None = None,
+    ) -> None:
+        self.static = dict(static)
+        self.sources = dict(sources or {})
+        self.paths = dict(paths or {})
+        self.keys: dict[bytes, Grants] = dict(static)
+        self.used: set[bytes] = set()
+
+    def update(self, stored: Mapping[bytes, Grants]) -> None:
+        """Serve the keys ``stored`` in Redis besides the static ones, which win a clash."""
+        self.keys = {**stored, **self.static}
 
     def template(self, path: str) -> str:
         """The route label of a refused request (the route is not matched yet)."""
@@ -109,13 +130,15 @@ class Authenticator:
             return path
         if path.startswith(GROUPS_PREFIX):
             return "/groups/{name}"
+        if path.startswith(KEYS_PREFIX):
+            return "/keys/{key_id}"
         return "/models/{name}/snapshot" if path.endswith("/snapshot") else "/models/{name}"
 
     def required(self, path: str) -> str | None:
         """The scope ``path`` needs ("" for any key), or None if it is open."""
         scope = self.paths.get(path)
-        if scope is None and path.startswith((MODELS_PREFIX, GROUPS_PREFIX)):
-            return self.models_scope
+        if scope is None and path.startswith((MODELS_PREFIX, GROUPS_PREFIX, KEYS_PREFIX)):
+            return "admin"
         return scope
 
 
@@ -123,11 +146,16 @@ def authenticator(settings: Settings) -> Authenticator | None:
     """The app's authenticator, or None when ``OCTR_AUTH=off``; fails on bad or no keys."""
     if settings.auth == "off":
         return None
-    keys: dict[bytes, frozenset[str]] = {}
+    keys: dict[bytes, Grants] = {}
+    sources: dict[bytes, str] = {}
     if settings.api_keys is not None:
-        keys.update(parse_keys_json(settings.api_keys.get_secret_value()))
+        found = parse_keys_json(settings.api_keys.get_secret_value())
+        keys.update(found)
+        sources.update(dict.fromkeys(found, FROM_ENV))
     if settings.api_keys_file is not None:
-        keys.update(parse_keys_file(settings.api_keys_file))
+        found = parse_keys_file(settings.api_keys_file)
+        keys.update(found)
+        sources.update(dict.fromkeys(found, FROM_FILE))
     if not keys:
         raise StartupError(_NO_KEYS)
     paths = dict(PATH_SCOPES)
@@ -135,7 +163,7 @@ def authenticator(settings: Settings) -> Authenticator | None:
         paths["/metrics"] = "metrics"
     if settings.protect_docs:
         paths.update(dict.fromkeys(DOCS_PATHS, ""))
-    return Authenticator(keys, paths)
+    return Authenticator(keys, paths, sources)
 
 
 def describe(settings: Settings) -> str:
@@ -150,11 +178,12 @@ def describe(settings: Settings) -> str:
         )
         if value is not None
     ]
-    protected = ["/predict", "/learn", "/models"]
+    protected = ["/predict", "/learn", "/models", "/keys"]
     protected += ["/metrics"] * settings.protect_metrics
     protected += ["/docs", "/redoc", "/openapi.json"] * settings.protect_docs
     return (
-        f"auth: on, API keys from {' and '.join(sources)}; keys needed for {', '.join(protected)}"
+        f"auth: on, API keys from {' and '.join(sources)} and Redis (online-ctr keys); keys "
+        f"needed for {', '.join(protected)}"
     )
 
 
@@ -170,85 +199,60 @@ def presented_key(scope: Scope) -> bytes | None:
     return None
 
 
-class KeyShares:
-    """Requests in progress per API key, at most ``most`` each (``OCTR_MAX_REQUESTS_PER_KEY``):
-    one client, however many connections it opens, cannot take every turn of the event loop
-    and of Redis from the others. Held by digest, for known keys only, so the table is bounded
-    by the keys configured."""
-
-    def __init__(self, auth: Authenticator, most: int) -> None:
-        self.auth = auth
-        self.most = most
-        self._held: dict[bytes, int] = {}
-
-    def take(self, scope: Scope) -> bytes | bool | None:
-        """The request's key digest with its share taken (give it back with :meth:`release`),
-        None for a request without a known key, False when that key has ``most`` in
-        progress."""
-        key = presented_key(scope)
-        if key is None:
-            return None
-        found = digest(key)
-        if found not in self.auth.keys:
-            return None
-        held = self._held.get(found, 0)
-        if held >= self.most:
-            return False
-        self._held[found] = held + 1
-        return found
-
-    def release(self, found: bytes) -> None:
-        held = self._held.pop(found) - 1
-        if held:
-            self._held[found] = held
-
-    def refusal(self, retry_after_s: int) -> tuple[Message, Message]:
-        """The 429 answer (start and body messages)."""
-        detail = (
-            f"this API key has {self.most} requests in progress (OCTR_MAX_REQUESTS_PER_KEY); "
-            "wait for one to end, or retry after Retry-After seconds"
-        )
-        body = json.dumps({"detail": detail}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"retry-after", str(retry_after_s).encode()),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        start: Message = {"type": "http.response.start", "status": 429, "headers": headers}
-        return start, {"type": "http.response.body", "body": body}
-
-
-def sees_model_names(auth: Authenticator | None, scope: Scope) -> bool:
-    """Whether a request may read model names on /metrics: with auth off, or with a key of
-    the ``metrics`` scope (an ``admin`` key has it), as model names are what ``GET /models``
-    shows to administrators only."""
+def request_grants(auth: Authenticator | None, scope: Scope) -> Grants:
+    """The grants of a request's key on an open path (/metrics): every one with auth off,
+    none without a known key."""
     if auth is None:
-        return True
+        return ALL
     key = presented_key(scope)
-    return key is not None and "metrics" in auth.keys.get(digest(key), ())
+    found = b"" if key is None else digest(key)
+    grants = auth.keys.get(found)
+    if grants is None:
+        return NOTHING
+    auth.used.add(found)
+    return grants
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path as the routes match it: without the app's ``root_path`` (behind a
+    proxy's prefix, ``/ctr/predict`` is ``/predict``), as Starlette's router takes it off.
+
+    >>> route_path({"path": "/ctr/predict", "root_path": "/ctr"}), route_path({"path": "/learn"})
+    ('/predict', '/learn')
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return path
 
 
 def refusal(auth: Authenticator, scope: Scope) -> tuple[Message, Message] | None:
     """The 401 or 403 answer (start and body messages) for a request, or None to let it in."""
-    needed = auth.required(scope["path"])
+    # The route's path, not the raw one: behind a root path the raw one matched no protected
+    # path, and every route was open to anyone.
+    needed = auth.required(route_path(scope))
     if needed is None:
         return None
     key = presented_key(scope)
-    scopes = None if key is None else auth.keys.get(digest(key))
-    if scopes is not None and (not needed or needed in scopes):
+    found = b"" if key is None else digest(key)
+    grants = auth.keys.get(found)
+    if grants is not None and (not needed or grants.has(needed)):
+        scope[GRANTS] = grants
+        auth.used.add(found)
         return None
     what = f"{scope['method']} {scope['path'][:100]}"
     needs = f"the {needed!r} scope" if needed else "an API key"
     if key is None:
         status, challenge = 401, b'Bearer realm="online-ctr"'
         detail = f"{what} needs {needs}: send 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')"
-    elif scopes is None:
+    elif grants is None:
         status, challenge = 401, b'Bearer realm="online-ctr", error="invalid_token"'
         detail = f"unknown API key; {what} needs a valid key with {needs}"
     else:
         status, challenge = 403, b""
         detail = (
-            f"this API key lacks {needs} that {what} needs (it has: {', '.join(sorted(scopes))})"
+            f"this API key lacks {needs} that {what} needs (it has: {', '.join(grants.text())})"
         )
     headers = [(b"content-type", b"application/json")]
     headers += [(b"www-authenticate", challenge)] if challenge else []

@@ -16,7 +16,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
 
+from online_ctr.store.registry import UnknownNameError
+from service.api.access import ScopeError, grants_of, what
 from service.api.catalog import Catalog, Served
+from service.api.groups import ServedGroup
 from service.api.served import ServedModel
 
 #: OpenAPI for the ``model`` query parameter that :func:`requested_model` reads.
@@ -34,13 +37,30 @@ MODEL_PARAMETER: dict[str, Any] = {
 }
 
 
-async def requested(request: Request) -> Served:
-    """The model or group named by ``?model=`` (default: the own model), or a 404 error."""
+async def requested(request: Request, needed: str) -> Served:
+    """The model or group named by ``?model=`` (default: the own model), or a 404 error; a
+    403 if the key lacks ``needed`` on it, unless it is a group, whose caller then checks
+    where the request lands (:func:`service.api.access.allow_landing`)."""
     catalog: Catalog = request.app.state.catalog
-    if not request.scope["query_string"]:  # the common case: no need to parse anything
-        return catalog.own
-    name = request.query_params.get("model")
-    return catalog.own if name is None else await catalog.get(name)
+    # The common case, no query string: no need to parse anything.
+    name = request.query_params.get("model") if request.scope["query_string"] else None
+    grants = grants_of(request.scope)
+    if grants.allows(needed, name or catalog.own.name):
+        return catalog.own if name is None else await catalog.get(name)
+    # A name the key may not use: a 403 rather than a 404, so that it learns no names, unless
+    # it names a group the request may land in through models the key may use.
+    found = None if name is None else await _group(catalog, name)
+    if found is None:
+        raise ScopeError(grants, needed, name or catalog.own.name, what(request.scope))
+    return found
+
+
+async def _group(catalog: Catalog, name: str) -> ServedGroup | None:
+    try:
+        found = await catalog.get(name)
+    except UnknownNameError:
+        return None
+    return found if isinstance(found, ServedGroup) else None
 
 
 async def get_catalog(request: Request) -> Catalog:

@@ -25,6 +25,7 @@ from starlette.routing import Match
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.snapshot import SnapshotError
+from online_ctr.store.api_keys import ApiKeyError, UnknownKeyError
 from online_ctr.store.failures import INTERNAL, client_failure
 from online_ctr.store.impressions import JoinConflictError
 from online_ctr.store.ingest import IdempotencyConflictError, ModelDeletedError
@@ -113,6 +114,8 @@ Answer = tuple[int, dict[str, object], Mapping[str, str] | None]
 #: Refusals of the store (snapshots, the registry of models), by status; their messages say
 #: what to do. The first class that matches wins.
 SNAPSHOT_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (UnknownKeyError, 404),
+    (ApiKeyError, 409),
     (UnknownNameError, 404),
     (ModelGoneError, 404),
     (ModelDeletedError, 404),

@@ -20,7 +20,8 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from online_ctr.store.keys import MODEL_NAME
-from service.api.auth import DOCS_ASSETS_URL, Authenticator, KeyShares, refusal
+from service.api.auth import DOCS_ASSETS_URL, Authenticator, refusal, route_path
+from service.api.key_shares import KeyShares
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ class EdgeMiddleware:
             if refused is not None:
                 await send(refused[0])
                 await send(refused[1])
-                template = self.auth.template(scope["path"])
+                template = self.auth.template(route_path(scope))
                 self._series_for(scope, template, refused[0]["status"] // 100).inc()
                 return
         share = self.shares.take(scope) if self.shares is not None else None

@@ -18,13 +18,15 @@ _ERROR = {
 }
 
 
-def _secure(operation: dict[str, Any], scope: str) -> None:
+def _secure(operation: dict[str, Any], scope: str, path: str) -> None:
     operation["security"] = [{"bearer": []}, {"apiKey": []}]
     needs = f"the `{scope}` scope" if scope else "any API key"
-    operation["description"] = f"{operation.get('description', '')}\n\nNeeds {needs}.".strip()
+    on = " on the model or group it names" if scope in ("predict", "learn", "admin") else ""
+    on = " on every model" if path.startswith("/keys") else on
+    operation["description"] = f"{operation.get('description', '')}\n\nNeeds {needs}{on}.".strip()
     responses = operation.setdefault("responses", {})
     responses["401"] = {"description": "No API key, or an unknown one.", **_ERROR}
-    responses["403"] = {"description": f"The API key lacks {needs}.", **_ERROR}
+    responses["403"] = {"description": f"The API key lacks {needs}{on}.", **_ERROR}
 
 
 def document_auth(app: FastAPI, auth: Authenticator) -> None:
@@ -39,7 +41,7 @@ def document_auth(app: FastAPI, auth: Authenticator) -> None:
                 scope = auth.required(path)
                 if scope is not None:
                     for operation in operations.values():
-                        _secure(operation, scope)
+                        _secure(operation, scope, path)
         return app.openapi_schema or build()
 
     app.openapi = openapi  # type: ignore[method-assign]

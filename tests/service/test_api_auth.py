@@ -144,3 +144,15 @@ def test_auth_off_lets_everyone_in(redis_url: str) -> None:
         assert client.post("/learn", json=LEARN).status_code == 202
         assert client.get("/models/default").status_code == 200
         assert "securitySchemes" not in client.get("/openapi.json").json()["components"]
+
+
+def test_behind_a_root_path_every_route_still_needs_its_key(redis_url: str) -> None:
+    settings = Settings(redis_url=redis_url, state_buckets=64, **AUTH)
+    with TestClient(create_app(settings, CollectorRegistry()), root_path="/ctr") as client:
+        for scope, (method, path, body) in CALLS.items():
+            url = f"/ctr{path}"
+            assert client.request(method, url, json=body).status_code == 401, path
+            refused = client.request(method, url, json=body, headers=bearer(PREDICT_KEY))
+            assert refused.status_code == (200 if scope == "predict" else 403), path
+            allowed = client.request(method, url, json=body, headers=bearer(ADMIN_KEY))
+            assert allowed.status_code in (200, 202), allowed.text

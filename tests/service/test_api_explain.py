@@ -188,27 +188,31 @@ def test_explain_top_at_its_bounds(client: TestClient) -> None:
         assert answer["explanation"]["omitted"] == 4 - min(top, 4)
 
 
-def test_explain_costs_no_extra_redis_command(client: TestClient, settings: Settings) -> None:
-    learned(client, settings)
-    plain = redis.Redis.from_url(str(settings.redis_url))
-    bodies = [{"features": x} for x in EXAMPLES] + [
-        {"examples": [{"features": x} for x in EXAMPLES]}
-    ]
-    counted = {}
-    for asked in (False, True):
-        for body in bodies:  # warm: the same path, and the API's copy holds these features
-            predict(client, {**body, "explain": asked})
-        plain.config_resetstat()
-        for body in bodies:
-            answer = predict(client, {**body, "explain": asked})
-            assert ("explanation" in str(answer)) == asked
-        counted[asked] = commands(plain)
-    plain.close()
-    counted = {
-        asked: {k: v for k, v in c.items() if k != "cmdstat_config"} for asked, c in counted.items()
-    }
-    assert counted[True] == counted[False]
-    assert counted[False]["cmdstat_evalsha"] == len(bodies)
+def test_explain_costs_no_extra_redis_command(settings: Settings) -> None:
+    # Auth off: no key watch polls Redis during the count (service.api.key_watch).
+    settings = settings.model_copy(update={"auth": "off"})
+    with app_client(settings) as client:
+        learned(client, settings)
+        plain = redis.Redis.from_url(str(settings.redis_url))
+        bodies = [{"features": x} for x in EXAMPLES] + [
+            {"examples": [{"features": x} for x in EXAMPLES]}
+        ]
+        counted = {}
+        for asked in (False, True):
+            for body in bodies:  # warm: the same path, and the API's copy holds these features
+                predict(client, {**body, "explain": asked})
+            plain.config_resetstat()
+            for body in bodies:
+                answer = predict(client, {**body, "explain": asked})
+                assert ("explanation" in str(answer)) == asked
+            counted[asked] = commands(plain)
+        plain.close()
+        counted = {
+            asked: {k: v for k, v in c.items() if k != "cmdstat_config"}
+            for asked, c in counted.items()
+        }
+        assert counted[True] == counted[False]
+        assert counted[False]["cmdstat_evalsha"] == len(bodies)
 
 
 @pytest.mark.parametrize("hash_bits", [None, 3])

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.features import BIAS, FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.rules import get_rule
+from service.app import create_app
 from tests.service.keys import AUTH
 from tests.service.test_api_predict import ROWS, learn_with_worker, predict
 
@@ -92,27 +94,33 @@ def commands(plain: redis.Redis) -> dict[str, int]:
     return {name: int(value["calls"]) for name, value in stats.items()}
 
 
-def test_uncertainty_costs_no_extra_redis_command(client: TestClient, settings: Settings) -> None:
-    learned(client, settings)
-    plain = redis.Redis.from_url(str(settings.redis_url))
-    bodies = [{"features": x} for x in EXAMPLES] + [{"examples": [{"features": EXAMPLES[1]}] * 5}]
-    counted = {}
-    for asked in (False, True):
-        for body in bodies:  # warm: the same path, and the API's copy holds these features
-            predict(client, {**body, "uncertainty": asked})
-        plain.config_resetstat()
-        for body in bodies:
-            predict(client, {**body, "uncertainty": asked})
-        counted[asked] = commands(plain)
-    plain.close()
-    counted = {
-        asked: {k: v for k, v in c.items() if k != "cmdstat_config"} for asked, c in counted.items()
-    }
-    assert counted[True] == counted[False]
-    # One call per request: the serving script, whose HMGET reads the step and calibration fit
-    # (and nothing else: the API's copy of these features is up to date).
-    assert counted[False]["cmdstat_hmget"] == counted[False]["cmdstat_evalsha"] == len(bodies)
-    assert "cmdstat_hget" not in counted[False]
+def test_uncertainty_costs_no_extra_redis_command(settings: Settings) -> None:
+    # Auth off: no key watch polls Redis during the count (service.api.key_watch).
+    settings = settings.model_copy(update={"auth": "off"})
+    with TestClient(create_app(settings, CollectorRegistry())) as client:
+        learned(client, settings)
+        plain = redis.Redis.from_url(str(settings.redis_url))
+        bodies = [{"features": x} for x in EXAMPLES] + [
+            {"examples": [{"features": EXAMPLES[1]}] * 5}
+        ]
+        counted = {}
+        for asked in (False, True):
+            for body in bodies:  # warm: the same path, and the API's copy holds these features
+                predict(client, {**body, "uncertainty": asked})
+            plain.config_resetstat()
+            for body in bodies:
+                predict(client, {**body, "uncertainty": asked})
+            counted[asked] = commands(plain)
+        plain.close()
+        counted = {
+            asked: {k: v for k, v in c.items() if k != "cmdstat_config"}
+            for asked, c in counted.items()
+        }
+        assert counted[True] == counted[False]
+        # One call per request: the serving script, whose HMGET reads the step and calibration fit
+        # (and nothing else: the API's copy of these features is up to date).
+        assert counted[False]["cmdstat_hmget"] == counted[False]["cmdstat_evalsha"] == len(bodies)
+        assert "cmdstat_hget" not in counted[False]
 
 
 @pytest.mark.parametrize(

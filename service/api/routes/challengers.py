@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, status
+from fastapi import APIRouter, Body, Request, status
 
 from online_ctr.challengers import (
     SweepValueError,
@@ -20,11 +20,12 @@ from online_ctr.challengers import (
     sweep_configs,
 )
 from online_ctr.store.model_config import PolicyBody
+from service.api.access import AdminName, allow
 from service.api.challenger_schemas import SweepRequest, SweepResponse, SweptModel
 from service.api.deps import CatalogDep
 from service.api.limits import InvalidFieldError
 from service.api.listing import group_detail
-from service.api.routes.models import AdminDep, Name, _errors
+from service.api.routes.models import AdminDep, _errors
 from service.api.schemas import GroupDetailResponse
 
 router = APIRouter(tags=["models"])
@@ -36,7 +37,11 @@ router = APIRouter(tags=["models"])
     responses=_errors(409, 415, 422, 503),
 )
 async def sweep_group(
-    name: Name, request: Annotated[SweepRequest, Body()], catalog: CatalogDep, admin: AdminDep
+    name: AdminName,
+    request: Annotated[SweepRequest, Body()],
+    http: Request,
+    catalog: CatalogDep,
+    admin: AdminDep,
 ) -> SweepResponse:
     """Create a model of the group for every combination of the grid's values (the group is
     created with the first one if new, which then serves it). Refused whole, before any model
@@ -47,6 +52,8 @@ async def sweep_group(
         configs = sweep_configs(name, request.base, grid, request.crosses)
     except SweepValueError as error:
         raise InvalidFieldError("grid", str(error)) from None
+    for model, _ in configs:  # the key administers each model it would create
+        allow(http.scope, "admin", model)
     created = await sweep(admin, configs)
     if request.promotion is not None:
         await set_policy(admin, name, request.promotion)
@@ -59,7 +66,10 @@ async def sweep_group(
 
 @router.put("/groups/{name}/promotion", responses=_errors(404, 415, 422, 503))
 async def set_promotion(
-    name: Name, policy: Annotated[PolicyBody, Body()], catalog: CatalogDep, admin: AdminDep
+    name: AdminName,
+    policy: Annotated[PolicyBody, Body()],
+    catalog: CatalogDep,
+    admin: AdminDep,
 ) -> GroupDetailResponse:
     """Let a challenger replace the serving model once its progressive log loss is lower by
     ``margin`` with ``confidence`` (a sequential test on the paired losses; the docs'
@@ -70,7 +80,9 @@ async def set_promotion(
 
 
 @router.delete("/groups/{name}/promotion", responses=_errors(404, 422, 503))
-async def remove_promotion(name: Name, catalog: CatalogDep, admin: AdminDep) -> GroupDetailResponse:
+async def remove_promotion(
+    name: AdminName, catalog: CatalogDep, admin: AdminDep
+) -> GroupDetailResponse:
     """Only ``PUT /groups/{name}`` changes the serving model from now on."""
     await set_policy(admin, name, None)
     catalog.forget(name)

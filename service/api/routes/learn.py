@@ -8,7 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Request, Response, status
 from pydantic_core import to_json
 
+from service.api.access import allow_landing
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.groups import ServedGroup
 from service.api.join_side import answer
 from service.api.lane import LaneRoute, ReadRequest, reads_body, validated
 from service.api.limits import InvalidFieldError
@@ -101,7 +103,7 @@ async def learn(request: ReadRequest) -> Response:
     raw = request.raw
     scanned = scanned_body(request, raw, want_label=True)
     if scanned is not None:
-        target = await requested(request)
+        target = await requested(request, "learn")
         if isinstance(target, ServedModel) and scanned.within(target.limits):
             key = idempotency_key(request)
             appended = await target.append(target.learn_names.batch(raw, scanned), key)
@@ -109,7 +111,9 @@ async def learn(request: ReadRequest) -> Response:
                 {"accepted": appended.accepted}, status.HTTP_202_ACCEPTED, appended.replayed
             )
     body: LearnExample | LearnBatch | JoinLabel | JoinBatch = await validated(request)
-    model = await requested(request)
+    model = await requested(request, "learn")
+    if isinstance(model, ServedGroup):  # every model of the group learns it
+        allow_landing(request.scope, "learn", model.name, model.members)
     key = idempotency_key(request)
     if isinstance(body, JoinLabel | JoinBatch):
         ids, labels = body.pairs()

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Request, Response, status
 
 from online_ctr.admin import ModelsAdmin
 from online_ctr.challengers import challengers
 from online_ctr.learning.crosses import crosses_text
-from online_ctr.store.keys import MODEL_NAME
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import UnknownNameError
+from service.api.access import AdminName, allow, grants_of
 from service.api.catalog import Catalog
 from service.api.deps import CatalogDep
 from service.api.groups import ServedGroup
@@ -56,15 +56,6 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return answers
 
 
-Name = Annotated[
-    str,
-    Path(
-        pattern=MODEL_NAME.pattern,
-        description="1-64 of A-Z a-z 0-9 _ . - (first a letter or digit).",
-    ),
-]
-
-
 async def get_admin(request: Request) -> ModelsAdmin:
     """The admin operations on this service's Redis, with its catalog's registry."""
     catalog: Catalog = request.app.state.catalog
@@ -75,13 +66,17 @@ AdminDep = Annotated[ModelsAdmin, Depends(get_admin)]
 
 
 @router.get("/models", responses=_errors(503))
-async def list_models(catalog: CatalogDep, admin: AdminDep) -> ModelListResponse:
-    """Every model (its rule and group) and every group (its models and serving model)."""
+async def list_models(request: Request, catalog: CatalogDep, admin: AdminDep) -> ModelListResponse:
+    """Every model (its rule and group) and every group (its models and serving model) that
+    the key administers."""
     configs, groups = await admin.list()
     own = catalog.own
     if own.name not in configs:  # not registered yet: Redis was down until now
         await own.ensure()
         configs, groups = await admin.list()
+    grants = grants_of(request.scope)
+    configs = {name: c for name, c in configs.items() if grants.allows("admin", name)}
+    groups = {name: g for name, g in groups.items() if grants.allows("admin", name)}
     return model_list(configs, groups, own.name)
 
 
@@ -91,13 +86,20 @@ async def list_models(catalog: CatalogDep, admin: AdminDep) -> ModelListResponse
     responses={**_errors(409, 415, 422, 503), 200: {"description": "Existed already, alike."}},
 )
 async def create_model(
-    name: Name, config: ModelConfig, catalog: CatalogDep, admin: AdminDep, response: Response
+    name: AdminName,
+    config: ModelConfig,
+    request: Request,
+    catalog: CatalogDep,
+    admin: AdminDep,
+    response: Response,
 ) -> ModelInfoResponse:
     """Create a model (201), or confirm one that exists with this very configuration (200).
 
     Another configuration under the same name is a 409: delete the model first. Models of a
     group share its feature hashing and join settings, since they learn the same feedback.
     """
+    if config.group is not None:  # a model joins a group: its administrators' to allow
+        allow(request.scope, "admin", config.group)
     created = await admin.create(name, config)
     catalog.forget(name)
     if config.group is not None:
@@ -108,13 +110,15 @@ async def create_model(
 
 
 @router.get("/models/{name}", responses=_errors(404, 422, 503))
-async def read_model(name: Name, catalog: CatalogDep) -> ModelInfoResponse:
+async def read_model(name: AdminName, catalog: CatalogDep) -> ModelInfoResponse:
     """The model's rule, hyper-parameters, global step, sizes, progressive loss and lag."""
     return await _info(await _model(catalog, name))
 
 
 @router.delete("/models/{name}", responses=_errors(404, 409, 422, 503))
-async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> ModelDeletedResponse:
+async def delete_model(
+    name: AdminName, catalog: CatalogDep, admin: AdminDep
+) -> ModelDeletedResponse:
     """Delete the model and all its keys: state, feedback not learned yet, dead letters; with
     a group's last model, the group's keys too (idempotency records, logged impressions).
 
@@ -134,7 +138,7 @@ async def delete_model(name: Name, catalog: CatalogDep, admin: AdminDep) -> Mode
 
 
 @router.get("/groups/{name}", responses=_errors(404, 422, 503))
-async def read_group(name: Name, admin: AdminDep) -> GroupDetailResponse:
+async def read_group(name: AdminName, admin: AdminDep) -> GroupDetailResponse:
     """The group's models, the serving one, the traffic split and, with a promotion policy,
     each challenger's standing and the last promotions."""
     return group_detail(await challengers(admin, name))
@@ -142,7 +146,10 @@ async def read_group(name: Name, admin: AdminDep) -> GroupDetailResponse:
 
 @router.put("/groups/{name}", responses=_errors(404, 409, 415, 422, 503))
 async def update_group(
-    name: Name, update: Annotated[GroupUpdate, Body()], catalog: CatalogDep, admin: AdminDep
+    name: AdminName,
+    update: Annotated[GroupUpdate, Body()],
+    catalog: CatalogDep,
+    admin: AdminDep,
 ) -> GroupResponse:
     """Promote a model of the group to serving it, and set (or, absent, keep) the traffic
     split of requests that send a ``split_key``. One call; every API process follows

@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, Response
 
 from online_ctr.learning.explain import Explanation
+from service.api.access import allow_landing
 from service.api.deps import MODEL_PARAMETER, requested
 from service.api.groups import ServedGroup
 from service.api.join_side import PredictionIdUsedError, used_error
@@ -56,13 +57,17 @@ async def predict(request: ReadRequest) -> Response:
     raw = request.raw
     scanned = scanned_body(request, raw, want_label=False)
     if scanned is not None:
-        target = await requested(request)
+        target = await requested(request, "predict")
         if isinstance(target, ServedModel) and scanned.within(target.limits):
             scores = await target.predict_hashed(target.names.batch(raw, scanned))
             return answer(target, scores, scanned.single, started)
     body: PredictExample | PredictBatch = await validated(request)
-    target = await requested(request)
-    model = target.pick(body.split_key) if isinstance(target, ServedGroup) else target
+    target = await requested(request, "predict")
+    if isinstance(target, ServedGroup):  # checked where its split lands
+        model = target.pick(body.split_key)
+        allow_landing(request.scope, "predict", target.name, [model.name])
+    else:
+        model = target
     rows = body.rows()
     single = body.single
     lists = model.limits.check(rows, single)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import StreamingResponse
 
-from online_ctr.store.keys import MODEL_NAME
+from service.api.access import AdminName
 from service.api.deps import CatalogDep, ServedDep
 from service.api.routes.models import AdminDep
 from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
@@ -24,13 +24,6 @@ router = APIRouter(tags=["models"])
 
 #: The media type of a snapshot file.
 SNAPSHOT_TYPE = "application/vnd.online-ctr.snapshot"
-ModelName = Annotated[
-    str,
-    Path(
-        pattern=MODEL_NAME.pattern,
-        description="The model's name: 1-64 of A-Z a-z 0-9 _ . - (first a letter or digit).",
-    ),
-]
 _FILE = {"schema": {"type": "string", "format": "binary"}}
 _EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -64,7 +57,7 @@ _IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     response_class=StreamingResponse,
     responses=_EXPORT_RESPONSES,
 )
-async def export_snapshot(name: ModelName, admin: AdminDep) -> StreamingResponse:
+async def export_snapshot(name: AdminName, admin: AdminDep) -> StreamingResponse:
     """Export the model (rule, hyper-parameters, every feature's state, step and counters)
     as one versioned file, streamed. Taken while the model learns, the file is its exact
     state at one step."""
@@ -87,7 +80,7 @@ async def export_snapshot(name: ModelName, admin: AdminDep) -> StreamingResponse
     },
 )
 async def import_snapshot(
-    name: ModelName,
+    name: AdminName,
     request: Request,
     served: ServedDep,
     catalog: CatalogDep,

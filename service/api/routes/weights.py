@@ -13,9 +13,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from online_ctr.store.weights import MAX_TOP, WeightsReader, names_off
+from service.api.access import AdminName
 from service.api.deps import CatalogDep
 from service.api.name_record import recorder_of
-from service.api.routes.models import Name, _errors, _model
+from service.api.routes.models import _errors, _model
 from service.api.weights_schemas import WeightsResponse, weights_response
 
 router = APIRouter(tags=["models"])
@@ -33,7 +34,7 @@ _ANSWERS[409]["description"] = (
 
 @router.get("/models/{name}/weights", responses=_ANSWERS)
 async def read_weights(
-    name: Name,
+    name: AdminName,
     catalog: CatalogDep,
     top: Annotated[
         int, Query(ge=1, le=MAX_TOP, description="How many of the largest |w| to list.")
