@@ -44,6 +44,8 @@ def service_error(error: OnlineCtrError, target: ApiTarget) -> str:
         return f"{said} (pass {flag}: a key of the learn scope)"
     if isinstance(error, ClientError) and error.status == 403:
         return f"{said} (feed needs the learn scope, and predict too with --join)"
+    if error.status == 413:
+        return f"{said} (a smaller --batch-size makes smaller bodies)"
     if error.status == 409 and "Idempotency-Key" in error.message:
         return f"{said} (an earlier feed of this file sent other rows there: use its --batch-size)"
     return said

@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from online_ctr.cli.embedded import free_port
+from online_ctr.cli.embedded import RedisServer, free_port
 from online_ctr.cli.main import main
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -53,9 +54,10 @@ def feed_service(
     key_file = tmp_path / "key"
     key_file.write_text(f"{LEARN_KEY} predict,learn  # the feed's\n")
 
-    def start(**settings: str) -> tuple[Service, Path]:
+    def start(redis: str | None = None, **settings: str) -> tuple[Service, Path]:
         keys = json.dumps(KEYS)
-        service = start_service(redis_url, OCTR_AUTH="on", OCTR_API_KEYS=keys, **settings)
+        url = redis or redis_url
+        service = start_service(url, OCTR_AUTH="on", OCTR_API_KEYS=keys, **settings)
         return service, key_file
 
     return start
@@ -149,6 +151,38 @@ def test_a_killed_feed_run_again_learns_each_row_once(
     assert main(args) == 0
     assert "of them by an earlier feed" in capsys.readouterr().out
     assert_learned_as_replay(service, ROWS)
+
+
+def test_a_feed_rides_out_a_redis_restart_and_learns_each_row_once(
+    feed_service: Callable[..., tuple[Service, Path]], make_redis_server: Callable[..., Any]
+) -> None:
+    redis: RedisServer = make_redis_server(persist=True)
+    service, key_file = feed_service(redis.url)
+    args = feed_args(service, key_file, "--limit", str(ROWS), "--rate", "300")
+    command = [sys.executable, "-m", "online_ctr.cli.main", *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: info(service)["global_step"] >= 300, what="a batch learned")
+    redis.stop()
+    # The feed's next batch gets a 503 (Redis unavailable, Retry-After 1), and waits.
+    wait_until(lambda: learn_5xx(service) > 0, what="a 503 to the feed", logs=service.logs)
+    redis.start()
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert out == "sent rows 0-1999 to " + service.api_url + ": 2,000 accepted\n"
+    assert_learned_as_replay(service, ROWS)
+
+
+def learn_5xx(service: Service) -> float:
+    """How many /learn requests the API answered with a 5xx."""
+    text = httpx.get(f"{service.api_url}/metrics", timeout=5).text
+    wanted = {"route": "/learn", "status_class": "5xx"}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "online_ctr_http_requests_total"
+        and wanted.items() <= sample.labels.items()
+    )
 
 
 def test_a_join_feed_predicts_then_labels_each_row_by_its_id(

@@ -130,6 +130,7 @@ def test_each_refusal_says_what_to_do() -> None:
     assert "learn scope" in service_error(ClientError(403, "needs learn"), keyed)
     conflict = ClientError(409, "Idempotency-Key 'feed-f-learn-0' was used ... other examples")
     assert "use its --batch-size" in service_error(conflict, keyed)
+    assert "smaller --batch-size" in service_error(ClientError(413, "too large"), keyed)
     invalid = ClientError(422, "invalid body", (("examples", "at most 1000"),))
     assert service_error(invalid, keyed).endswith("422: invalid body; examples: at most 1000")
     assert service_error(UnreachableError("ConnectError"), bare).startswith(
