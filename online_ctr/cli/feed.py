@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -104,7 +105,7 @@ def feed(args: argparse.Namespace) -> int:
     mode = "join" if args.join else "learn"
     plan = batches(rows, args.batch_size, name, args.start, mode)
     done, next_row = Outcome(), args.start
-    with Sender(target, args.model) as sender, _bar(args) as bar:
+    with closing(Sender(target, args.model)) as sender, _bar(args) as bar:
         try:
             sender.probe()
             for batch in _paced(plan, Pacer(args.rate)):

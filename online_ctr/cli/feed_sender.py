@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -114,17 +113,6 @@ class Sender:
     def close(self) -> None:
         """Close the connections."""
         self._http.close()
-
-    def __enter__(self) -> Sender:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

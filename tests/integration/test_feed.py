@@ -118,15 +118,21 @@ def test_a_feed_learns_every_row_once_and_a_rerun_learns_nothing(
     assert again["global_step"] == ROWS and again["stream_lag"] == 0
 
 
+def feed_slowly(service: Service, args: list[str]) -> subprocess.Popen[str]:
+    """``online-ctr feed`` at 300 rows a second (2,000 rows: over six seconds to go), once
+    its first batch is learned."""
+    command = [sys.executable, "-m", "online_ctr.cli.main", *args, "--rate", "300"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: info(service)["global_step"] >= 300, what="a batch learned")
+    return process
+
+
 def test_a_feed_killed_midway_resumes_from_the_row_it_names(
     feed_service: Callable[..., tuple[Service, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     service, key_file = feed_service()
-    # 2,000 rows at 300 a second: over six seconds to go, stopped once a batch is learned.
     args = feed_args(service, key_file, "--limit", str(ROWS))
-    command = [sys.executable, "-m", "online_ctr.cli.main", *args, "--rate", "300"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: info(service)["global_step"] >= 300, what="a batch learned")
+    process = feed_slowly(service, args)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
@@ -143,11 +149,9 @@ def test_a_killed_feed_run_again_learns_each_row_once(
 ) -> None:
     service, key_file = feed_service()
     args = feed_args(service, key_file, "--limit", str(ROWS))
-    command = [sys.executable, "-m", "online_ctr.cli.main", *args, "--rate", "300"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: info(service)["global_step"] >= 300, what="a batch learned")
+    process = feed_slowly(service, args)
     process.kill()  # no chance to say where it was: maybe in the middle of a request
-    process.wait()
+    process.communicate(timeout=30)
     assert main(args) == 0
     assert "of them by an earlier feed" in capsys.readouterr().out
     assert_learned_as_replay(service, ROWS)
@@ -158,10 +162,7 @@ def test_a_feed_rides_out_a_redis_restart_and_learns_each_row_once(
 ) -> None:
     redis: RedisServer = make_redis_server(persist=True)
     service, key_file = feed_service(redis.url)
-    args = feed_args(service, key_file, "--limit", str(ROWS), "--rate", "300")
-    command = [sys.executable, "-m", "online_ctr.cli.main", *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: info(service)["global_step"] >= 300, what="a batch learned")
+    process = feed_slowly(service, feed_args(service, key_file, "--limit", str(ROWS)))
     redis.stop()
     # The feed's next batch gets a 503 (Redis unavailable, Retry-After 1), and waits.
     wait_until(lambda: learn_5xx(service) > 0, what="a 503 to the feed", logs=service.logs)
