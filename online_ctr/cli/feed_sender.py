@@ -76,7 +76,7 @@ class Sender:
         their labels by id under its key. A batch whose ids the service has logged already
         (an earlier feed got that far) goes on to its labels."""
         ids = batch.prediction_ids()
-        logged = self._predict(batch, ids)
+        logged, now = self._predict(batch, ids)
         labelled = [(i, y) for i, (_, y), ok in zip(ids, batch.rows, logged, strict=True) if ok]
         outcome = Outcome()
         if len(labelled) < len(ids):  # at the service's bound of pending impressions
@@ -84,21 +84,27 @@ class Sender:
         if labelled:
             body = {"examples": [{"prediction_id": i, "label": y} for i, y in labelled]}
             call = Call("POST", "/learn", body, {IDEMPOTENCY_KEY: batch.key}, self._params)
-            outcome.add(_accepted(self._send(call)))
+            labels = _accepted(self._send(call))
+            outcome.add(labels)
+            if now and labels.replayed:
+                # Labelled by an earlier feed whose ids the service forgot since: this feed's
+                # /predict logged them again, and nothing will label them now.
+                outcome.refused["relogged"] = len(labelled)
         return outcome
 
-    def _predict(self, batch: FeedBatch, ids: list[str]) -> list[bool]:
-        """Whether each row's impression is logged (by this request or an earlier one)."""
+    def _predict(self, batch: FeedBatch, ids: list[str]) -> tuple[list[bool], bool]:
+        """Whether each row's impression is logged, and whether by this request (not by an
+        earlier one)."""
         pairs = zip(batch.rows, ids, strict=True)
         examples = [{"features": x, "prediction_id": i} for (x, _), i in pairs]
         try:
             answer = self._send(Call("POST", "/predict", {"examples": examples}, {}, self._params))
         except ClientError as error:
             if error.status == 409 and "already used" in error.message:
-                return [True] * len(ids)  # nothing of the request was logged: all were before
+                return [True] * len(ids), False  # nothing of it was logged: all were before
             raise
         served = [item.get("prediction_id") for item in _json(answer)["predictions"]]
-        return [s == i for s, i in zip(served, ids, strict=True)]  # null: not logged
+        return [s == i for s, i in zip(served, ids, strict=True)], True  # null: not logged
 
     def _send(self, call: Call, retry: Retry | None = None) -> httpx.Response:
         for step in attempts(retry or self.retry, self.timeout_s):

@@ -17,7 +17,12 @@ REASONS = {
     "repeated": "labelled by an earlier feed",
     "unknown": "never logged, or forgotten",
     "late": "their join window had closed",
-    "unlogged": "not logged by /predict (OCTR_MAX_PENDING_IMPRESSIONS)",
+    "unlogged": "not logged by /predict: OCTR_MAX_PENDING_IMPRESSIONS",
+    "relogged": (
+        "learned from an earlier feed, but the service had forgotten their ids: /predict "
+        "logged them again, to be learned as negatives when their join window closes (run a "
+        "--join feed again within the join window, or go on with --start)"
+    ),
 }
 
 
@@ -60,5 +65,5 @@ def summary(done: Outcome, start: int, end: int, url: str) -> str:
         line += f" ({done.replayed:,} of them by an earlier feed)"
     for reason, count in sorted(done.refused.items()):
         if count:
-            line += f", {count:,} refused as {reason}: {REASONS.get(reason, reason)}"
+            line += f", {count:,} {reason} ({REASONS.get(reason, 'refused')})"
     return line

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
 
 from online_ctr.cli.embedded import RedisServer, free_port
 from online_ctr.cli.main import main
@@ -198,6 +199,26 @@ def test_a_join_feed_predicts_then_labels_each_row_by_its_id(
     assert main(args) == 0
     assert "(1,000 of them by an earlier feed)" in capsys.readouterr().out
     assert info(service)["global_step"] == 1000 and info(service)["stream_lag"] == 0
+
+
+def test_a_join_feed_run_again_after_its_ids_are_forgotten_says_so(
+    feed_service: Callable[..., tuple[Service, Path]],
+    redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service, key_file = feed_service(OCTR_JOIN_WINDOW_S="1")
+    args = feed_args(service, key_file, "--limit", "300", "--join")
+    assert main(args) == 0
+    capsys.readouterr()
+    redis = Redis.from_url(redis_url)
+    try:  # the impressions' tombstones go a window after their labels
+        assert list(redis.scan_iter(match="*:imp:feed-*")), "no tombstone to wait for"
+        wait_until(lambda: not list(redis.scan_iter(match="*:imp:feed-*")), what="forgotten")
+    finally:
+        redis.close()
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "300 accepted (300 of them by an earlier feed), 300 relogged (" in out
 
 
 def test_the_progress_bar_shows_on_a_terminal_only(

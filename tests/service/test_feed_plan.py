@@ -142,8 +142,8 @@ def test_the_summary_counts_what_the_service_did() -> None:
     done = Outcome(accepted=7, replayed=3, refused=Counter({"repeated": 2, "unlogged": 1}))
     assert summary(done, 10, 20, "http://h:1") == (
         "sent rows 10-19 to http://h:1: 7 accepted (3 of them by an earlier feed), "
-        "2 refused as repeated: labelled by an earlier feed, "
-        "1 refused as unlogged: not logged by /predict (OCTR_MAX_PENDING_IMPRESSIONS)"
+        "2 repeated (labelled by an earlier feed), "
+        "1 unlogged (not logged by /predict: OCTR_MAX_PENDING_IMPRESSIONS)"
     )
     assert summary(Outcome(), 50, 50, "u") == "sent no row to u (none from row 50 on)"
 
