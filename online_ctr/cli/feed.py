@@ -112,6 +112,7 @@ def feed(args: argparse.Namespace) -> int:
                 done.add(sender.join(batch) if args.join else sender.learn(batch))
                 next_row = batch.end
                 bar.update(len(batch.rows))
+            bar.total = bar.n  # the lines counted include a header, if the file has one
         except ReaderError as error:
             return fail("feed", f"{error}{interrupted(args.start, next_row)}", status=1)
         except OnlineCtrError as error:
@@ -135,7 +136,7 @@ def _bar(args: argparse.Namespace) -> tqdm[NoReturn]:
     shown = sys.stderr.isatty()
     total = None
     if shown:  # counting the lines reads the file once more: only for a bar someone sees
-        lines = count_lines(args.file)  # a header makes this 1 too many: fine for a bar
+        lines = count_lines(args.file)
         last = lines if args.limit is None else min(lines, args.limit)
         total = max(0, last - args.start)
-    return tqdm(total=total, unit=" rows", unit_scale=True, file=sys.stderr, disable=not shown)
+    return tqdm(total=total, unit=" rows", file=sys.stderr, disable=not shown)
