@@ -34,8 +34,6 @@ from online_ctr.learning.rules import get_rule
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service, wait_until
 
-pytestmark = pytest.mark.integration
-
 LEARN_KEY = "feed-learn-and-predict-key-0000"
 PREDICT_KEY = "feed-predict-only-key-000000000"
 ADMIN_KEY = "feed-admin-key-for-the-tests-00"
