@@ -22,6 +22,7 @@ COMMANDS = {
     "online_ctr.cli.snapshots": ("export", "import"),
     "online_ctr.cli.status": ("status",),
     "online_ctr.cli.worker": ("worker",),
+    "online_ctr.cli.redis_acl": ("redis-acl",),
 }
 
 
