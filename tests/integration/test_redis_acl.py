@@ -34,6 +34,7 @@ class Users:
 
     api_url: str
     worker_url: str
+    admin_url: str
     admin: redis.Redis
 
     def acl_log(self) -> list[dict[str, Any]]:
@@ -73,6 +74,7 @@ def users(redis_url: str, tmp_path: Path) -> Iterator[Users]:
     yield Users(
         f"redis://octr-api:{PASSWORDS['api']}@{host}",
         f"redis://octr-worker:{PASSWORDS['worker']}@{host}",
+        redis_url,
         admin,
     )
     for user in ("octr-api", "octr-worker"):
@@ -185,3 +187,33 @@ def test_a_missing_permission_is_one_line_at_startup_and_a_503_later(
     refusals = [line for line in log.splitlines() if "Redis refused" in line]
     assert refusals and "EVALSHA" in refusals[0] and "'octr-api'" in refusals[0], log
     assert "Traceback" not in log and PASSWORDS["api"] not in log
+
+
+def test_deleting_a_model_is_left_to_an_administrator(
+    users: Users, start_service: Any, tmp_path: Path
+) -> None:
+    service = start_service(users.api_url, worker_redis_url=users.worker_url)
+    api = service.api_url
+    assert httpx.put(f"{api}/models/solo", json={}).status_code == 201
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS[:10]]}
+    assert httpx.post(f"{api}/learn?model=solo", json=body).status_code == 202
+    wait_until(
+        lambda: bool(httpx.get(f"{api}/models/solo").json()["global_step"] == 10),
+        what="the worker to learn solo",
+        logs=service.logs,
+    )
+    # The API takes the model out of the registry, and is refused its state (SCAN, UNLINK).
+    deleted = httpx.delete(f"{api}/models/solo")
+    assert deleted.status_code == 503 and "ACL rules" in deleted.json()["detail"], deleted.text
+    assert users.admin.keys("octr:{solo/*}:*")
+    # The command line as Redis's default user deletes what is left.
+    done = subprocess.run(
+        [sys.executable, "-m", "online_ctr.cli.main", "models", "delete", "solo", "--yes"],
+        env={"OCTR_REDIS_URL": users.admin_url, "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert users.admin.keys("octr:{solo*") == []
