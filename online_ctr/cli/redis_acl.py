@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cluster",
         action="store_true",
-        help="add what a Redis Cluster client sends (CLUSTER SLOTS and SHARDS, COMMAND)",
+        help="add what a Redis Cluster client sends (CLUSTER SLOTS, COMMAND)",
     )
     parser.set_defaults(func=redis_acl)
 

@@ -100,9 +100,9 @@ _WORKER = (
     "xread", "xdel", "xtrim", "hincrby", "hincrbyfloat", "strlen", "setrange", "bitfield",
     "zremrangebyscore",
 )  # fmt: skip
-#: What a Redis Cluster client sends besides: the slot map, and the command table redis-py
-#: reads to find each command's keys.
-CLUSTER_COMMANDS = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "readonly")
+#: What redis-py's Redis Cluster client sends besides: CLUSTER SLOTS (the slot map), and
+#: COMMAND (its table, to find each command's keys; GETKEYS for XREAD's).
+CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 @dataclass(frozen=True)

@@ -45,15 +45,24 @@ class Users:
         ]
 
 
-def printed_rules(tmp_path: Path) -> list[str]:
-    """What the real command prints, as ACL SETUSER commands."""
+def printed_rules(tmp_path: Path, *options: str) -> list[str]:
+    """What the real command prints (with ``options``), as ACL SETUSER commands."""
     files = []
     for role, password in PASSWORDS.items():
         path = tmp_path / f"{role}-password"
         path.write_text(password + "\n")
         files += [f"--{role}-password-file", str(path)]
     done = subprocess.run(
-        [sys.executable, "-m", "online_ctr.cli.main", "redis-acl", "--format", "commands", *files],
+        [
+            sys.executable,
+            "-m",
+            "online_ctr.cli.main",
+            "redis-acl",
+            "--format",
+            "commands",
+            *files,
+            *options,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
