@@ -90,7 +90,7 @@ _COMMON = (
     "ping", "info", "time", "evalsha", "script|load", "eval", "wait", "role",
     "get", "set", "type", "del", "pexpire",
     "hget", "hmget", "hgetall", "hlen", "hexists", "hset", "hsetnx", "hdel",
-    "xadd", "xrange", "xrevrange", "xlen", "zadd", "zrem", "zcard", "zrange", "zrangebyscore",
+    "xadd", "xrange", "xrevrange", "xlen", "zadd", "zrem", "zcard", "zrange",
 )  # fmt: skip
 #: The idempotency records' bound (ZCOUNT, ZREMRANGEBYRANK, UNLINK), joins (ZSCORE), MEMORY
 #: USAGE for a model's state size (GET /models/{name}).
@@ -98,7 +98,7 @@ _API = ("exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage
 #: XREAD, XDEL, XTRIM: reading and trimming the feedback streams; the rest: the commits.
 _WORKER = (
     "xread", "xdel", "xtrim", "hincrby", "hincrbyfloat", "strlen", "setrange", "bitfield",
-    "zremrangebyscore",
+    "zrangebyscore", "zremrangebyscore",
 )  # fmt: skip
 #: What redis-py's Redis Cluster client sends besides: CLUSTER SLOTS (the slot map), and
 #: COMMAND (its table, to find each command's keys; GETKEYS for XREAD's).

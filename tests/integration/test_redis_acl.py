@@ -110,10 +110,25 @@ def test_the_api_and_the_worker_learn_and_serve_as_their_users(
     users: Users, start_service: Any
 ) -> None:
     service = start_service(
-        users.api_url, worker_redis_url=users.worker_url, OCTR_FEATURE_NAMES="true"
+        users.api_url,
+        worker_redis_url=users.worker_url,
+        OCTR_FEATURE_NAMES="true",
+        OCTR_JOIN_WINDOW_S="1",
     )
     assert learn_and_predict(service) != 0.5
     api = service.api_url
+    # Joins: a label sent by prediction id (the API), the other impressions swept as
+    # non-clicks when their window closes (the worker).
+    for prediction_id, row in (("p1", ROWS[1]), ("p2", ROWS[2])):
+        body = {"features": row[0], "prediction_id": prediction_id}
+        assert httpx.post(f"{api}/predict", json=body).status_code == 200
+    label = httpx.post(f"{api}/learn", json={"prediction_id": "p1", "label": 1})
+    assert label.status_code == 202, label.text
+
+    def joined() -> bool:  # 40 examples, p1's label, p2 and the first prediction swept
+        return bool(httpx.get(f"{api}/models/default").json()["global_step"] == 43)
+
+    wait_until(joined, what="the joins to be learned", logs=service.logs)
     weights = httpx.get(f"{api}/models/default/weights")
     assert weights.status_code == 200 and weights.json()["features"], weights.text
     # A model created through the API (which may not write state: its learner makes the
@@ -196,6 +211,24 @@ def test_a_missing_permission_is_one_line_at_startup_and_a_503_later(
     refusals = [line for line in log.splitlines() if "Redis refused" in line]
     assert refusals and "EVALSHA" in refusals[0] and "'octr-api'" in refusals[0], log
     assert "Traceback" not in log and PASSWORDS["api"] not in log
+    # A learner refused a command says so in one line and tries again: nothing dead-lettered.
+    users.admin.execute_command("ACL", "SETUSER", "octr-worker", "-xread")
+    body = {"examples": [{"features": x, "label": y} for x, y in ROWS[:5]]}
+    users.admin.execute_command("ACL", "SETUSER", "octr-api", "+evalsha")
+    assert httpx.post(f"{service.api_url}/learn", json=body).status_code == 202
+
+    def refused_xread() -> bool:
+        return "Redis refused XREAD to its user 'octr-worker'" in service.logs()
+
+    wait_until(refused_xread, what="the worker's refusal", logs=service.logs)
+    users.admin.execute_command("ACL", "SETUSER", "octr-worker", "+xread")
+    wait_until(
+        lambda: bool(httpx.get(f"{service.api_url}/models/default").json()["global_step"] == 45),
+        what="the worker to learn once allowed again",
+        logs=service.logs,
+    )
+    log = service.logs()
+    assert "Traceback" not in log and PASSWORDS["worker"] not in log, log
 
 
 def test_deleting_a_model_is_left_to_an_administrator(
