@@ -15,8 +15,6 @@ from tests.integration.conftest import wait_until
 from tests.integration.test_redis_acl import PASSWORDS, ROWS, printed_rules
 from tests.local_cluster import LocalCluster
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def nodes(redis_cluster: LocalCluster, redis_cluster_url: str, tmp_path: Path) -> Iterator[

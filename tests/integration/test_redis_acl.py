@@ -22,8 +22,6 @@ from online_ctr.store.keys import ModelKeys
 from tests.conftest import CRITEO, ROOT
 from tests.integration.conftest import Service, wait_until
 
-pytestmark = pytest.mark.integration
-
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 40))
 PASSWORDS = {"api": "api-secret-1", "worker": "worker-secret-2"}
 
