@@ -20,7 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import redis
-from redis.exceptions import BusyLoadingError, ClusterDownError, TryAgainError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    NoPermissionError,
+    TryAgainError,
+)
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
@@ -136,6 +141,8 @@ def _unless_waitable(error: Exception, url: str, wait_s: float, deadline: float)
         raise StartupError(
             f"Redis refused the credentials in OCTR_REDIS_URL ({error}); fix the password"
         ) from None
+    if isinstance(error, NoPermissionError):  # its ACL rules: no wait helps
+        raise StartupError(str(error)) from None
     if not redis_away(error):
         raise error
     if time.monotonic() >= deadline:

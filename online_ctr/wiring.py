@@ -30,7 +30,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import MovedError, ResponseError
+from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
@@ -44,8 +44,42 @@ class ClusterModeError(ResponseError):
     """A plain client was redirected (MOVED): its Redis is a node of a Redis Cluster."""
 
 
+class PermissionRefusedError(NoPermissionError):
+    """Redis refused a command to this process's user (its ACL rules): the message names the
+    user and, outside a pipeline (whose error redis-py prefixes with the command), the
+    command."""
+
+
+def refused(error: NoPermissionError, user: str | None, command: str | None) -> str:
+    """One line for a NOPERM reply: who was refused what, and what to do.
+
+    >>> refused(NoPermissionError("this user has no permissions to run the 'flushall' "
+    ...     "command"), "octr-api", "FLUSHALL")  # doctest: +NORMALIZE_WHITESPACE
+    "Redis refused FLUSHALL to its user 'octr-api' (OCTR_REDIS_URL): this user has no
+    permissions to run the 'flushall' command; give the user the rules `online-ctr redis-acl`
+    prints (docs/operations/security.md)"
+    """
+    what = f"{command} " if command else ""
+    return (
+        f"Redis refused {what}to its user {user or 'default'!r} (OCTR_REDIS_URL): {error}; "
+        "give the user the rules `online-ctr redis-acl` prints (docs/operations/security.md)"
+    )
+
+
 class _MovedHint(AbstractConnection):
-    """Turns a MOVED reply into a ``ClusterModeError`` that says which setting to change."""
+    """Turns a MOVED reply into a ``ClusterModeError`` that says which setting to change, and
+    a NOPERM reply into a :class:`PermissionRefusedError` that names the user and command."""
+
+    _command: str | None = None
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        self._command = None  # a pipeline's: redis-py names the command of an error itself
+        await super().send_packed_command(*args, **kwargs)
+
+    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+        await super().send_command(*args, **kwargs)
+        name = args[0]
+        self._command = (name.decode() if isinstance(name, bytes) else str(name)).upper()
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -55,6 +89,9 @@ class _MovedHint(AbstractConnection):
                 f"Redis answered MOVED {error}: OCTR_REDIS_URL is a Redis Cluster node, "
                 "set OCTR_REDIS_CLUSTER=true"
             ) from error
+        except NoPermissionError as error:
+            message = refused(error, self.username, self._command)
+            raise PermissionRefusedError(message) from None
 
 
 class _HintedConnection(_MovedHint, Connection):

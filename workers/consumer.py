@@ -262,7 +262,7 @@ class Worker:
         self.committer.applied_through = pending[-1][0] if pending else 0
         # After the redo log's applies, which set the bits of every feature they stored.
         store = self.store
-        self.known = await ExistenceFilter.load(store.redis, store.keys, store.spec.layout)
+        self.known = await ExistenceFilter.load_or_make(store.redis, store.keys, store.spec.layout)
         self.counters = await store.admission_counters()
         self.version = await self.store.version()
         if self.counters is not None:

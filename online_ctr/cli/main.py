@@ -24,6 +24,7 @@ COMMANDS = {
     "online_ctr.cli.status": ("status",),
     "online_ctr.cli.feed": ("feed",),
     "online_ctr.cli.worker": ("worker",),
+    "online_ctr.cli.redis_acl": ("redis-acl",),
 }
 
 

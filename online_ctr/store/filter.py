@@ -8,7 +8,10 @@ bitmaps when it takes the lease, after replaying the redo log, and sets the bits
 commits as it makes them: while it holds the lease nobody else stores a feature.
 
 A shard's filter is made, at its full length, when the model is created or imported
-(:func:`make_filters`), and ``apply.lua`` never makes one: so a shard
+(:func:`make_filters`), and ``apply.lua`` never makes one. A model created by a process whose
+Redis user may not write state (the API's: :mod:`online_ctr.store.acl`) has none at first:
+its learner makes them when it takes the lease, if the model never committed
+(:meth:`ExistenceFilter.load_or_make`). So a shard
 without its filter (a model stored by an older version, or a filter deleted with its model
 while a learner made the model again) is not trusted, and its features are read as before.
 
@@ -81,6 +84,24 @@ class ExistenceFilter:
             for shard in range(layout.shards):
                 pipe.get(keys.shard(shard).filter)
             return cls(layout, await pipe.execute())
+
+    @classmethod
+    async def load_or_make(
+        cls, redis: RedisClient, keys: ModelKeys, layout: Layout
+    ) -> ExistenceFilter:
+        """The filters, for the learner that holds the model's lease: made first if no shard
+        has one and the model never committed (nothing is stored, and nobody else writes the
+        shards while the lease is held); a model stored without them stays so."""
+        known = await cls.load(redis, keys, layout)
+        if known.trusted.any() or int(await redis.hget(keys.meta, "seq") or 0):
+            return known
+        async with pipeline(redis) as pipe:
+            for shard in range(layout.shards):
+                pipe.strlen(keys.shard(shard).filter)
+            if any(await pipe.execute()):  # some of another length: not made by us
+                return known
+        await make_filters(redis, keys, layout)
+        return await cls.load(redis, keys, layout)
 
     def _where(self, ids: NDArray[np.uint64]) -> tuple[NDArray[np.int64], ...]:
         at = self.layout.filter_of(ids, self.filter_bytes)

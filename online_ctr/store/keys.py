@@ -144,6 +144,18 @@ class ShardKeys:
     #: The shard's existence filter (:mod:`online_ctr.store.layout`): a bitmap string.
     filter: str
 
+    @property
+    def route(self) -> str:
+        """The key a script that only reads the shard declares, so that a cluster routes the
+        call to it: its replication barrier (:func:`ack_barrier`), which the script never
+        touches and every process may write. Not a state key: EVALSHA checks each declared
+        key as written, and the API's Redis user may not write state (:mod:`~online_ctr.store.acl`).
+
+        >>> ModelKeys("a").shard(3).route
+        'octr:{a/3}:acks'
+        """
+        return ack_barrier(self.applied)
+
 
 @dataclass(frozen=True)
 class ModelKeys:

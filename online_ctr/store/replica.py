@@ -143,8 +143,8 @@ class StateReplica:
             state = self.table.data[rows]
             records_asked = b""
         reply = await self.scripts.serve(
-            keys=[self.keys.meta, self.keys.redo],
-            args=[epoch, seq, MOST_COMMITS, *self._head, records_asked],
+            keys=[self.keys.meta],
+            args=[epoch, seq, MOST_COMMITS, *self._head, records_asked, self.keys.redo],
         )
         status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)

@@ -2,8 +2,8 @@
 -- field and value of buckets ARGV[2], ARGV[2] + ARGV[3], ... below ARGV[4], until about
 -- ARGV[5] fields are gathered (so one call never keeps Redis busy long). A bucket of more
 -- than ARGV[6] fields is not read here but named, for HSCAN to page through.
--- KEYS[1]: the shard's 'applied' key (routes the call on a cluster; the buckets share its
--- tag). ARGV: 1 bucket key prefix, 2 first bucket, 3 step (the shard count), 4 end, 5 field
+-- KEYS[1]: the shard's route key (online_ctr/store/keys.py: routes the call on a cluster; the
+-- buckets share its tag). ARGV: 1 bucket key prefix, 2 first bucket, 3 step (the shard count), 4 end, 5 field
 -- budget, 6 largest bucket read whole.
 -- Returns {next bucket (-1: done), fields back to back, values back to back, per bucket read
 -- (u32 bucket, u32 fields), the large buckets space-separated}.

@@ -2,10 +2,12 @@
 -- in one atomic call on a single Redis: the model's epoch, commit number, step and calibration
 -- fit, the state of the features the copy lacks, and the records of the commits that bring
 -- both up to date. (bucket_key: buckets.lua, read_records: reads.lua, prepended.)
--- KEYS: 1 meta, 2 redo log. ARGV: 1 the copy's epoch, 2 the commit it is exact as of,
+-- KEYS: 1 meta. ARGV: 1 the copy's epoch, 2 the commit it is exact as of,
 -- 3 most commits a reply carries, 4 field bytes, 5 value bytes, 6 and 7 what comes before and
 -- after a shard's number in its bucket key prefix, 8 what comes after it in its 'applied'
--- key, 9 the records to read (see reads.lua).
+-- key, 9 the records to read (see reads.lua), 10 the redo log (the meta's hash tag). The redo
+-- log is named in ARGV, not KEYS, as the buckets are: EVALSHA checks each declared key as
+-- written, and the API's Redis user may only read it (online_ctr/store/acl.py).
 -- Returns {'ok', epoch, seq, t, fit ('' if none), cut_all (a feature budget's cutoff of all
 -- features, '0' if none), base_clicks, base_examples (the base rate's counts, '0' before the
 -- first commit), changes, values, present} (epoch: the
@@ -54,7 +56,7 @@ end
 low = math.max(low, trimmed)
 local changes = ''
 if low < seq then
-  local entries = redis.call('XRANGE', KEYS[2], '(' .. low .. '-1', '+', 'COUNT', most + 1)
+  local entries = redis.call('XRANGE', ARGV[10], '(' .. low .. '-1', '+', 'COUNT', most + 1)
   if #entries > most then return reply('reset') end
   local blobs = {}
   for _, entry in ipairs(entries) do

@@ -99,6 +99,7 @@ class StateShards:
         # Key names per shard, made once: a pass names up to every shard, in every call.
         shards = [keys.shard(index) for index in range(layout.shards)]
         self._applied = [shard.applied for shard in shards]
+        self._routes = [shard.route for shard in shards]
         self._prefixes = [shard.bucket_prefix for shard in shards]
         self._filters = [shard.filter for shard in shards]
 
@@ -184,7 +185,7 @@ class StateShards:
         order = np.argsort(shards, kind="stable")
         bounds = np.searchsorted(shards[order], np.arange(self.layout.shards + 1))
         called: list[Call] = [
-            ([self._applied[shard]], [records[order[bounds[shard] : bounds[shard + 1]]].tobytes()])
+            ([self._routes[shard]], [records[order[bounds[shard] : bounds[shard + 1]]].tobytes()])
             for shard in np.flatnonzero(np.diff(bounds)).tolist()
         ]
         return called, order

@@ -84,7 +84,7 @@ async def scan_state(
         bucket = shard
         while bucket >= 0:
             reply = await scripts.scan(
-                keys=[shard_keys.applied],
+                keys=[shard_keys.route],
                 args=[shard_keys.bucket_prefix, bucket, layout.shards, layout.buckets,
                       FIELDS_PER_CALL, LARGEST_READ_WHOLE],
             )  # fmt: skip

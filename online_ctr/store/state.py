@@ -12,6 +12,7 @@ groups exactly once is :mod:`online_ctr.store.commits`, the single learner's lea
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
-from redis.exceptions import TryAgainError
+from redis.exceptions import NoPermissionError, TryAgainError
 
 from online_ctr.learning import eviction, retention
 from online_ctr.learning.admission import (
@@ -52,6 +53,8 @@ from online_ctr.store.replica import Fresh, StateReplica
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import BASE_FIELDS, Runs, StateShards, StoredRows
+
+logger = logging.getLogger(__name__)
 
 
 class ModelMismatchError(RuntimeError):
@@ -339,7 +342,7 @@ class ModelStore:
                 raise ModelGoneError(f"model {self.spec.name!r} was deleted")
             # New (a lease taken on a deleted model may have left a fence counter alone).
             # Racing creators write the same description; the first epoch stays.
-            await make_filters(self.redis, self.keys, self.spec.layout)
+            await self._make_filters()
             # A dict[Any, Any]: redis-py's mapping is keyed by a union, and a Mapping's key
             # type is invariant, so dict[str, str] is refused though every str is allowed.
             await self.redis.hset(self.keys.meta, mapping=dict[Any, Any](described))
@@ -355,6 +358,15 @@ class ModelStore:
         stored_spec |= {text(k): text(v) for k, v in stored.items() if text(k) in described}
         if stored_spec != described:
             raise ModelMismatchError(_mismatch(self.spec.name, stored_spec, described))
+
+    async def _make_filters(self) -> None:
+        """The new model's existence filters, unless this process's Redis user may not write
+        state (the API's: :mod:`online_ctr.store.acl`): then its learner makes them
+        (:meth:`~online_ctr.store.filter.ExistenceFilter.load_or_make`)."""
+        try:
+            await make_filters(self.redis, self.keys, self.spec.layout)
+        except NoPermissionError:
+            logger.info("model %r: its learner makes its filters", self.spec.name)
 
     async def weights(self, ids: NDArray[np.uint64]) -> Array:
         """The weights of ``ids`` as of now (0 for unknown features)."""

@@ -63,6 +63,12 @@ REPLICAS_BEHIND = (
     "OCTR_REPLICA_ACKS_TIMEOUT_MS, so a failover now could lose it. It may have been "
     "accepted: retry it with the same Idempotency-Key, which is always safe"
 )
+#: What a 503 says when Redis refused a command to the API's user (its ACL rules): the log
+#: line names the user and the command, the client is told no more.
+NOT_PERMITTED = (
+    "Redis refused this service a command the request needs (its Redis user's ACL rules): "
+    "an operator must fix the rules; the service log names the command"
+)
 #: Refusals at the memory limit are counted each and logged once a minute.
 _MEMORY_LOG = Throttle()
 #: FastAPI's answer to a body its JSON parser raised on (other than a JSON syntax error).
@@ -182,6 +188,9 @@ def describe(error: Exception, settings: Settings) -> Answer:
     snapshot = _snapshot(error, retry)
     if snapshot is not None:
         return snapshot
+    if isinstance(error, redis_errors.NoPermissionError):
+        logger.error("%s", error)  # one line: who was refused what (online_ctr.wiring)
+        return 503, {"detail": NOT_PERMITTED}, None
     unavailable = _redis_unavailable(error, retry)
     if unavailable is not None:
         return unavailable

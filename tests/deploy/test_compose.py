@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from online_ctr.cli.main import build_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The variables the stack refuses to start without.
 REQUIRED = {"GRAFANA_ADMIN_PASSWORD": "test-admin"}
@@ -112,15 +114,35 @@ def test_api_and_worker_share_the_model_configuration(stack: dict[str, Any]) -> 
         stack["services"]["api"]["environment"],
         stack["services"]["worker"]["environment"],
     )
-    model_settings = {
-        name for name in api if name not in {"OCTR_HOST", "OCTR_PORT", "OCTR_API_KEYS_FILE"}
-    }
+    own = {"OCTR_HOST", "OCTR_PORT", "OCTR_API_KEYS_FILE", "OCTR_REDIS_URL"}
+    model_settings = {name for name in api if name not in own | {"OCTR_REDIS_PASSWORD_FILE"}}
     assert api["OCTR_HOST"] == worker["OCTR_HOST"] == "0.0.0.0"
     assert {name: api[name] for name in model_settings} == {
         name: worker[name] for name in model_settings
     }
-    assert api["OCTR_REDIS_URL"] == "redis://redis:6379/0"
-    assert api["OCTR_REDIS_PASSWORD_FILE"] == "/run/secrets/redis_password"
+
+
+def test_the_api_and_the_workers_are_the_redis_users_redis_acl_prints(
+    stack: dict[str, Any],
+) -> None:
+    # Each logs in as its own user, with the password of its own secret; Redis gets their
+    # rules (`online-ctr redis-acl`, whose default user names these are) from redis_users.
+    defaults = build_parser("redis-acl").parse_args(
+        ["redis-acl", "--api-password-file", "a", "--worker-password-file", "w"]
+    )
+    for role, user in (("api", defaults.api_user), ("worker", defaults.worker_user)):
+        environment = stack["services"][role]["environment"]
+        assert environment["OCTR_REDIS_URL"] == f"redis://{user}@redis:6379/0"
+        secret = f"redis_{role}_password"
+        assert environment["OCTR_REDIS_PASSWORD_FILE"] == f"/run/secrets/{secret}"
+        assert {s["source"] for s in stack["services"][role]["secrets"]} & {
+            "redis_password",
+            "redis_api_password",
+            "redis_worker_password",
+        } == {secret}
+    redis = stack["services"]["redis"]
+    assert {s["source"] for s in redis["secrets"]} == {"redis_password", "redis_users"}
+    assert "cat /run/secrets/redis_users >> /tmp/secret.conf" in " ".join(redis["entrypoint"])
 
 
 def test_the_redis_password_is_a_secret_on_no_command_line_and_in_no_environment(
@@ -137,15 +159,24 @@ def test_the_redis_password_is_a_secret_on_no_command_line_and_in_no_environment
         }
     )
     assert "REDIS_PASSWORD" not in shown.replace("OCTR_REDIS_PASSWORD_FILE", "")
-    for name in ("redis", "api", "worker"):
-        assert "redis_password" in {s["source"] for s in stack["services"][name]["secrets"]}, name
+    for name, secret in (("redis", "redis_password"), ("api", "redis_api_password"),
+                         ("worker", "redis_worker_password")):  # fmt: skip
+        assert secret in {s["source"] for s in stack["services"][name]["secrets"]}, name
 
 
 def test_every_secret_is_a_file_as_read_only_containers_need(stack: dict[str, Any]) -> None:
     # Compose writes an `environment:` secret into the container, and refuses to for a read-only
     # one: the API and the workers would not start (seen with Compose 2.40.3).
     assert {name: set(secret) - {"name"} for name, secret in stack["secrets"].items()} == {
-        name: {"file"} for name in ("redis_password", "api_keys", "metrics_key")
+        name: {"file"}
+        for name in (
+            "redis_password",
+            "redis_api_password",
+            "redis_worker_password",
+            "redis_users",
+            "api_keys",
+            "metrics_key",
+        )
     }
     assert stack["secrets"]["redis_password"]["file"] == str(ROOT / "deploy" / "redis-password")
     assert stack["services"]["api"]["read_only"] and stack["services"]["worker"]["read_only"]

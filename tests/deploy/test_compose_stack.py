@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -191,10 +193,25 @@ def stack(compose: list[str], tmp_path_factory: pytest.TempPathFactory) -> Itera
     # The directory is private to root; the containers see the files, never the directory.
     key, metrics_key = secrets.token_hex(16), secrets.token_hex(16)
     api_port, prometheus_port = free_ports(2)
+    # Redis reads its password and its users' rules as root; the API and the workers log in
+    # as their own users, whose rules the real command prints (docs/operations/security.md).
+    passwords = {
+        role: write_secret(secrets_dir / f"redis-{role}-password", secrets.token_hex(16), APP_UID)
+        for role in ("api", "worker")
+    }
+    users = run(
+        sys.executable, "-m", "online_ctr.cli.main", "redis-acl",
+        "--api-password-file", str(passwords["api"]),
+        "--worker-password-file", str(passwords["worker"]),
+        cwd=ROOT,
+    ).stdout  # fmt: skip
     settings = {
         "OCTR_REDIS_PASSWORD_SECRET": write_secret(
-            secrets_dir / "redis-password", secrets.token_hex(16) + "\n", APP_UID
+            secrets_dir / "redis-password", secrets.token_hex(16) + "\n", 0
         ),
+        "OCTR_REDIS_API_PASSWORD_SECRET": passwords["api"],
+        "OCTR_REDIS_WORKER_PASSWORD_SECRET": passwords["worker"],
+        "OCTR_REDIS_USERS_SECRET": write_secret(secrets_dir / "redis-users.acl", users, 0),
         "OCTR_API_KEYS_SECRET": write_secret(
             secrets_dir / "api-keys",
             f"{key} predict,learn,admin\n{metrics_key} metrics\n",
@@ -258,6 +275,18 @@ def test_every_health_check_passes_without_grafana(stack: Stack) -> None:
         sorted(c["Service"] for c in containers) == ["api", "prometheus", "redis"] + ["worker"] * 2
     )
     assert {c["Health"] for c in containers} == {"healthy"}
+
+
+def test_the_api_and_the_workers_log_in_as_their_own_redis_users(stack: Stack) -> None:
+    def redis_cli(*args: str) -> str:
+        auth = 'REDISCLI_AUTH="$(cat /run/secrets/redis_password)" redis-cli "$@"'
+        return stack("exec", "-T", "redis", "sh", "-c", auth, "redis-cli", *args).stdout
+
+    assert {"octr-api", "octr-worker"} <= set(
+        re.findall(r" user=(\S+)", redis_cli("CLIENT", "LIST"))
+    )
+    rules = {line.split()[1]: line for line in redis_cli("ACL", "LIST").splitlines()}
+    assert "-@all" in rules["octr-api"] and "+flushall" not in rules["octr-api"]
 
 
 def test_learn_and_predict_through_the_published_port(stack: Stack) -> None:

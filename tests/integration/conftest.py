@@ -84,10 +84,13 @@ def wait_until(
 
 @pytest.fixture
 def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
-    """Start the API and ``workers`` worker processes on ``redis_url``; stopped after the test."""
+    """Start the API and ``workers`` worker processes on ``redis_url`` (the workers on
+    ``worker_redis_url`` if given: another Redis user); stopped after the test."""
     services: list[Service] = []
 
-    def start(redis_url: str, workers: int = 1, **settings: str) -> Service:
+    def start(
+        redis_url: str, workers: int = 1, worker_redis_url: str | None = None, **settings: str
+    ) -> Service:
         api_port = free_port()
         metric_ports = [free_port() for _ in range(workers)]
         env = {
@@ -113,6 +116,7 @@ def start_service(tmp_path: Path) -> Iterator[Callable[..., Service]]:
                 "worker",
                 OCTR_WORKER_METRICS_PORT=str(port),
                 OCTR_WORKER_NAME=f"worker{index}",
+                OCTR_REDIS_URL=worker_redis_url or redis_url,
             )
         wait_until(
             lambda: httpx.get(f"{service.api_url}/readyz").status_code == 200,

@@ -219,7 +219,7 @@ async def test_of_commits_the_copy_has_a_pass_takes_only_the_lagging_shards_it_r
     head = [layout.field_bytes, layout.value_bytes, *store.keys.bucket_prefix_parts]
     asked_records = layout.reads(unknown).tobytes()
     reply = await store.scripts.serve(
-        keys=[store.keys.meta, store.keys.redo],
+        keys=[store.keys.meta],
         args=[
             replica.epoch,
             replica.seq,
@@ -227,6 +227,7 @@ async def test_of_commits_the_copy_has_a_pass_takes_only_the_lagging_shards_it_r
             *head,
             store.keys.applied_tail,
             asked_records,
+            store.keys.redo,
         ],
     )
     assert reply[0] == b"ok" and reply[8] == dict(layout.records(ids, state))[0]
