@@ -5,11 +5,11 @@ script's calls against the user that runs it), and nothing else: no FLUSHALL, CO
 SCAN, DEBUG, ACL or MONITOR. The key patterns come from :mod:`online_ctr.store.keys`, which
 names every key. The API may read every key of the service and write only what a request
 writes: the feedback streams, idempotency records and logged impressions, a model's meta (it
-creates models), its feature names, the registry of models and groups, and the replication
-barriers. The state shards (``octr:{m/s}:...``) and the redo log, from which they are
-rebuilt, are written only by the learners. Operations that rewrite a model's state (deleting
-a model, importing a snapshot; ``online-ctr models delete``, ``online-ctr import``) need a
-user with more: see ``docs/operations/security.md``.
+creates models), its feature names, the registry of models and groups, the replication
+barriers, and the API keys managed while it runs. The state shards (``octr:{m/s}:...``)
+and the redo log, from which they are rebuilt, are written only by the learners. Operations
+that rewrite a model's state (deleting a model, importing a snapshot; ``online-ctr models
+delete``, ``online-ctr import``) need a user with more: see ``docs/operations/security.md``.
 
 EVALSHA declares its keys as written whatever the script does, so a script the API runs
 declares only keys the API may write (``serve.lua`` takes the redo log's name as an argument).
@@ -31,7 +31,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from online_ctr.store.keys import PREFIX, FeedbackKeys, ModelKeys, RegistryKeys, ack_barrier
+from online_ctr.store.keys import (
+    PREFIX,
+    ApiKeyKeys,
+    FeedbackKeys,
+    ModelKeys,
+    RegistryKeys,
+    ack_barrier,
+)
 
 #: Names no model or group has, turned into ``*`` in the patterns.
 _MODEL, _GROUP = "MODEL-PATTERN", "GROUP-PATTERN"
@@ -93,8 +100,8 @@ _COMMON = (
     "xadd", "xrange", "xrevrange", "xlen", "zadd", "zrem", "zcard", "zrange",
 )  # fmt: skip
 #: The idempotency records' bound (ZCOUNT, ZREMRANGEBYRANK, UNLINK), joins (ZSCORE), MEMORY
-#: USAGE for a model's state size (GET /models/{name}).
-_API = ("exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage")
+#: USAGE for a model's state size (GET /models/{name}), the managed API keys' version (INCR).
+_API = ("exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage", "incr")
 #: XREAD, XDEL, XTRIM: reading and trimming the feedback streams; the rest: the commits.
 _WORKER = (
     "xread", "xdel", "xtrim", "hincrby", "hincrbyfloat", "strlen", "setrange", "bitfield",
@@ -132,6 +139,9 @@ def _unique(*groups: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 _REGISTRY = RegistryKeys()
 _REGISTRY_KEYS = [_REGISTRY.models, _REGISTRY.groups, _REGISTRY.tallies, _REGISTRY.promotions]
 _BARRIERS = [pattern(ack_barrier(ModelKeys(_MODEL).meta))]
+#: The API keys managed while the service runs: added and revoked through the API's admin
+#: routes, their last use written by every API process.
+_API_KEYS = [ApiKeyKeys.records, ApiKeyKeys.used, ApiKeyKeys.version]
 
 ROLES = {
     "api": Role(
@@ -143,6 +153,7 @@ ROLES = {
             _feedback_keys(),
             _REGISTRY_KEYS,
             _BARRIERS,
+            _API_KEYS,
         ),
     ),
     "worker": Role(

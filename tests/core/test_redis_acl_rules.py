@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from online_ctr.store.acl import LOG_SIDE, ROLES, writable
-from online_ctr.store.keys import FeedbackKeys, ModelKeys, RegistryKeys, ack_barrier
+from online_ctr.store.keys import ApiKeyKeys, FeedbackKeys, ModelKeys, RegistryKeys, ack_barrier
 from tests.conftest import ROOT
 
 #: Names of models and groups to build keys with, some named like key suffixes.
@@ -61,6 +61,9 @@ def test_the_api_writes_what_a_request_writes() -> None:
             assert writable(api, key), key
     for key in dataclasses.astuple(RegistryKeys()):
         assert writable(api, key)
+    for key in (ApiKeyKeys.records, ApiKeyKeys.used, ApiKeyKeys.version):
+        assert writable(api, key), key  # keys added, revoked and used through the API
+        assert not writable(ROLES["worker"], key), key
 
 
 def test_no_model_name_reaches_a_learner_key_through_a_feedback_pattern() -> None:

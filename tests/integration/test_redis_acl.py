@@ -15,10 +15,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
 from online_ctr.learning.readers import read_examples
-from online_ctr.store.keys import ModelKeys
+from online_ctr.store.api_keys import ApiKeyStore, digest
+from online_ctr.store.keys import ApiKeyKeys, ModelKeys
 from tests.conftest import CRITEO, ROOT
 from tests.integration.conftest import Service, wait_until
 
@@ -257,3 +259,28 @@ def test_deleting_a_model_is_left_to_an_administrator(
     )
     assert done.returncode == 0, done.stderr
     assert users.admin.keys("octr:{solo*") == []
+
+
+@pytest.mark.anyio
+async def test_the_api_user_adds_uses_and_revokes_managed_keys(users: Users) -> None:
+    """The keys managed while the service runs are the API's to write (its admin routes
+    add and revoke them, every API process records their last use); never the worker's."""
+    api = aioredis.Redis.from_url(users.api_url)
+    worker = aioredis.Redis.from_url(users.worker_url)
+    try:
+        store = ApiKeyStore(api, max_keys=10)
+        found = digest("a key of the ads team")
+        added = await store.add(found, ["learn:ads-*"], "ads", now_s=1_700_000_000)
+        await store.touch([], [added], now_s=1_700_000_100)
+        assert [record.label for record in await store.records()] == ["ads"]
+        assert await store.last_used() == {added: 1_700_000_100}
+        await store.revoke(added)
+        assert await store.records() == []
+        with pytest.raises(NoPermissionError):
+            await ApiKeyStore(worker, max_keys=10).add(found, ["admin"], "w", now_s=1)
+        # Only the worker's try was refused: the API's own writes all passed.
+        refused = [(entry["username"], entry["object"]) for entry in users.acl_log()]
+        assert refused == [("octr-worker", ApiKeyKeys.records)], refused
+    finally:
+        await api.aclose()
+        await worker.aclose()
