@@ -50,7 +50,7 @@ test: install
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=15
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
 ## its target (quality, quality on every click log, learning, serving, freshness, memory,

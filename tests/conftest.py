@@ -27,7 +27,7 @@ CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
 NEEDS = {
     "redis": {"redis_server", "make_redis_server", "make_tls_redis"},
     "cluster": {"redis_cluster", "redis_tls_cluster"},
-    "processes": {"start_service", "start_serve"},
+    "processes": {"start_service", "start_serve", "start_api"},
 }
 
 

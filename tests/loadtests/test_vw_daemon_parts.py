@@ -202,7 +202,7 @@ def test_the_bench_section_judges_learning_against_the_target(
     assert "vw_daemon" in bench.SECTIONS
 
 
-@pytest.mark.integration
+@pytest.mark.processes
 def test_the_command_runs_both_systems_for_real(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

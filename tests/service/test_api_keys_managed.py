@@ -31,7 +31,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 #: The bound the docs state for a change to reach every API process.
 APPLIED_WITHIN_S = 2.0

@@ -22,7 +22,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from fastapi.testclient import TestClient
 
-pytestmark = pytest.mark.integration
 
 LAYOUT = {"state_buckets": 64, "state_shards": 8}
 MODEL = {"rule": "ftrl", **LAYOUT}
