@@ -35,9 +35,9 @@ from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
+from workers.gone_sweep import GoneSweep
 from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
-from workers.retention import RetentionSweep
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
 from workers.units import learned_units
@@ -88,7 +88,7 @@ class Worker:
         self.stream = FeedbackStream(store)
         self.sweeper = Sweeper(store, policy, metrics, streams)
         self.cache = StateCache(store.spec.width, config.cache_features)
-        self.retention = RetentionSweep(store, self.cache)
+        self.gone_sweep = GoneSweep(store, self.cache)
         self.version = (0, "")
         #: The calibration's histogram as of ``version``; None for a model without one.
         self.histogram: Histogram | None = None
@@ -287,7 +287,7 @@ class Worker:
         self.counters = self.tally = None
         self.budget = None
         self.base = self.recent_sums = None
-        self.retention.forget()
+        self.gone_sweep.forget()
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()
@@ -338,7 +338,7 @@ class Worker:
         assert group.batch is not None
         await self.committer.trim_cache()
         examples = len(group.batch)
-        gone = await self.retention.gone(self.version[0] + examples, examples, self.budget)
+        gone = await self.gone_sweep.gone(self.version[0] + examples, examples, self.budget)
         try:
             learning = await learn_group(
                 self.store,

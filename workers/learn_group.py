@@ -139,7 +139,7 @@ async def learn_group(
     carries the group's, :attr:`Learning.tally` once it commits; needed with ``counters``).
     Features the model's admission rule leaves out get no
     state, and nothing of them is committed. ``gone``: stored features of an expiring model
-    found gone as of the group's end (:class:`workers.retention.RetentionSweep`), which the
+    found gone as of the group's end (:class:`workers.gone_sweep.GoneSweep`), which the
     commit deletes unless the group touches them; a stored feature the group found expired
     and did not admit again is deleted too. ``budget``: the model's feature budget, read
     only (the group learns on a copy, :attr:`Learning.budget` once it commits); ``gone`` then
