@@ -37,7 +37,7 @@ from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -43,7 +43,7 @@ from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import MakeStore, scan_state, send
 from tests.workers.test_budget_matches_replay import MOST
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -136,7 +136,7 @@ async def test_a_learner_waits_out_connections_torn_down_under_it(
     ]
     await send(store, rows, per_entry=4)
     worker = make_worker(store, batch_size=8, error_backoff_s=0.01, batch_wait_ms=5)
-    with caplog.at_level(logging.WARNING, logger="workers.consumer"):
+    with caplog.at_level(logging.WARNING, logger="workers.learner_loop"):
         running = asyncio.ensure_future(worker.run())
         assert isinstance(store.redis, aioredis.Redis)
         await cut_connections(store.redis.connection_pool, 40, running)

@@ -25,7 +25,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.workers.conftest import scan_state, send
 from tests.workers.test_expiry_matches_replay import ROWS, SPAN, settings_of
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

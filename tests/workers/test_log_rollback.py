@@ -24,7 +24,7 @@ from online_ctr.store.shards import parse_stamp
 from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
-from workers.consumer import Worker
+from workers.learner_loop import Worker
 from workers.rollback import positions
 
 pytestmark = pytest.mark.anyio

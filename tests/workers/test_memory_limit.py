@@ -25,9 +25,9 @@ from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.cache import StateCache
 from workers.committer import Committer
-from workers.consumer import Worker, WorkerConfig
 from workers.feedback import FeedbackStream
 from workers.learn_group import Learning, learn_group
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
 from online_ctr.store.state import ModelImportingError, ModelStore, spec_from
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
-from workers.consumer import Worker
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 
