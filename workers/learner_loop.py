@@ -460,7 +460,7 @@ class Worker:
             await publish_memory(self.store.redis, self.metrics)  # read first: no write
             await self.store.heartbeat(self.config.name, self.config.forget_workers_after_s)
             self.memory.wrote()
-            lag = await self.store.redis.xlen(self.store.keys.stream)
+            lag = await self.stream.length()
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._beat = now
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from online_ctr.store.memory import redis_memory
-from online_ctr.store.redis_types import text
+from online_ctr.store.stamps import reports
 from service.api.deps import ServedDep
 from service.api.errors import NotReadyError
 from service.api.schemas import HealthResponse, ReadyResponse, error_responses
@@ -43,11 +43,5 @@ async def readyz(served: ServedDep) -> ReadyResponse:
         )
     # A rollback of the log side, found and repaired by the learner: said, not a 503 (the
     # model learns and serves correctly again; workers/rollback.py says what was lost).
-    log, shards = await served.store.redis.hmget(
-        served.store.keys.meta, "rollback", "shard_rollback"
-    )
-    return ReadyResponse(
-        heartbeat_age_s=age,
-        log_rollback=text(log) if log else None,
-        shard_rollback=text(shards) if shards else None,
-    )
+    found = await reports(served.store)
+    return ReadyResponse(heartbeat_age_s=age, log_rollback=found.log, shard_rollback=found.shards)
