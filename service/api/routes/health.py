@@ -7,8 +7,9 @@ from fastapi import APIRouter
 from online_ctr.store.memory import redis_memory
 from online_ctr.store.stamps import reports
 from service.api.deps import ServedDep
+from service.api.error_schemas import error_responses
 from service.api.errors import NotReadyError
-from service.api.schemas import HealthResponse, ReadyResponse, error_responses
+from service.api.health_schemas import HealthResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
 
