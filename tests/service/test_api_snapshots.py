@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.readers import read_examples
-from online_ctr.learning.snapshot import Reader, RowChunk
+from online_ctr.learning.snapshot import RowChunk
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec

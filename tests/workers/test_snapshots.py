@@ -15,7 +15,8 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Footer, Reader, RowChunk, SnapshotError
+from online_ctr.learning.snapshot import Footer, RowChunk, SnapshotError
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.store import snapshot_scan
 from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
