@@ -108,7 +108,7 @@ async def test_round_trip_is_exact_and_learning_continues_bit_for_bit(
         await learn(store, ROWS[half:])
     # The copy's learner trusted every shard's existence filter (made by the import), so a
     # filter missing an imported feature would have made it learn that one from zero.
-    known = WORKERS[id(copy)].known
+    known = WORKERS[id(copy)].mirror.known
     assert known is not None and known.trusted.all()
     assert_same_state(await scan_state(original), await scan_state(copy))
     assert await meta_view(original) == await meta_view(copy)
