@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from service.api.schemas import PredictRequest, PredictResponse
+from service.api.predict_schemas import PredictRequest, PredictResponse
 from service.app import NO_TELEMETRY
 
 CONSTANT = PredictResponse(probability=0.5, logit=0.0, model="default", calibrated=False)

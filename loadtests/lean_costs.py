@@ -7,7 +7,7 @@ each, timed from the client (round trip included):
 
 - one estimate of the model's state bytes (:func:`online_ctr.store.state_bytes.state_bytes`,
   what ``GET /models/{name}`` and each ``/metrics`` scrape ask per model);
-- one call of ``expired.lua`` over :data:`workers.retention.CALL_BUCKETS` buckets of one shard
+- one call of ``expired.lua`` over :data:`workers.gone_sweep.CALL_BUCKETS` buckets of one shard
   with half their features past their end (the longest a sweep keeps Redis busy at once).
 
 Prints the medians; no targets.
@@ -30,7 +30,7 @@ from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.rules import get_rule
 from online_ctr.store.state import ModelStore, spec_from
 from online_ctr.store.state_bytes import state_bytes
-from workers.retention import CALL_BUCKETS
+from workers.gone_sweep import CALL_BUCKETS
 
 ROUNDS = 20
 STEPS = 5_000

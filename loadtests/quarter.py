@@ -46,7 +46,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.codec import encode_entry
 from online_ctr.store.state import ModelStore, spec_from
 from online_ctr.store.state_bytes import state_bytes
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "benchmarks-quarter.md"

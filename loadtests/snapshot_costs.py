@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import MAX_ROWS, Footer, Header, Writer
+from online_ctr.learning.snapshot import MAX_ROWS, Footer, Header
+from online_ctr.learning.snapshot_writer import Writer
 from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.snapshot_import import SnapshotImport
 

@@ -41,7 +41,7 @@ from online_ctr.learning.sequential import warm_up
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.state import ModelStore, spec_from
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 SIZES = (0, 100_000, 1_000_000, 10_000_000)
 CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"

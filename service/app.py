@@ -87,7 +87,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = app.state.metrics
         tables = TableBudgets.of(settings, metrics)
         served = ServedModel(
-            spec, settings, redis, metrics, True, register, own.policy(), tables, own.negative_rate
+            spec,
+            settings,
+            redis,
+            metrics,
+            own=True,
+            register=register,
+            policy=own.policy(),
+            tables=tables,
+            negative_rate=own.negative_rate,
         )
         if own.feature_names:
             record_names(served, redis, settings, metrics)

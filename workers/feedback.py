@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch
 from online_ctr.store.codec import EntryError, decode_entries, header_examples
+from online_ctr.store.feedback_reads import FeedbackReads
 from online_ctr.store.state import ModelStore
 from workers.units import entry_units
 
@@ -55,8 +55,7 @@ class FeedbackStream:
 
     def __init__(self, store: ModelStore) -> None:
         self.store = store
-        self.keys = store.keys
-        self.redis = store.redis
+        self.reads = FeedbackReads(store.redis, store.keys, store.scripts)
         self.last_seen = b"0-0"
         self.model = store.spec.name.encode()
         #: Examples per entry in the last page read: sizes the next page.
@@ -70,7 +69,7 @@ class FeedbackStream:
         """The entries at the head of the stream, up to ``max_examples`` examples (at least
         one entry), or one entry if ``single``; an empty group if the stream is empty."""
         if single:  # exactly one entry, even one that holds no decodable example
-            messages = cast(list[Message], await self.redis.xrange(self.keys.stream, count=1))
+            messages = await self.reads.entries(count=1)
         else:
             messages = await self._head(max(1, max_examples))
         if not messages:
@@ -93,9 +92,7 @@ class FeedbackStream:
         while examples < max_examples:
             wanted = (max_examples - examples) / self.examples_per_entry
             count = max(1, min(MAX_PAGE_ENTRIES - len(messages), math.ceil(wanted)))
-            page = cast(
-                list[Message], await self.redis.xrange(self.keys.stream, start, count=count)
-            )
+            page = await self.reads.entries(start, count)
             if not page:
                 break
             in_page = sum(header_examples(fields.get(b"b", b"")) for _, fields in page)
@@ -112,9 +109,9 @@ class FeedbackStream:
         it has had."""
         if head == self._uncounted:
             self._uncounted = b""
-            return int(await self.redis.hget(self.keys.failures, head) or 0)
+            return await self.reads.deliveries(head)
         self._uncounted = b""
-        return int(await self.redis.hincrby(self.keys.failures, head, 1))
+        return await self.reads.count_delivery(head)
 
     def uncount(self, entry_id: str) -> None:
         """The group read from ``entry_id`` was not committed through no fault of its own (Redis
@@ -125,30 +122,27 @@ class FeedbackStream:
     async def not_delivered(self, entry_id: str) -> None:
         """Take back the delivery ``next_group`` counted for a head entry that was not at fault
         (its commit was refused for the model's sake): it must not be dead-lettered for it."""
-        await self.redis.hincrby(self.keys.failures, entry_id, -1)
+        await self.reads.count_delivery(entry_id, -1)
 
     async def wait(self, wait_ms: int) -> None:
         """Block up to ``wait_ms`` until an entry newer than any seen arrives."""
-        await self.redis.xread({self.keys.stream: self.last_seen}, count=1, block=wait_ms)
+        await self.reads.wait(self.last_seen, wait_ms)
+
+    async def length(self) -> int:
+        """How many entries wait in the stream (learned ones leave it with their commit)."""
+        return await self.reads.length()
 
     async def dead_letter(self, fence: str, entry_id: str, reason: str) -> bool:
         """Move an entry to the dead-letter stream (if still the learner); True if moved."""
-        keys = self.keys
-        moved = await self.store.scripts.dead_letter(
-            keys=[keys.meta, keys.stream, keys.dead, keys.failures], args=[fence, entry_id, reason]
-        )
-        return bool(moved)
+        return await self.reads.dead_letter(fence, entry_id, reason)
 
     async def reason(self, entry_id: str) -> str | None:
         """The last recorded reason an entry failed, if any."""
-        raw: Any = await self.redis.hget(self.keys.failures, f"{entry_id}:why")
-        return raw.decode() if raw else None
+        return await self.reads.reason(entry_id)
 
     async def record_failures(self, reasons: dict[str, str]) -> None:
         """Remember why entries failed, for when they are dead-lettered."""
-        await self.redis.hset(
-            self.keys.failures, mapping={f"{entry}:why": why for entry, why in reasons.items()}
-        )
+        await self.reads.record_reasons(reasons)
 
 
 def _entry_order(entry_id: bytes) -> tuple[int, int]:

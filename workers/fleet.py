@@ -1,5 +1,5 @@
 """One learner per model: the worker process follows the registry, starting a
-:class:`~workers.consumer.Worker` for every model it should learn and stopping the learners
+:class:`~workers.learner_loop.Worker` for every model it should learn and stopping the learners
 of models that were deleted.
 
 Each model keeps its own lease, so several worker processes split the work and stand by for
@@ -23,7 +23,7 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import GroupInfo, Registry
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.store.state import ModelMismatchError, ModelStore
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 from workers.promoter import Promoter
 
 logger = logging.getLogger(__name__)

@@ -50,6 +50,7 @@ from online_ctr.store.commits import (
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
+from workers.model_mirror import ModelMirror
 
 
 class NonFiniteError(ValueError):
@@ -116,36 +117,29 @@ async def learn_group(
     cache: StateCache,
     batch: Batch,
     entries: list[str],
-    version: tuple[int, str],
-    histogram: Histogram | None = None,
+    model: ModelMirror,
     served: NDArray[np.float64] | None = None,
-    known: ExistenceFilter | None = None,
-    counters: NDArray[np.uint8] | None = None,
     gone: NDArray[np.uint64] | None = None,
-    budget: Evicting | None = None,
-    tally: Tally | None = None,
-    base: NDArray[np.float64] | None = None,
-    recent_sums: NDArray[np.float64] | None = None,
 ) -> Learning:
-    """Learn ``batch`` (the decoded ``entries``) from the model at ``version`` = (step, epoch);
-    with the calibration's ``histogram`` as of that step, refit the calibration too.
+    """Learn ``batch`` (the decoded ``entries``) from ``model``, the learner's mirror of the
+    model as of its version = (step, epoch), read only: the change says what the group's
+    commit writes, and the :class:`Learning` what the mirror holds once it commits (with
+    the calibration's histogram, the calibration is refit too).
 
     ``served`` is per example the probability this model served for it (a joined impression;
     NaN for the others): the log loss counted is that of what was served, the business
     metric, and the learner's own progressive loss for the rest. The state is unaffected.
-    ``known`` is the model's existence filter, if the learner trusts one. ``counters``: the
-    model's admission counters (a counting Bloom filter), read only: the change says what the
-    group's commit writes to them, and ``tally``, their tally, read only too (the change
-    carries the group's, :attr:`Learning.tally` once it commits; needed with ``counters``).
-    Features the model's admission rule leaves out get no
-    state, and nothing of them is committed. ``gone``: stored features of an expiring model
-    found gone as of the group's end (:class:`workers.retention.RetentionSweep`), which the
+    The mirror's existence filter is used if the learner trusts one. Features the model's
+    admission rule leaves out get no state, and nothing of them is committed (the mirror's
+    admission counters need their tally). ``gone``: stored features of an expiring model
+    found gone as of the group's end (:class:`workers.gone_sweep.GoneSweep`), which the
     commit deletes unless the group touches them; a stored feature the group found expired
-    and did not admit again is deleted too. ``budget``: the model's feature budget, read
-    only (the group learns on a copy, :attr:`Learning.budget` once it commits); ``gone`` then
-    holds features it evicted. ``base``: the base rate's counts as of ``version``
-    (:mod:`online_ctr.learning.base_rate`; None: zeros), and ``recent_sums`` the decayed sums of
-    predictions and labels (:func:`decayed_sums`; None: zeros), read only too."""
+    and did not admit again is deleted too. With a feature budget the group learns on a
+    copy of it, and ``gone`` holds features it evicted. A base rate's counts and the recent
+    window's sums (:func:`decayed_sums`) that the mirror lacks are zeros."""
+    version, histogram, known = model.version, model.histogram, model.known
+    counters, tally, budget = model.counters, model.tally, model.budget
+    base, recent_sums = model.base, model.recent_sums
     spec = store.spec
     t, epoch = version
     features = unique_features(batch)

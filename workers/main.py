@@ -18,8 +18,8 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
 from online_ctr.store.replication import ReplicaAcks
 from online_ctr.wiring import prepare_redis, redis_client
-from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
+from workers.learner_loop import WorkerConfig
 
 logger = logging.getLogger(__name__)
 

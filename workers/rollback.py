@@ -41,15 +41,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from online_ctr.store.commits import Pending
-from online_ctr.store.failures import pipeline
-from online_ctr.store.redis_types import text
-from online_ctr.store.shards import parse_stamp, stamp
+from online_ctr.store.stamps import Positions, move_generation, positions, restamp, touched
 from online_ctr.store.state import ModelStore
 
 logger = logging.getLogger(__name__)
@@ -58,34 +55,6 @@ logger = logging.getLogger(__name__)
 class LogMovedError(RedisError):
     """The log moved (another learner, or the lease lost) while this one checked it: the
     learner starts over, as after any Redis trouble."""
-
-
-@dataclass(frozen=True)
-class Positions:
-    """The log's last commit and generation, and each shard's stamp, read together."""
-
-    seq: int
-    gen: int
-    shards: list[tuple[int, int]]
-
-    def ahead(self) -> list[int]:
-        """The shards holding a commit the log does not: ahead of it in its generation, or
-        stamped with a later one."""
-        return [
-            i
-            for i, (seq, gen) in enumerate(self.shards)
-            if gen > self.gen or (gen == self.gen and seq > self.seq)
-        ]
-
-
-async def positions(store: ModelStore) -> Positions:
-    """Read the log's position and every shard's stamp (one pipeline)."""
-    async with pipeline(store.redis) as pipe:
-        pipe.hmget(store.keys.meta, "seq", "gen")
-        for index in range(store.spec.layout.shards):
-            pipe.get(store.keys.shard(index).applied)
-        (seq, gen), *stamps = await pipe.execute()
-    return Positions(int(seq or 0), int(gen or 0), [parse_stamp(raw) for raw in stamps])
 
 
 async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
@@ -97,20 +66,14 @@ async def check_log(store: ModelStore, fence: str, rollbacks: Counter) -> int:
     if ahead:
         gen = max(found.gen, *(found.shards[i][1] for i in ahead)) + 1
         report = _report(store, found, ahead, gen)
-        reply = await store.scripts.generation(
-            keys=[store.keys.meta], args=[fence, found.seq, gen, report]
-        )
-        if text(reply[0]) != "ok":
-            raise LogMovedError(f"the log moved while checked ({text(reply[0])}); starting over")
+        status = await move_generation(store, fence, found.seq, gen, report)
+        if status != "ok":
+            raise LogMovedError(f"the log moved while checked ({status}); starting over")
         logger.error("%s", report)
         rollbacks.inc()
     stale = [i for i, (_, stamped) in enumerate(found.shards) if stamped != gen]
     if stale:
-        async with pipeline(store.redis) as pipe:
-            for index in stale:
-                seq = min(found.shards[index][0], found.seq)
-                pipe.set(store.keys.shard(index).applied, stamp(seq, gen))
-            await pipe.execute()
+        await restamp(store, {i: (min(found.shards[i][0], found.seq), gen) for i in stale})
     return gen
 
 
@@ -120,8 +83,7 @@ async def check_shards(
     """Report and restamp the shards lacking a commit the redo log no longer holds (see the
     module doc); run before the replay of ``pending``, under log generation ``gen``."""
     found = await positions(store)
-    touched = await store.redis.hgetall(store.keys.touched)
-    required = {int(field[1:]): int(seq) for field, seq in touched.items()}
+    required = await touched(store)
     for commit in reversed(pending):  # the first entry that writes to a shard wins
         required.update({shard: commit.prior.get(shard, 0) for shard, _ in commit.runs})
     behind = {
@@ -139,11 +101,7 @@ async def check_shards(
         "that the redo log no longer holds; their features are as of earlier commits, and "
         "learning goes on from them (OCTR_REPLICA_ACKS prevents this)"
     )
-    async with pipeline(store.redis) as pipe:
-        for index, seq in behind.items():
-            pipe.set(store.keys.shard(index).applied, stamp(seq, gen))
-        pipe.hset(store.keys.meta, "shard_rollback", report)
-        await pipe.execute()
+    await restamp(store, {index: (seq, gen) for index, seq in behind.items()}, report)
     logger.error("%s", report)
     rollbacks.inc()
 

@@ -95,10 +95,10 @@ def embedded_maxmemory(settings: Settings) -> int:
     return default_maxmemory() if given is None else given
 
 
-def describe(size: int) -> str:
+def memory_limit_text(size: int) -> str:
     """A memory limit for a log line.
 
-    >>> describe(0), describe(512 * 1024**2), describe(10 * 1024**3 + 1)
+    >>> memory_limit_text(0), memory_limit_text(512 * 1024**2), memory_limit_text(10 * 1024**3 + 1)
     ('none', '512 MiB', '10.0 GiB')
     """
     if size == 0:

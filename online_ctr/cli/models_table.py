@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.api.schemas import GroupResponse, ModelListResponse, ModelSummary
+from service.api.model_schemas import GroupResponse, ModelListResponse, ModelSummary
 
 
 def print_listing(listing: ModelListResponse) -> None:

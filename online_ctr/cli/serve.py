@@ -32,8 +32,7 @@ from online_ctr.cli.local import (
     redis_password,
     save_record,
 )
-from online_ctr.cli.memory import describe as describe_memory
-from online_ctr.cli.memory import embedded_maxmemory
+from online_ctr.cli.memory import embedded_maxmemory, memory_limit_text
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
 from online_ctr.startup import check_port, prepare_before_serving
@@ -108,7 +107,7 @@ def start_embedded_redis(settings: Settings) -> RedisServer:
         "(OCTR_REDIS_MAXMEMORY)",
         server.port,
         settings.data_dir,
-        describe_memory(server.maxmemory),
+        memory_limit_text(server.maxmemory),
     )
     return server
 

@@ -181,16 +181,6 @@ def _quantize(scaled: bool, state: Array, i: int, feature: np.uint64, step: int,
     state[i, 1] = n
 
 
-#: What :func:`learner` sets in its copies of :func:`_learn` and of the function it compiles:
-#: the rule's ``weight_of`` and ``update_row``, whether its compact form scales the weight by
-#: the rate (``compact.SCALED``), and whether it has one (``compact.RULES``). Only declared
-#: here, hence the linter's "undefined name" waived where they are read.
-_weight_of: RowWeightFn
-_update_row: RowUpdateFn
-_SCALED: bool
-_COMPACT: bool
-
-
 @_helper
 def _admit(
     mode: int,
@@ -296,43 +286,6 @@ def _advance(counts: NDArray[np.int64], marks: NDArray[np.int64], step: int, wid
         marks[_LOWEST] += 1
 
 
-def _recount(state: Array, row: int, last: int, p: Array, budget: Evicting, change: int) -> None:
-    """Add ``change`` to the features held and to the count of row ``row``'s bin (its last
-    step's; one older than the window counts in the oldest kept) in its class, its weight at
-    that step zero or not; nothing for a row not stored, or without a budget. Compiled per
-    rule, like :func:`_learn`, as it reads the rule's ``_weight_of``."""
-    _, width, counts, marks = budget
-    tau = state[row, last]
-    if budget.max_features == 0 or tau <= 0.0:
-        return
-    weighted = _weight_of(state, row, tau, p) != 0.0  # noqa: F821
-    b = max((int(tau) - 1) // width, marks[_LOWEST])
-    counts[int(weighted), b % counts.shape[1]] += change
-    marks[_TRACKED] += change
-
-
-def _restart_evicted(
-    state: Array, last: int, first: int, end: int, inverse: NDArray[np.intp], step: int,
-    p: Array, budget: Evicting, admitted: NDArray[np.uint8], mode: int,
-) -> None:  # fmt: skip
-    """Bring the budget's bins up to ``step``'s, then start again from zero (and, under an
-    admission rule, not admitted) each feature of occurrences ``first:end`` that the budget
-    evicted: stored, and its last step at most the cutoff of all, or at most the cutoff of
-    zero weights with its weight zero there. Nothing without a budget. Compiled per rule, like
-    :func:`_learn`."""
-    _, width, counts, marks = budget
-    if budget.max_features == 0:
-        return
-    _advance(counts, marks, step, width)
-    for k in range(first, end):
-        row = inverse[k]
-        tau = state[row, last]
-        if tau <= 0.0 or tau > marks[_CUT_ZERO]:
-            continue
-        if tau <= marks[_CUT_ALL] or _weight_of(state, row, tau, p) == 0.0:  # noqa: F821
-            _restart(state, row, last, admitted, mode)
-
-
 @_helper
 def _evict(budget: Evicting, step: int) -> None:
     """While the budget's features held are more than its most, evict the oldest bin of zero
@@ -377,83 +330,148 @@ def _count(base: Array, y: float, v: float) -> None:
     base[3] = base[3] * base[1] + v
 
 
-def _learn(
-    compact: bool,
-    p: Array,
-    state: Array,
-    t: int,
-    logit_clip: float,
-    indptr: NDArray[np.int64],
-    inverse: NDArray[np.intp],
-    values: Array,
-    labels: Array,
-    weights: Array,
-    ids: NDArray[np.uint64],
-    admission: Admitting,
-    retaining: Retaining,
-    base: Array,
-) -> tuple[Array, Array]:
-    """The loop of :func:`learner`'s function, for one encoding (``compact``), a constant once
-    inlined there, so that the float64 loop never tests it. Compiled once per rule, with
-    ``_weight_of``, ``_update_row`` and ``_SCALED`` the rule's (:func:`_with_globals`).
-    ``admission`` and ``retaining`` are :func:`learner`'s; with mode 0 every feature is
-    admitted and nothing else of it is read, with ``expire_after`` 0 nothing expires."""
-    mode, p_admit, n_admit, admitted, counters, positions, dropped, recent, every = admission
-    expire_after, expired, budget = retaining
-    stepped = expire_after != 0 or budget.max_features != 0
-    last = state.shape[1] - 1  # the step column, where features expire
-    examples = len(indptr) - 1
-    logits, probabilities = np.empty(examples), np.empty(examples)
-    for j in range(examples):
-        step = float(t + j)
-        _forget(counters, recent, t + j, every)
-        expired[0] += _expire(
-            state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
-        )
-        _restart_evicted(
-            state, last, indptr[j], indptr[j + 1], inverse, t + j + 1, p, budget, admitted, mode
-        )
-        s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
-        for k in range(indptr[j], indptr[j + 1]):
-            if mode != 0 and admitted[inverse[k]] == 0:
-                continue  # a feature not admitted contributes 0
-            s += _weight_of(state, inverse[k], step, p) * values[k]  # noqa: F821
-        s = _with_prior(s, base)
-        clipped = min(max(s, -logit_clip), logit_clip)
-        probability = 1.0 / (1.0 + math.exp(-clipped))
-        logits[j], probabilities[j] = s, probability
-        # An importance weight scales the gradient (McMahan et al. 2013, section 4.4); a
-        # weight of 1 changes no bit.
-        residual = (probability - labels[j]) * weights[j]
-        _count(base, labels[j], weights[j])
-        for k in range(indptr[j], indptr[j + 1]):
+@_inlined
+def _stamp(stepped: bool, state: Array, row: int, last: int, step: float) -> None:
+    """Record in row ``row``'s step column that the ``step``-th example touched it, if the
+    state has that column (``stepped``: with an ``expire_after`` or a feature budget)."""
+    if stepped:
+        state[row, last] = step
+
+
+def _budget_loops(weight_of: RowWeightFn) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The budget's two steps of :func:`_rule_loop` that read the rule's weights
+    (``weight_of``, the rule's compiled row math, which they close over)."""
+
+    @_inlined
+    def recount(state: Array, row: int, last: int, p: Array, budget: Evicting, change: int) -> None:
+        """Add ``change`` to the features held and to the count of row ``row``'s bin (its
+        last step's; one older than the window counts in the oldest kept) in its class, its
+        weight at that step zero or not; nothing for a row not stored, or without a budget."""
+        _, width, counts, marks = budget
+        tau = state[row, last]
+        if budget.max_features == 0 or tau <= 0.0:
+            return
+        weighted = weight_of(state, row, tau, p) != 0.0
+        b = max((int(tau) - 1) // width, marks[_LOWEST])
+        counts[int(weighted), b % counts.shape[1]] += change
+        marks[_TRACKED] += change
+
+    @_inlined
+    def restart_evicted(
+        state: Array, last: int, first: int, end: int, inverse: NDArray[np.intp], step: int,
+        p: Array, budget: Evicting, admitted: NDArray[np.uint8], mode: int,
+    ) -> None:  # fmt: skip
+        """Bring the budget's bins up to ``step``'s, then start again from zero (and, under an
+        admission rule, not admitted) each feature of occurrences ``first:end`` that the
+        budget evicted: stored, and its last step at most the cutoff of all, or at most the
+        cutoff of zero weights with its weight zero there. Nothing without a budget."""
+        _, width, counts, marks = budget
+        if budget.max_features == 0:
+            return
+        _advance(counts, marks, step, width)
+        for k in range(first, end):
             row = inverse[k]
-            if mode != 0 and admitted[row] == 0:
-                if not _admit(
-                    mode, ids[row], t + j + 1, p_admit, n_admit, counters, positions, row
-                ):
-                    dropped[0] += 1  # its gradient is dropped (McMahan et al. 2013, 4.1)
-                    continue
-                admitted[row] = 1
-                if mode == 2:
-                    recent[_period(t + j, every, recent.shape[0])] += 1
-            g = residual * values[k]
-            _recount(state, row, last, p, budget, -1)  # it leaves the bin it was counted in
-            _update_row(state, row, g, g * g, step + 1.0, p)  # noqa: F821
-            if compact:
-                _quantize(_SCALED, state, row, ids[row], t + j + 1, p)  # noqa: F821
-            if stepped:
-                state[row, last] = step + 1.0  # touched by the (t + j + 1)-th example
-            _recount(state, row, last, p, budget, 1)  # and is counted in the current one
-        _evict(budget, t + j + 1)
-    return logits, probabilities
+            tau = state[row, last]
+            if tau <= 0.0 or tau > marks[_CUT_ZERO]:
+                continue
+            if tau <= marks[_CUT_ALL] or weight_of(state, row, tau, p) == 0.0:
+                _restart(state, row, last, admitted, mode)
+
+    return recount, restart_evicted
 
 
-def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
-    """The function :func:`learner` compiles, with ``fingerprint`` in its closure: numba keys
-    its disk cache by this file and the function's bytecode and closure, so the hash of the
-    rule's source files there is what makes an edit of the rule compile anew."""
+def _rule_loop(
+    weight_of: RowWeightFn, update_row: RowUpdateFn, scaled: bool
+) -> Callable[..., tuple[Array, Array]]:
+    """The per-example loop of one rule, for :func:`learner`: ``weight_of`` and ``update_row``
+    are the rule's row math compiled, ``scaled`` whether its compact encoding keeps ``n``
+    scaled (:data:`online_ctr.learning.compact.SCALED`). The functions below close over them,
+    so numba sees direct calls and inlines them, as it does the constant ``scaled``."""
 
+    recount, restart_evicted = _budget_loops(weight_of)
+
+    @_inlined
+    def learn(
+        compact: bool,
+        p: Array,
+        state: Array,
+        t: int,
+        logit_clip: float,
+        indptr: NDArray[np.int64],
+        inverse: NDArray[np.intp],
+        values: Array,
+        labels: Array,
+        weights: Array,
+        ids: NDArray[np.uint64],
+        admission: Admitting,
+        retaining: Retaining,
+        base: Array,
+    ) -> tuple[Array, Array]:
+        """The loop for one encoding (``compact``), a constant once inlined in
+        :func:`learn_examples`, so that the float64 loop never tests it. ``admission`` and
+        ``retaining`` are :func:`learner`'s; with mode 0 every feature is admitted and
+        nothing else of it is read, with ``expire_after`` 0 nothing expires."""
+        mode, p_admit, n_admit, admitted, counters, positions, dropped, recent, every = admission
+        expire_after, expired, budget = retaining
+        stepped = expire_after != 0 or budget.max_features != 0
+        last = state.shape[1] - 1  # the step column, where features expire
+        examples = len(indptr) - 1
+        logits, probabilities = np.empty(examples), np.empty(examples)
+        for j in range(examples):
+            step = float(t + j)
+            _forget(counters, recent, t + j, every)
+            expired[0] += _expire(
+                state, last, indptr[j], indptr[j + 1], inverse, step, expire_after, admitted, mode
+            )
+            restart_evicted(
+                state, last, indptr[j], indptr[j + 1], inverse, t + j + 1, p, budget, admitted,
+                mode,
+            )  # fmt: skip
+            s = 0.0  # summed in the stored order, as np.bincount sums in learner.logits
+            for k in range(indptr[j], indptr[j + 1]):
+                if mode != 0 and admitted[inverse[k]] == 0:
+                    continue  # a feature not admitted contributes 0
+                s += weight_of(state, inverse[k], step, p) * values[k]
+            s = _with_prior(s, base)
+            clipped = min(max(s, -logit_clip), logit_clip)
+            probability = 1.0 / (1.0 + math.exp(-clipped))
+            logits[j], probabilities[j] = s, probability
+            # An importance weight scales the gradient (McMahan et al. 2013, section 4.4); a
+            # weight of 1 changes no bit.
+            residual = (probability - labels[j]) * weights[j]
+            _count(base, labels[j], weights[j])
+            for k in range(indptr[j], indptr[j + 1]):
+                row = inverse[k]
+                if mode != 0 and admitted[row] == 0:
+                    if not _admit(
+                        mode, ids[row], t + j + 1, p_admit, n_admit, counters, positions, row
+                    ):
+                        dropped[0] += 1  # its gradient is dropped (McMahan et al. 2013, 4.1)
+                        continue
+                    admitted[row] = 1
+                    if mode == 2:
+                        recent[_period(t + j, every, recent.shape[0])] += 1
+                g = residual * values[k]
+                recount(state, row, last, p, budget, -1)  # it leaves the bin it was counted in
+                update_row(state, row, g, g * g, step + 1.0, p)
+                if compact:
+                    _quantize(scaled, state, row, ids[row], t + j + 1, p)
+                _stamp(stepped, state, row, last, step + 1.0)
+                recount(state, row, last, p, budget, 1)  # and is counted in the current one
+            _evict(budget, t + j + 1)
+        return logits, probabilities
+
+    return learn
+
+
+def _rule_examples(
+    learn: Callable[..., tuple[Array, Array]], compact_rule: bool
+) -> Callable[..., tuple[Array, Array]]:
+    """:func:`learner`'s function for a rule whose loop is ``learn`` (:func:`_rule_loop`):
+    the loop inlined twice, with ``compact`` a constant in each, the compact one only for a
+    rule of :data:`online_ctr.learning.compact.RULES` (``compact_rule``)."""
+
+    @_inlined
     def learn_examples(
         p: Array,
         state: Array,
@@ -470,14 +488,47 @@ def _learn_examples(fingerprint: str) -> Callable[..., tuple[Array, Array]]:
         retaining: Retaining,
         base: Array,
     ) -> tuple[Array, Array]:
-        fingerprint  # noqa: B018  (read, so that it is a closure cell)
-        if _COMPACT and compact:  # noqa: F821
-            return _learn(
+        if compact_rule and compact:
+            return learn(
                 True, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
                 admission, retaining, base,
             )  # fmt: skip
-        return _learn(
+        return learn(
             False, p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids,
+            admission, retaining, base,
+        )  # fmt: skip
+
+    return learn_examples
+
+
+def per_rule(*args: Any) -> Any:
+    """What a cached template calls: in each copy :func:`_cached` makes of it, the rule's own
+    compiled function bears this name. Never called itself."""
+    raise NotImplementedError("only the per-rule copies made by _cached call it")
+
+
+def _learn_examples_template(fingerprint: str) -> Callable[..., Any]:
+    """The function :func:`learner` caches per rule (:func:`_cached`)."""
+
+    def learn_examples(
+        p: Array,
+        state: Array,
+        t: int,
+        logit_clip: float,
+        indptr: NDArray[np.int64],
+        inverse: NDArray[np.intp],
+        values: Array,
+        labels: Array,
+        weights: Array,
+        ids: NDArray[np.uint64],
+        compact: bool,
+        admission: Admitting,
+        retaining: Retaining,
+        base: Array,
+    ) -> Any:
+        fingerprint  # noqa: B018  (read, so that it is a closure cell)
+        return per_rule(
+            p, state, t, logit_clip, indptr, inverse, values, labels, weights, ids, compact,
             admission, retaining, base,
         )  # fmt: skip
 
@@ -516,59 +567,57 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     ``(c, m)`` updated in place as each example is learned.
 
     Built from the rule alone, with no table of rules here: its two functions are compiled,
-    with every :func:`~online_ctr.learning.rules.base.scalar` function they call, into a copy of
-    :func:`_learn` whose globals name them, so the compiler sees direct calls and inlines them.
+    with every :func:`~online_ctr.learning.rules.base.scalar` function they call, and
+    :func:`_rule_loop` closes over them, so the compiler sees direct calls and inlines them.
     """
     if rule.name not in _LEARNERS:
         files: set[str] = set()
         weight_of, update_row = _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
-        per_rule = {  # the budget's helpers that read the rule's weights
-            f.__name__: _inlined(_with_globals(f, f.__qualname__, _weight_of=weight_of))
-            for f in (_recount, _restart_evicted)
-        }
-        learn = _with_globals(
-            _learn,
-            _learn.__qualname__,
-            _weight_of=weight_of,
-            _update_row=update_row,
-            _SCALED=rule.name in SCALED,
-            **per_rule,
+        learn = _rule_loop(weight_of, update_row, rule.name in SCALED)
+        _LEARNERS[rule.name] = _cached(
+            _learn_examples_template,
+            f"learn_examples_{rule.name}",  # the cache's file name: one per rule
+            _fingerprint(files),
+            _rule_examples(learn, rule.name in RULES),
         )
-        template = _learn_examples("")
-        fingerprint = hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()
-        function = types.FunctionType(
-            template.__code__,
-            {**template.__globals__, "_learn": _inlined(learn), "_COMPACT": rule.name in RULES},
-            template.__name__,
-            None,
-            (types.CellType(fingerprint),),
-        )
-        # The cache's file name: one per rule.
-        function.__qualname__ = f"learn_examples_{rule.name}"
-        _LEARNERS[rule.name] = _compiled(function)
     return _LEARNERS[rule.name]
 
 
-def _row_loops(fingerprint: str) -> tuple[Callable[..., Array], Callable[..., Array]]:
-    """The two loops :func:`row_math` compiles per rule, reading ``fingerprint`` (a closure
-    cell, part of numba's cache key, as in :func:`_learn_examples`)."""
+def _row_loops(
+    weight_of: RowWeightFn, update_row: RowUpdateFn
+) -> tuple[Callable[..., Array], Callable[..., Array]]:
+    """The two loops :func:`row_math` compiles per rule, closing over its row math."""
 
+    @_inlined
     def weights_rows(state: Array, ts: Array, p: Array) -> Array:
-        """Each row's ``_weight_of`` at ``ts[i]``, or at ``ts[0]`` if ``ts`` has one step."""
-        fingerprint  # noqa: B018
+        """Each row's ``weight_of`` at ``ts[i]``, or at ``ts[0]`` if ``ts`` has one step."""
         w = np.empty(state.shape[0])
         each = len(ts) != 1
         for i in range(state.shape[0]):
-            w[i] = _weight_of(state, i, ts[i] if each else ts[0], p)  # noqa: F821
+            w[i] = weight_of(state, i, ts[i] if each else ts[0], p)
         return w
 
+    @_inlined
     def update_rows(state: Array, g: Array, g2: Array, t: float, p: Array) -> Array:
-        """A copy of ``state`` with ``_update_row`` applied to each row as step ``t``."""
-        fingerprint  # noqa: B018
+        """A copy of ``state`` with ``update_row`` applied to each row as step ``t``."""
         new = state.copy()
         for i in range(state.shape[0]):
-            _update_row(new, i, g[i], g2[i], t, p)  # noqa: F821
+            update_row(new, i, g[i], g2[i], t, p)
         return new
+
+    return weights_rows, update_rows
+
+
+def _row_templates(fingerprint: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The two functions :func:`row_math` caches per rule (:func:`_cached`)."""
+
+    def weights_rows(state: Array, ts: Array, p: Array) -> Any:
+        fingerprint  # noqa: B018
+        return per_rule(state, ts, p)
+
+    def update_rows(state: Array, g: Array, g2: Array, t: float, p: Array) -> Any:
+        fingerprint  # noqa: B018
+        return per_rule(state, g, g2, t, p)
 
     return weights_rows, update_rows
 
@@ -594,43 +643,61 @@ def row_math(rule: Rule) -> RowMath:
     fused or reordered)."""
     if rule.name not in _ROW_MATH:
         files: set[str] = set()
-        names = {
-            "_weight_of": _jitted(rule.weight_of, files),
-            "_update_row": _jitted(rule.update_row, files),
-        }
-        fingerprint = hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()
-        weights_rows, update_rows = _row_loops("")
+        weights, update = _row_loops(
+            _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
+        )
+        fingerprint = _fingerprint(files)
         _ROW_MATH[rule.name] = RowMath(
-            weights=_keyed(weights_rows, f"weights_rows_{rule.name}", fingerprint, names),
-            update=_keyed(update_rows, f"update_rows_{rule.name}", fingerprint, names),
+            weights=_cached(
+                lambda f: _row_templates(f)[0], f"weights_rows_{rule.name}", fingerprint, weights
+            ),
+            update=_cached(
+                lambda f: _row_templates(f)[1], f"update_rows_{rule.name}", fingerprint, update
+            ),
         )
     return _ROW_MATH[rule.name]
 
 
-def _keyed(template: Function, qualname: str, fingerprint: str, names: dict[str, Any]) -> Any:
-    """``template`` (a function with one free variable) compiled and cached on disk as
-    ``qualname``, seeing ``names`` among its globals and ``fingerprint`` in its closure."""
-    function = types.FunctionType(
-        template.__code__,
-        {**template.__globals__, **names},
-        template.__name__,
+def _cached(
+    template: Callable[[str], Callable[..., Any]],
+    qualname: str,
+    fingerprint: str,
+    function: Callable[..., Any],
+) -> Any:
+    """The function ``template`` makes, compiled and cached on disk as ``qualname``, calling
+    the rule's ``function`` as :func:`per_rule`. numba keys its disk cache by a function's
+    file, bytecode and closure cells, not by what it calls: so the hash of the rule's source
+    files (``fingerprint``) is its one cell, which makes an edit of the rule compile anew. A
+    cell holding the compiled ``function`` would pickle with an id drawn anew in each process,
+    and the cache would never hit: so the copy sees it as a global instead."""
+    made = template("")
+    copy = types.FunctionType(
+        made.__code__,
+        {**made.__globals__, per_rule.__name__: function},
+        made.__name__,
         None,
         (types.CellType(fingerprint),),
     )
-    function.__qualname__ = qualname
-    return _compiled(function)
+    copy.__qualname__ = qualname
+    return _compiled(copy)
 
 
-def _with_globals(function: Function, qualname: str, **names: Any) -> Function:
-    """A copy of ``function`` that sees ``names`` among its module's globals."""
+def _fingerprint(files: set[str]) -> str:
+    """The hash of the source files a compiled function was built from."""
+    return hashlib.sha256(b"".join(_read(f) for f in sorted(files))).hexdigest()
+
+
+def _calling_compiled(function: Function, callees: dict[str, Any]) -> Function:
+    """A copy of a rule module's ``function`` in which the names of the scalar functions it
+    calls (``callees``) are their compiled forms, so that numba compiles it."""
     copy = types.FunctionType(
         function.__code__,
-        {**function.__globals__, **names},
+        {**function.__globals__, **callees},
         function.__name__,
         function.__defaults__,
         function.__closure__,
     )
-    copy.__qualname__ = qualname
+    copy.__qualname__ = function.__qualname__
     return cast(Function, copy)
 
 
@@ -644,7 +711,7 @@ def _jitted(function: Callable[..., Any], files: set[str]) -> Any:
         if callable(value := function.__globals__.get(name)) and getattr(value, SCALAR, False)
     }
     if function not in _JITTED:
-        _JITTED[function] = _helper(_with_globals(function, function.__qualname__, **callees))
+        _JITTED[function] = _helper(_calling_compiled(function, callees))
     return _JITTED[function]
 
 

@@ -40,7 +40,8 @@ from online_ctr.learning.base_rate import MEAN, BaseRate
 from online_ctr.learning.features import bias_id
 from online_ctr.learning.owlqn import Design
 from online_ctr.learning.rules.base import Array, Rule
-from online_ctr.learning.snapshot import Footer, Header, Writer
+from online_ctr.learning.snapshot import Footer, Header
+from online_ctr.learning.snapshot_writer import Writer
 
 
 def seed_step(rule: Rule, examples: int) -> int:

@@ -1,5 +1,5 @@
 -- Name the features past their end in a run of one shard's bucket hashes, for the learner's
--- sweep of an expiring model or one with a feature budget (workers/retention.py): of buckets
+-- sweep of an expiring model or one with a feature budget (workers/gone_sweep.py): of buckets
 -- ARGV[2], ARGV[2] + ARGV[3], ... below ARGV[4], every field whose value's last 8 bytes (the
 -- feature's last step, a little-endian float64: online_ctr/learning/retention.py) are at
 -- most ARGV[5]. Reads only.

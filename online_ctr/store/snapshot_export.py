@@ -45,7 +45,8 @@ from typing import Any, cast
 
 from online_ctr.learning.admission import parse_recent
 from online_ctr.learning.crosses import crosses_text
-from online_ctr.learning.snapshot import NONE_ADMITTED, Footer, Header, Writer
+from online_ctr.learning.snapshot import NONE_ADMITTED, Footer, Header
+from online_ctr.learning.snapshot_writer import Writer
 from online_ctr.store import snapshot_scan
 from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys

@@ -66,10 +66,10 @@ from online_ctr.learning.snapshot import (
     Footer,
     Header,
     Item,
-    Reader,
     RowChunk,
     SnapshotError,
 )
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.store import snapshot_scan
 from online_ctr.store.failures import pipeline
 from online_ctr.store.filter import make_filters

@@ -3,7 +3,7 @@
 They read what the lifespan put on ``app.state``; all are ``async`` so FastAPI calls them on
 the event loop rather than in its thread pool.
 
-``/predict`` and ``/learn`` look their model up with :func:`requested_model`, a plain call,
+``/predict`` and ``/learn`` look their model up with :func:`requested`, a plain call,
 rather than a dependency with a declared query parameter: on that path each FastAPI dependency
 cost about as much as validating the body (measured), and the benchmark is against a bare
 endpoint. :data:`MODEL_PARAMETER` documents the query parameter for them in OpenAPI instead.
@@ -22,7 +22,7 @@ from service.api.catalog import Catalog, Served
 from service.api.groups import ServedGroup
 from service.api.served import ServedModel
 
-#: OpenAPI for the ``model`` query parameter that :func:`requested_model` reads.
+#: OpenAPI for the ``model`` query parameter that :func:`requested` reads.
 MODEL_PARAMETER: dict[str, Any] = {
     "parameters": [
         {

@@ -172,7 +172,7 @@ def _redis_unavailable(error: Exception, retry: Mapping[str, str]) -> Answer | N
     return None
 
 
-def describe(error: Exception, settings: Settings) -> Answer:
+def error_answer(error: Exception, settings: Settings) -> Answer:
     """Status, JSON body and headers for an error raised while serving."""
     retry = {"Retry-After": str(settings.retry_after_s)}
     if isinstance(error, ApiError):
@@ -234,7 +234,7 @@ async def handle_error(request: Request, error: Exception) -> JSONResponse:
     elif isinstance(error, HTTPException) and error.detail == _UNPARSEABLE:
         # Invalid UTF-8 or nesting beyond the parser's depth: say which, as a 422.
         error = InvalidFieldError("body", unparseable_body(await request.body()))
-    status, body, headers = describe(error, request.app.state.settings)
+    status, body, headers = error_answer(error, request.app.state.settings)
     if request.scope["path"] == "/learn" and out_of_memory(error):
         request.app.state.metrics.redis_memory_refusals.labels("learn").inc()
     if status == 405:

@@ -161,7 +161,7 @@ class ServedJoins:
         return joined
 
 
-def answer(joined: Joined, ids: list[str], single: bool) -> tuple[int, dict[str, object]]:
+def join_answer(joined: Joined, ids: list[str], single: bool) -> tuple[int, dict[str, object]]:
     """The status and body of a join request: per label learned or refused, and why."""
     if single:
         code = joined.codes[0]

@@ -7,7 +7,12 @@ from online_ctr.challengers import Challengers
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import GroupInfo
 from service.api.challenger_schemas import PromotionRecord, StandingResponse
-from service.api.schemas import GroupDetailResponse, GroupResponse, ModelListResponse, ModelSummary
+from service.api.model_schemas import (
+    GroupDetailResponse,
+    GroupResponse,
+    ModelListResponse,
+    ModelSummary,
+)
 
 
 def model_list(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from service.api.schemas import (
+from service.api.example_schemas import (
     BATCH,
     JOIN,
     JOINS,

@@ -46,8 +46,8 @@ from online_ctr.learning.budget import Budget
 from online_ctr.learning.features import Batch, FeatureHasher, merge_repeats
 from online_ctr.learning.hashing import hash_slot, next_slot, slot_count
 from online_ctr.learning.kernels import compiled, helper, inlined
+from service.api.example_schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from service.api.limits import Limits
-from service.api.schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 
 U8 = NDArray[np.uint8]
 #: The names table's hash: 8 bytes at a time, a multiply and a shift each, then splitmix64's

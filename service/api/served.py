@@ -96,6 +96,7 @@ class ServedModel:
         settings: Settings,
         redis: RedisClient,
         metrics: Metrics,
+        *,
         own: bool = False,
         register: Callable[[], Awaitable[object]] | None = None,
         policy: JoinPolicy = JOINS_OFF,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from online_ctr.client import AsyncClient, Client, ClientError, ModelImported
-from online_ctr.learning.snapshot import Reader
+from online_ctr.learning.snapshot_reader import Reader
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Service
 from tests.client.test_client import examples, learned
 

@@ -22,11 +22,11 @@ from online_ctr.learning.snapshot import (
     AdmissionCounters,
     Footer,
     Header,
-    Reader,
     RowChunk,
     SnapshotError,
-    Writer,
 )
+from online_ctr.learning.snapshot_reader import Reader
+from online_ctr.learning.snapshot_writer import Writer
 
 HEADER = Header("tg", {"alpha": 0.5, "beta": 1.0, "l1": 0.1, "theta": float("inf"), "k": 10},
                 16, ("w", "n", "t_last"))  # fmt: skip

@@ -9,7 +9,8 @@ from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.owlqn import design_from_batch, loss_and_gradient, minimize
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Header, Reader, RowChunk
+from online_ctr.learning.snapshot import Header, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.learning.warm_start import seed_state, seed_step, snapshot, squared_gradients
 
 #: Hyper-parameters where every rule's shrinkage is active (l1, theta, k), so the seeded state

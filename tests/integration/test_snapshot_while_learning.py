@@ -15,7 +15,8 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Reader, RowChunk
+from online_ctr.learning.snapshot import Footer, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
 from tests.conftest import CRITEO
 from tests.integration.conftest import Service
 

@@ -41,7 +41,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
-from service.api.schemas import PREDICT_REQUEST
+from service.api.predict_schemas import PREDICT_REQUEST
 
 pytestmark = pytest.mark.processes
 
@@ -213,7 +213,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 def test_learn_bodies_hold_consecutive_labelled_rows(tmp_path: Path) -> None:
     from pydantic import TypeAdapter
 
-    from service.api.schemas import LearnRequest
+    from service.api.learn_schemas import LearnRequest
 
     rows = feed.criteo_rows(DATA_DIR, limit=25)
     lines = wrk_runs.write_learn_bodies(tmp_path / "b", rows, 10).read_text().splitlines()

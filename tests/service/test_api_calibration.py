@@ -27,7 +27,7 @@ from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_api_predict import ROWS, predict
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

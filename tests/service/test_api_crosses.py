@@ -26,7 +26,7 @@ from tests.conftest import CRITEO
 from tests.service import test_api_weights as weights_test
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_models_command import models, ok, refused
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -23,7 +23,7 @@ from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -23,7 +23,7 @@ from online_ctr.learning.features import Example, FeatureHasher, concat
 from online_ctr.learning.learner import logits, scoring_features
 from online_ctr.learning.readers import read_examples
 from service.api.explained import explanations
-from service.api.schemas import MAX_EXPLAIN_TOP
+from service.api.predict_schemas import MAX_EXPLAIN_TOP
 from service.app import create_app
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_api_calibration import learn_in_two_commits

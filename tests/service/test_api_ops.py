@@ -26,7 +26,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.

@@ -19,7 +19,7 @@ from online_ctr.config.settings import Settings
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.sampling import keep_negatives, kept_negatives
-from online_ctr.learning.snapshot import Reader
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.metrics import Metrics
 from online_ctr.store.codec import decode_entry
 from online_ctr.store.impressions import Impressions
@@ -30,7 +30,7 @@ from online_ctr.wiring import model_spec
 from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

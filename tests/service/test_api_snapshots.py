@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
 from online_ctr.learning.readers import read_examples
-from online_ctr.learning.snapshot import Reader, RowChunk
+from online_ctr.learning.snapshot import RowChunk
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
@@ -21,7 +22,7 @@ from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS, PREDICT_KEY
 from tests.workers.conftest import send
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -23,7 +23,7 @@ from online_ctr.wiring import model_spec
 from tests.service.keys import AUTH, PREDICT_KEY
 from tests.service.test_models_command import models, ok, refused
 from tests.workers.conftest import scan_state
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 FTRL: dict[str, Any] = {"rule": "ftrl", "alpha": 0.1, "beta": 1.0, "l1": 0.5, "l2": 0.1}
 JSON = {"Content-Type": "application/json"}

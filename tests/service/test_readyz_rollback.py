@@ -17,7 +17,7 @@ from online_ctr.wiring import model_spec
 from tests.service.keys import AUTH
 from tests.workers.conftest import send
 from tests.workers.test_log_rollback import AFTER, rolled_back
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     # Starlette would rather have the httpx2 package; the installed httpx works the same.

@@ -18,9 +18,9 @@ from online_ctr.cli.memory import (
     DEFAULT_SHARE,
     cgroup_limit,
     default_maxmemory,
-    describe,
     embedded_maxmemory,
     machine_memory,
+    memory_limit_text,
     physical_memory,
 )
 from online_ctr.config.settings import Settings
@@ -119,4 +119,6 @@ def test_serve_starts_its_redis_with_the_default_limit(tmp_path: Path) -> None:
             os.killpg(serve.pid, signal.SIGKILL)
             serve.wait()
     log = (tmp_path / "serve.log").read_text()
-    assert f"memory limit {describe(default_maxmemory())} (OCTR_REDIS_MAXMEMORY)" in log, log
+    assert f"memory limit {memory_limit_text(default_maxmemory())} (OCTR_REDIS_MAXMEMORY)" in log, (
+        log
+    )

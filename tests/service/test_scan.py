@@ -15,8 +15,8 @@ from pydantic import TypeAdapter, ValidationError
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.readers import read_examples
+from service.api.learn_schemas import LearnBatch, LearnExample, LearnRequest
 from service.api.scan import NameIds, scan
-from service.api.schemas import LearnBatch, LearnExample, LearnRequest
 
 LEARN = TypeAdapter(LearnRequest)
 

@@ -21,7 +21,7 @@ from tests.conftest import CRITEO
 from tests.service.test_commands import ROOT, assert_one_line
 from tests.service.test_snapshot_refusals import keys_of
 from tests.workers.conftest import scan_state, send
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.processes
 

@@ -17,7 +17,9 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from online_ctr.config.settings import Settings
-from online_ctr.learning.snapshot import PREAMBLE, SECTION, Footer, Header, Reader, RowChunk, Writer
+from online_ctr.learning.snapshot import PREAMBLE, SECTION, Footer, Header, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
+from online_ctr.learning.snapshot_writer import Writer
 from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.registry import Registry, RegistryError
 from online_ctr.store.snapshot_import import SnapshotImport

@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Header, Writer
+from online_ctr.learning.snapshot import Footer, Header
+from online_ctr.learning.snapshot_writer import Writer
 from service.app import create_app
 from tests.service.keys import ADMIN_KEY, AUTH, HEADERS
 from tests.service.test_commands import ROOT

@@ -15,7 +15,7 @@ from online_ctr.learning.rules import get_rule
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.state import ModelStore, spec_from
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 MakeStore = Callable[..., Awaitable[ModelStore]]
 

@@ -20,14 +20,9 @@ from online_ctr.learning.admission import COUNTERS, Admission
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
-from online_ctr.learning.snapshot import (
-    NONE_ADMITTED,
-    AdmissionCounters,
-    Header,
-    Reader,
-    RowChunk,
-    Writer,
-)
+from online_ctr.learning.snapshot import NONE_ADMITTED, AdmissionCounters, Header, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
+from online_ctr.learning.snapshot_writer import Writer
 from online_ctr.metrics import Metrics
 from online_ctr.store.commits import WHOLE_FILTER_ABOVE
 from online_ctr.store.snapshot_export import open_export
@@ -37,7 +32,7 @@ from online_ctr.wiring import model_spec
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -29,7 +29,7 @@ from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import make_worker, scan_state, send
 from workers import learn_group
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -184,7 +184,7 @@ async def test_a_damaged_budget_is_waited_on_not_fatal(
     one line naming them, nothing written; mended, it learns on as before."""
     redis = aioredis.Redis.from_url(redis_url)
     try:
-        with caplog.at_level(logging.ERROR, logger="workers.consumer"):
+        with caplog.at_level(logging.ERROR, logger="workers.learner_loop"):
             store = ModelStore(redis, model_spec(settings_of(redis_url)))
             await damaged(store, key, field, value)
     finally:

@@ -33,7 +33,9 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import get_rule
-from online_ctr.learning.snapshot import Footer, Header, Reader, RowChunk, Writer
+from online_ctr.learning.snapshot import Footer, Header, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
+from online_ctr.learning.snapshot_writer import Writer
 from online_ctr.metrics import Metrics
 from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.snapshot_import import SnapshotImport
@@ -43,7 +45,7 @@ from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import MakeStore, scan_state, send
 from tests.workers.test_budget_matches_replay import MOST
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 from online_ctr.config.settings import Settings
 from online_ctr.learning.features import Example
 from online_ctr.store.failures import client_failure, redis_trouble
-from service.api.errors import describe
+from service.api.errors import error_answer
 from tests.workers.conftest import MakeStore, make_worker, send
 
 pytestmark = pytest.mark.anyio
@@ -62,7 +62,7 @@ async def test_a_write_on_a_connection_torn_down_under_it_is_a_503(redis_url: st
     assert isinstance(error, AttributeError), repr(error)
     assert "writelines" in str(error)
     assert client_failure(error) and redis_trouble(error)
-    status, body, headers = describe(error, SETTINGS)
+    status, body, headers = error_answer(error, SETTINGS)
     assert (status, headers) == (503, {"Retry-After": "3"})
     assert "Redis is unavailable (AttributeError)" in str(body["detail"])
 
@@ -88,7 +88,7 @@ async def test_a_cluster_that_cannot_be_reached_is_a_503() -> None:
     assert isinstance(error, redis_errors.RedisClusterException), repr(error)
     assert "cannot be connected" in str(error)
     assert client_failure(error)
-    assert describe(error, SETTINGS)[0] == 503
+    assert error_answer(error, SETTINGS)[0] == 503
 
 
 async def test_errors_of_ours_and_redis_answers_are_not_client_failures(
@@ -108,7 +108,7 @@ async def test_errors_of_ours_and_redis_answers_are_not_client_failures(
         assert not client_failure(error), repr(error)
     assert not redis_trouble(ours) and not redis_trouble(arguments)
     with caplog.at_level(logging.ERROR, logger="service.api.errors"):
-        assert describe(ours, SETTINGS)[0] == 500
+        assert error_answer(ours, SETTINGS)[0] == 500
     assert caplog.records[-1].exc_info is not None  # logged with its traceback
 
 
@@ -136,7 +136,7 @@ async def test_a_learner_waits_out_connections_torn_down_under_it(
     ]
     await send(store, rows, per_entry=4)
     worker = make_worker(store, batch_size=8, error_backoff_s=0.01, batch_wait_ms=5)
-    with caplog.at_level(logging.WARNING, logger="workers.consumer"):
+    with caplog.at_level(logging.WARNING, logger="workers.learner_loop"):
         running = asyncio.ensure_future(worker.run())
         assert isinstance(store.redis, aioredis.Redis)
         await cut_connections(store.redis.connection_pool, 40, running)

@@ -33,7 +33,7 @@ from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from tests.workers.conftest import scan_state
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -26,7 +26,7 @@ async def test_a_step_that_is_no_whole_number_is_waited_on_not_fatal(
     await store.redis.hset(store.keys.meta, "t", step)
     await send(store, FIRST)
     worker = make_worker(store, "w1", batch_size=5, error_backoff_s=0.01, damaged_retry_s=0.05)
-    with caplog.at_level(logging.ERROR, logger="workers.consumer"):
+    with caplog.at_level(logging.ERROR, logger="workers.learner_loop"):
         running = asyncio.create_task(worker.run())
         await asyncio.sleep(0.5)  # several retries
         assert not running.done()  # the worker waits; it did not die

@@ -86,7 +86,7 @@ async def test_a_learner_reads_no_new_feature_and_a_successor_trusts_the_filter(
     await store.redis.config_resetstat()
     second = make_worker(store, "second", batch_size=300)
     await second.run_until_idle()
-    assert second.known is not None
+    assert second.mirror.known is not None
     # The second learner, which loaded the filter, read exactly the features of its group
     # whose bit the first group set: those it shares with it, and some more (another's bit).
     hasher = FeatureHasher(store.spec.hash_bits, numeric=store.spec.numeric)
@@ -111,7 +111,12 @@ async def test_a_shard_without_its_filter_is_read_as_before_and_stays_without(
     await store.redis.config_resetstat()
     worker = make_worker(store, batch_size=200)
     await worker.run_until_idle()
-    assert worker.known is not None and worker.known.trusted.tolist() == [True, False, True, True]
+    assert worker.mirror.known is not None and worker.mirror.known.trusted.tolist() == [
+        True,
+        False,
+        True,
+        True,
+    ]
     stored = np.array(list(await scan_state(store)), np.uint64)
     in_shard_1 = int((layout.shard_of(stored) == 1).sum())
     # Every feature of shard 1 was read (and the meta's few HGETs); the others' filters were
@@ -135,7 +140,7 @@ async def test_a_model_made_with_filters_of_16_bytes_a_bucket_keeps_them_and_the
     await send(store, rows[:300], per_entry=50)
     first = make_worker(store, "first", batch_size=300)
     await first.run_until_idle()
-    assert first.known is not None and first.known.filter_bytes == old
+    assert first.mirror.known is not None and first.mirror.known.filter_bytes == old
     await send(store, rows[300:], per_entry=50)
     await first.lease.release()
     second = make_worker(store, "second", batch_size=300)
@@ -147,8 +152,8 @@ async def test_a_model_made_with_filters_of_16_bytes_a_bucket_keeps_them_and_the
     assert (layout.filter_of(ids, old) != layout.filter_of(ids)).any()
     for shard, bitmap in enumerate(expected_bitmaps(layout, ids, old)):
         assert await store.redis.get(store.keys.shard(shard).filter) == bitmap.tobytes()
-    assert second.known is not None and second.known.trusted.all()
-    assert second.known.maybe(ids).all()
+    assert second.mirror.known is not None and second.mirror.known.trusted.all()
+    assert second.mirror.known.maybe(ids).all()
     model = InMemoryModel(store.spec.rule, store.spec.params)
     replay(rows, model, FeatureHasher(), batch_size=1)
     expected = model.snapshot()

@@ -28,7 +28,7 @@ from tests.conftest import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
 from tests.workers.test_grouped_applies import Held
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.retention import live
-from online_ctr.learning.snapshot import Footer, Reader, RowChunk
+from online_ctr.learning.snapshot import Footer, RowChunk
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.metrics import Metrics
 from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.snapshot_import import SnapshotImport, last_rows
@@ -25,7 +26,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from tests.workers.conftest import scan_state, send
 from tests.workers.test_expiry_matches_replay import ROWS, SPAN, settings_of
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

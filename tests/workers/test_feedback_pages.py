@@ -18,7 +18,7 @@ ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 2_000))
 
 
 async def sent_bytes(stream: FeedbackStream) -> int:
-    info = await stream.redis.info("stats")
+    info = await stream.store.redis.info("stats")
     return int(info["total_net_output_bytes"])
 
 

@@ -15,8 +15,8 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import Registry
 from online_ctr.store.state import ModelStore
-from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
+from workers.learner_loop import WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

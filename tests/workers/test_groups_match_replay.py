@@ -28,8 +28,8 @@ from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from tests.workers.conftest import scan_state
-from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
+from workers.learner_loop import WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -14,7 +14,7 @@ from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, send
 from tests.workers.test_grouped_applies import assert_equals_replay
-from workers.consumer import Worker
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 

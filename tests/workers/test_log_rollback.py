@@ -21,11 +21,11 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.store.shards import parse_stamp
+from online_ctr.store.stamps import positions
 from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
-from workers.consumer import Worker
-from workers.rollback import positions
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 

@@ -25,9 +25,10 @@ from online_ctr.store.state import ModelStore
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.cache import StateCache
 from workers.committer import Committer
-from workers.consumer import Worker, WorkerConfig
 from workers.feedback import FeedbackStream
 from workers.learn_group import Learning, learn_group
+from workers.learner_loop import Worker, WorkerConfig
+from workers.model_mirror import ModelMirror
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +67,8 @@ async def learned_group(store: ModelStore, lease: Lease) -> tuple[Learning, str]
     group = await FeedbackStream(store).next_group(1000)
     assert group.batch is not None
     cache = StateCache(store.spec.width, 1000)
-    learning = await learn_group(store, cache, group.batch, group.entry_ids, await store.version())
+    mirror = ModelMirror(version=await store.version())
+    learning = await learn_group(store, cache, group.batch, group.entry_ids, mirror)
     return learning, group.head
 
 

@@ -50,7 +50,7 @@ async def test_a_meta_whose_log_loss_sum_is_nan_refuses_the_commit_whole(
     await store.redis.hset(store.keys.meta, mapping={"t": 0, "logloss_sum": "nan"})
     await send(store, ROWS[:20])
     worker = make_worker(store, "w1", batch_size=5, error_backoff_s=0.01, damaged_retry_s=0.05)
-    with caplog.at_level(logging.ERROR, logger="workers.consumer"):
+    with caplog.at_level(logging.ERROR, logger="workers.learner_loop"):
         running = asyncio.create_task(worker.run())
         await asyncio.sleep(0.5)  # ten retries at least
         worker.stop()

@@ -27,8 +27,8 @@ from service.app import create_app
 from tests.conftest import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from workers import promoter
-from workers.consumer import WorkerConfig
 from workers.fleet import Fleet
+from workers.learner_loop import WorkerConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

@@ -17,7 +17,7 @@ from online_ctr.store.shards import parse_stamp
 from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, send
-from workers.consumer import Worker, WorkerConfig
+from workers.learner_loop import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
 

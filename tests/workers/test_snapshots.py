@@ -15,14 +15,15 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES, get_rule
-from online_ctr.learning.snapshot import Footer, Reader, RowChunk, SnapshotError
+from online_ctr.learning.snapshot import Footer, RowChunk, SnapshotError
+from online_ctr.learning.snapshot_reader import Reader
 from online_ctr.store import snapshot_scan
 from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
 from online_ctr.store.state import ModelImportingError, ModelStore, spec_from
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
-from workers.consumer import Worker
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +108,7 @@ async def test_round_trip_is_exact_and_learning_continues_bit_for_bit(
         await learn(store, ROWS[half:])
     # The copy's learner trusted every shard's existence filter (made by the import), so a
     # filter missing an imported feature would have made it learn that one from zero.
-    known = WORKERS[id(copy)].known
+    known = WORKERS[id(copy)].mirror.known
     assert known is not None and known.trusted.all()
     assert_same_state(await scan_state(original), await scan_state(copy))
     assert await meta_view(original) == await meta_view(copy)

@@ -89,7 +89,7 @@ async def test_a_learner_that_lost_its_lease_cannot_commit(make_store: MakeStore
     assert await stale._lead()
     group = await stale.stream.next_group(100)
     assert group.batch is not None
-    learning = await learn_group(store, stale.cache, group.batch, group.entry_ids, stale.version)
+    learning = await learn_group(store, stale.cache, group.batch, group.entry_ids, stale.mirror)
     await asyncio.sleep(0.15)  # it stalls past its TTL; another worker takes over
     fresh = make_worker(await make_store(), "fresh", batch_size=100)
     assert await fresh.run_until_idle() == 3
@@ -107,9 +107,7 @@ async def test_a_commit_finalized_but_not_applied_is_replayed_by_the_next_learne
     assert await crashed._lead()
     group = await crashed.stream.next_group(200)
     assert group.batch is not None
-    learning = await learn_group(
-        store, crashed.cache, group.batch, group.entry_ids, crashed.version
-    )
+    learning = await learn_group(store, crashed.cache, group.batch, group.entry_ids, crashed.mirror)
     commit = await store.log.finalize(learning.change, crashed.lease.token, 0)
     assert commit.status == "ok"  # ... and it died before applying it to the shards
     assert await store.redis.xlen(store.keys.redo) >= 1
@@ -202,7 +200,7 @@ async def test_a_commit_whose_answer_was_lost_is_not_learned_again(make_store: M
     assert await worker._lead()
     group = await worker.stream.next_group(100)
     assert group.batch is not None
-    learning = await learn_group(store, worker.cache, group.batch, group.entry_ids, worker.version)
+    learning = await learn_group(store, worker.cache, group.batch, group.entry_ids, worker.mirror)
     # Redis ran the commit, but the worker saw a timeout (as when Redis stalls mid-call).
     assert (await store.log.finalize(learning.change, worker.lease.token, 0)).status == "ok"
     worker._reset()

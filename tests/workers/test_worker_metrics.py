@@ -16,7 +16,7 @@ from online_ctr.learning.stream_metrics import auc
 from online_ctr.store.state import ModelStore
 from tests.conftest import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
-from workers.consumer import Worker
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 

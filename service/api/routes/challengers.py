@@ -25,8 +25,8 @@ from service.api.challenger_schemas import SweepRequest, SweepResponse, SweptMod
 from service.api.deps import CatalogDep
 from service.api.limits import InvalidFieldError
 from service.api.listing import group_detail
+from service.api.model_schemas import GroupDetailResponse
 from service.api.routes.models import AdminDep, _errors
-from service.api.schemas import GroupDetailResponse
 
 router = APIRouter(tags=["models"])
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from online_ctr.store.memory import redis_memory
-from online_ctr.store.redis_types import text
+from online_ctr.store.stamps import reports
 from service.api.deps import ServedDep
+from service.api.error_schemas import error_responses
 from service.api.errors import NotReadyError
-from service.api.schemas import HealthResponse, ReadyResponse, error_responses
+from service.api.health_schemas import HealthResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
 
@@ -43,11 +44,5 @@ async def readyz(served: ServedDep) -> ReadyResponse:
         )
     # A rollback of the log side, found and repaired by the learner: said, not a 503 (the
     # model learns and serves correctly again; workers/rollback.py says what was lost).
-    log, shards = await served.store.redis.hmget(
-        served.store.keys.meta, "rollback", "shard_rollback"
-    )
-    return ReadyResponse(
-        heartbeat_age_s=age,
-        log_rollback=text(log) if log else None,
-        shard_rollback=text(shards) if shards else None,
-    )
+    found = await reports(served.store)
+    return ReadyResponse(heartbeat_age_s=age, log_rollback=found.log, shard_rollback=found.shards)

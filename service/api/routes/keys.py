@@ -18,6 +18,7 @@ from online_ctr.store.api_keys import ApiKeyError, digest, new_key
 from online_ctr.store.api_keys import key_id as id_of
 from service.api.access import ScopeError, grants_of, what
 from service.api.auth import Authenticator
+from service.api.error_schemas import error_responses
 from service.api.key_schemas import (
     KeyCreate,
     KeyCreated,
@@ -28,7 +29,6 @@ from service.api.key_schemas import (
     stored_info,
 )
 from service.api.key_watch import KeyWatch
-from service.api.schemas import error_responses
 from service.api.scopes import Grants
 
 router = APIRouter(tags=["keys"])

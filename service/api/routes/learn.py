@@ -10,20 +10,20 @@ from pydantic_core import to_json
 
 from service.api.access import allow_landing
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.error_schemas import error_responses
 from service.api.groups import ServedGroup
-from service.api.join_side import answer
+from service.api.join_side import join_answer
 from service.api.lane import LaneRoute, ReadRequest, reads_body, validated
-from service.api.limits import InvalidFieldError
-from service.api.scan import scanned_body
-from service.api.schemas import (
+from service.api.learn_schemas import (
     JoinBatch,
     JoinLabel,
     LearnBatch,
     LearnExample,
     LearnRequest,
     LearnResponse,
-    error_responses,
 )
+from service.api.limits import InvalidFieldError
+from service.api.scan import scanned_body
 from service.api.served import ServedModel
 
 IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:+/=~-]{1,255}")
@@ -118,7 +118,7 @@ async def learn(request: ReadRequest) -> Response:
     if isinstance(body, JoinLabel | JoinBatch):
         ids, labels = body.pairs()
         joined = await model.join(ids, labels, key)
-        status_code, content = answer(joined, ids, body.single)
+        status_code, content = join_answer(joined, ids, body.single)
         return _json(content, status_code, joined.replayed)
     rows = body.rows()
     model.limits.check(rows, body.single)

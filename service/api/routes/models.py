@@ -24,18 +24,18 @@ from online_ctr.store.registry import UnknownNameError
 from service.api.access import AdminName, allow, grants_of
 from service.api.catalog import Catalog
 from service.api.deps import CatalogDep
+from service.api.error_schemas import error_responses
 from service.api.groups import ServedGroup
 from service.api.listing import group_detail, group_response, model_list
-from service.api.name_record import forget_names
-from service.api.schemas import (
+from service.api.model_schemas import (
     GroupDetailResponse,
     GroupResponse,
     GroupUpdate,
     ModelDeletedResponse,
     ModelInfoResponse,
     ModelListResponse,
-    error_responses,
 )
+from service.api.name_record import forget_names
 from service.api.served import ServedModel
 
 router = APIRouter(tags=["models"])

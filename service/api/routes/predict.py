@@ -10,18 +10,18 @@ from fastapi import APIRouter, Response
 from online_ctr.learning.explain import Explanation
 from service.api.access import allow_landing
 from service.api.deps import MODEL_PARAMETER, requested
+from service.api.error_schemas import error_responses
 from service.api.groups import ServedGroup
 from service.api.join_side import PredictionIdUsedError, used_error
 from service.api.lane import LaneRoute, ReadRequest, reads_body, validated
-from service.api.scan import scanned_body
-from service.api.schemas import (
+from service.api.predict_schemas import (
     PredictBatch,
     PredictBatchResponse,
     PredictExample,
     PredictRequest,
     PredictResponse,
-    error_responses,
 )
+from service.api.scan import scanned_body
 from service.api.served import Scores, ServedModel
 
 router = APIRouter(tags=["predictions"], route_class=LaneRoute)
@@ -136,7 +136,7 @@ def _predictions(scores: Scores) -> list[dict[str, object]]:
 
 
 def _explained(explanation: Explanation) -> dict[str, object]:
-    """An explanation as schemas.Explanation documents it (``number`` only for a number)."""
+    """An explanation as predict_schemas.Explanation documents it (``number`` only for a number)."""
     terms: list[dict[str, object]] = []
     for t in explanation.terms:
         term: dict[str, object] = {"feature": t.name}

@@ -17,8 +17,9 @@ from fastapi.responses import StreamingResponse
 
 from service.api.access import AdminName
 from service.api.deps import CatalogDep, ServedDep
+from service.api.error_schemas import ErrorResponse, error_responses
+from service.api.model_schemas import SnapshotImportedResponse
 from service.api.routes.models import AdminDep
-from service.api.schemas import ErrorResponse, SnapshotImportedResponse, error_responses
 
 router = APIRouter(tags=["models"])
 

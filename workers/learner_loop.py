@@ -16,18 +16,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-import numpy as np
-from numpy.typing import NDArray
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
-from online_ctr.learning.admission import Tally, features_pending
-from online_ctr.learning.calibration import Histogram
-from online_ctr.learning.eviction import Evicting
+from online_ctr.learning.admission import features_pending
 from online_ctr.metrics import Metrics
 from online_ctr.store.commits import Commit
 from online_ctr.store.failures import redis_trouble
-from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.lease import Lease
 from online_ctr.store.promotion import write_units
 from online_ctr.store.state import ModelDamagedError, ModelGoneError, ModelStore
@@ -35,9 +30,10 @@ from workers.auc import ProgressiveAuc
 from workers.cache import StateCache
 from workers.committer import Committer
 from workers.feedback import FeedbackStream, Group
+from workers.gone_sweep import GoneSweep
 from workers.learn_group import Learning, NonFiniteError, learn_group
 from workers.memory_wait import MemoryWait, publish_memory
-from workers.retention import RetentionSweep
+from workers.model_mirror import ModelMirror
 from workers.rollback import check_log, check_shards
 from workers.sweeper import Sweeper
 from workers.units import learned_units
@@ -88,23 +84,10 @@ class Worker:
         self.stream = FeedbackStream(store)
         self.sweeper = Sweeper(store, policy, metrics, streams)
         self.cache = StateCache(store.spec.width, config.cache_features)
-        self.retention = RetentionSweep(store, self.cache)
-        self.version = (0, "")
-        #: The calibration's histogram as of ``version``; None for a model without one.
-        self.histogram: Histogram | None = None
+        self.gone_sweep = GoneSweep(store, self.cache)
+        #: The model as of the last commit, loaded on taking the lease.
+        self.mirror = ModelMirror()
         self.committer = Committer(store, self.cache, self.lease)
-        #: The model's existence filters, loaded on taking the lease (None: not loaded yet).
-        self.known: ExistenceFilter | None = None
-        #: The model's admission counters and their tally as of ``version`` (bloom
-        #: admission only), loaded with the existence filters.
-        self.counters: NDArray[np.uint8] | None = None
-        self.tally: Tally | None = None
-        #: The model's feature budget as of ``version`` (None: it has none), loaded likewise.
-        self.budget: Evicting | None = None
-        #: The base rate's counts and the recent window's sums of predictions and labels as
-        #: of ``version`` (None: not loaded yet), loaded likewise.
-        self.base: NDArray[np.float64] | None = None
-        self.recent_sums: NDArray[np.float64] | None = None
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         #: Why the model's meta refuses every commit ('': it does not), logged once.
@@ -142,10 +125,11 @@ class Worker:
     def _publish_fill(self) -> None:
         """The share of the admission counters in use, and the features waiting for
         admission, as of the last commit."""
-        assert self.counters is not None and self.tally is not None
-        fill = self.tally.used / len(self.counters)
+        mirror = self.mirror
+        assert mirror.counters is not None and mirror.tally is not None
+        fill = mirror.tally.used / len(mirror.counters)
         self.metrics.admission_filter_fill.labels(**self._label).set(fill)
-        pending = features_pending(self.tally, self.store.spec.admission, self.version[0])
+        pending = features_pending(mirror.tally, self.store.spec.admission, mirror.version[0])
         self.metrics.features_pending_admission.labels(**self._label).set(pending or 0)
 
     def stop(self) -> None:
@@ -261,33 +245,21 @@ class Worker:
             await self.store.log.trim(pending[-1][0])
         self.committer.applied_through = pending[-1][0] if pending else 0
         # After the redo log's applies, which set the bits of every feature they stored.
-        store = self.store
-        self.known = await ExistenceFilter.load_or_make(store.redis, store.keys, store.spec.layout)
-        self.counters = await store.admission_counters()
-        self.version = await self.store.version()
-        if self.counters is not None:
-            self.tally = await store.admission_tally(self.counters)
+        await self.mirror.load(self.store)
+        if self.mirror.counters is not None:
             self._publish_fill()
-        self.budget = await store.feature_budget()
-        self.base = await store.base_counts()
-        self.recent_sums = await store.recent_sums()
-        if self.store.spec.calibration == "power":
-            self.histogram = await self.store.calibration_histogram()
         self._recovered = True
         logger.info(
             "worker %s leads model %r at step %d",
             self.config.name,
             self.store.spec.name,
-            self.version[0],
+            self.mirror.version[0],
         )
 
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
-        self.known = None
-        self.counters = self.tally = None
-        self.budget = None
-        self.base = self.recent_sums = None
-        self.retention.forget()
+        self.mirror.forget()
+        self.gone_sweep.forget()
         self.committer.abandon()
         self.cache.forget()
         self.auc.forget()
@@ -338,23 +310,11 @@ class Worker:
         assert group.batch is not None
         await self.committer.trim_cache()
         examples = len(group.batch)
-        gone = await self.retention.gone(self.version[0] + examples, examples, self.budget)
+        mirror = self.mirror
+        gone = await self.gone_sweep.gone(mirror.version[0] + examples, examples, mirror.budget)
         try:
             learning = await learn_group(
-                self.store,
-                self.cache,
-                group.batch,
-                group.entry_ids,
-                self.version,
-                self.histogram,
-                served=group.served,
-                known=self.known,
-                counters=self.counters,
-                tally=self.tally,
-                gone=gone,
-                budget=self.budget,
-                base=self.base,
-                recent_sums=self.recent_sums,
+                self.store, self.cache, group.batch, group.entry_ids, mirror, group.served, gone
             )
         except NonFiniteError as error:
             await self._failed(group, str(error), at_once=True)
@@ -366,7 +326,7 @@ class Worker:
             await self._failed(group, repr(error))
             return
         try:
-            commit = await self.committer.commit(learning, self.known, self._wait_for_room)
+            commit = await self.committer.commit(learning, mirror.known, self._wait_for_room)
         except OutOfMemoryError:
             # Refused at the memory limit, not for its entries: reading the group again is
             # not another delivery (which could dead-letter a good entry).
@@ -391,18 +351,8 @@ class Worker:
         if self.damaged:
             logger.info("model %r commits again", self.store.spec.name)
             self.damaged = ""
-        self.version = (commit.t, self.version[1])
-        self.histogram = learning.histogram
-        self.budget = learning.budget  # committed with the group: now the model's
-        self.base = learning.base  # likewise
-        self.recent_sums = np.array(learning.change.sums[2:])
-        if self.counters is not None:
-            counted = learning.change.counters  # committed with the group: now the model's
-            if counted.whole is not None:  # halved (bloom:N:D), or many changed
-                self.counters[:] = counted.whole
-            else:
-                self.counters[counted.positions] = counted.values
-            self.tally = learning.tally
+        self.mirror.committed(commit.t, learning)  # committed with the group: the model's
+        if self.mirror.counters is not None:
             self._publish_fill()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
@@ -460,7 +410,7 @@ class Worker:
             await publish_memory(self.store.redis, self.metrics)  # read first: no write
             await self.store.heartbeat(self.config.name, self.config.forget_workers_after_s)
             self.memory.wrote()
-            lag = await self.store.redis.xlen(self.store.keys.stream)
+            lag = await self.stream.length()
             self.metrics.stream_lag.labels(**self._label).set(lag)
             self._beat = now
 

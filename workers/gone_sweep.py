@@ -75,7 +75,7 @@ def shard_runs(first: int, count: int, buckets: int, shards: int) -> list[tuple[
     return runs
 
 
-class RetentionSweep:
+class GoneSweep:
     """The learner's sweep over an expiring model's buckets (see the module doc)."""
 
     def __init__(self, store: ModelStore, cache: StateCache) -> None:
