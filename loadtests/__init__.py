@@ -1,1 +1,2 @@
-"""Benchmarks and load tests, each run as ``python -m loadtests.<module>``."""
+"""Benchmarks (``bench``), chaos and abuse suites (``chaos``), cost measurements (``costs``) and
+the helpers they share (``common``); ``loadtests/README.md`` lists every module."""

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``make bench*``: each measurement beside its baseline, written to a report."""

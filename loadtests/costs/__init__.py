@@ -1,0 +1,1 @@
+"""Cost measurements whose figures a page cites: ``python -m loadtests.costs.<module>``."""
