@@ -1,6 +1,6 @@
 """Replay throughput: our rules in-process, next to River and Vowpal Wabbit on the same examples.
 
-Run ``python -m loadtests.bench_replay [--examples 200000] [--batch-sizes 1,256,1024]
+Run ``python -m loadtests.bench.bench_replay [--examples 200000] [--batch-sizes 1,256,1024]
 [--rules all]``. The Criteo head file is parsed once (``online_ctr.learning.readers``) and repeated
 up to
 ``--examples``; every system starts from those ``field -> value`` dicts in memory, learns them
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests import _river, _vw
+from loadtests.bench import _river, _vw
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.learner import log_loss, sigmoid
@@ -47,7 +47,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.rules.ftrl import FTRLParams
 
-CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
+CRITEO = Path(__file__).resolve().parents[3] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
 WARM_UP_EXAMPLES = 10_000
 
 #: Every timed mode, by name, and what its time includes.
@@ -282,7 +282,9 @@ def format_ratios(wall: dict[str, float], cpu: dict[str, float]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_replay", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.bench_replay", description=__doc__
+    )
     parser.add_argument("--data", type=Path, default=CRITEO, help="a Criteo file to replay")
     parser.add_argument("--examples", type=int, default=200_000)
     parser.add_argument("--batch-sizes", type=_int_list, default=[1, 256, 1024])

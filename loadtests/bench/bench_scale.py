@@ -1,10 +1,10 @@
-"""Cost against model size: ``python -m loadtests.bench_scale`` (``make bench-scale``).
+"""Cost against model size: ``python -m loadtests.bench.bench_scale`` (``make bench-scale``).
 
 Fills one model, through the real API and worker, to each size in turn (default 100k, 1M and
 10M tracked features) and measures there: the fill's rate, learning end to end, a worker's
 drain, single and batch ``/predict``, Redis bytes per feature and the processes' RSS
-(:mod:`loadtests.scale`), each larger size side by side with a second service held at the
-smallest size (:mod:`loadtests.scale_run`). Prints a table row per size as it ends (and the
+(:mod:`loadtests.bench.scale`), each larger size side by side with a second service held at the
+smallest size (:mod:`loadtests.bench.scale_run`). Prints a table row per size as it ends (and the
 smallest size's row measured beside it), then the ratios of the largest size's figures to the
 smallest's measured beside them, against their targets, and writes the report
 (``docs/benchmarks-scale.md``) with a plot (``docs/img/scale.png`` beside it).
@@ -21,14 +21,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from loadtests import memory_latency, scale_report
-from loadtests.bench import ROOT, command_line, machine
-from loadtests.plots import Curve, Panel, panels_figure
-from loadtests.report import table
-from loadtests.scale import Scale, ScaleConfig, SizeResult
-from loadtests.scale_run import measure
+from loadtests.bench import memory_latency, scale_report
+from loadtests.bench.run import ROOT, command_line, machine
+from loadtests.bench.scale import Scale, ScaleConfig, SizeResult
+from loadtests.bench.scale_run import measure
+from loadtests.common.plots import Curve, Panel, panels_figure
+from loadtests.common.report import table
 
-MODULE = "loadtests.bench_scale"
+MODULE = "loadtests.bench.bench_scale"
 SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (10_000, 40_000)
 SUFFIXES = {"k": 1_000, "m": 1_000_000}

@@ -1,6 +1,6 @@
 """The seeds' claim in the report: the verdict per dataset, what it rests on, the raw sweep.
 
-Everything here is text built from :mod:`loadtests.frontier`'s numbers; no verdict is typed
+Everything here is text built from :mod:`loadtests.bench.frontier`'s numbers; no verdict is typed
 in by hand.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from loadtests import baseline, frontier
-from loadtests.quality_runs import SWEEPS, Outcome
-from loadtests.report import Cell, table
+from loadtests.bench import baseline, frontier
+from loadtests.bench.quality_runs import SWEEPS, Outcome
+from loadtests.common.report import Cell, table
 
 Sweeps = Mapping[str, Sequence[frontier.Point]]
 

@@ -15,9 +15,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from loadtests import feed
-from loadtests.processes import Stack
-from loadtests.stats import CpuMeter, calls_delta, command_calls
+from loadtests.common import feed
+from loadtests.common.processes import Stack
+from loadtests.common.stats import CpuMeter, calls_delta, command_calls
 
 
 @dataclass(frozen=True)

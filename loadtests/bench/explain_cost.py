@@ -1,4 +1,4 @@
-"""What ``explain`` costs a batch ``/predict``: ``python -m loadtests.explain_cost``, and the
+"""What ``explain`` costs a batch ``/predict``: ``python -m loadtests.bench.explain_cost``, and the
 Explanations section of ``make bench``.
 
 A real worker learns the Criteo head file, then stops; the real ``online-ctr api`` process
@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import orjson
 
-from loadtests.feed import DATA_DIR, criteo_rows
-from loadtests.processes import Stack
-from loadtests.report import BenchOptions, Headline, Section, table
-from loadtests.serving import learn_the_file
+from loadtests.bench.serving import learn_the_file
+from loadtests.common.feed import DATA_DIR, criteo_rows
+from loadtests.common.processes import Stack
+from loadtests.common.report import BenchOptions, Headline, Section, table
 
 SHAPES = {
     "plain": {},

@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx
 
-from loadtests import feed, plots
-from loadtests.processes import Stack, scratch_dir, wait_until
-from loadtests.report import (
+from loadtests.common import feed, plots
+from loadtests.common.processes import Stack, scratch_dir, wait_until
+from loadtests.common.report import (
     BenchOptions,
     Headline,
     Section,
@@ -43,7 +43,7 @@ from loadtests.report import (
     table,
     verdict,
 )
-from loadtests.stats import percentile
+from loadtests.common.stats import percentile
 
 LOAD_REQUESTS_PER_S = 100
 LOAD_BATCH = 10

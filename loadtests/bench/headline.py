@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from loadtests.report import Headline, Target, table, verdict
+from loadtests.common.report import Headline, Target, table, verdict
 
 HEADER = ["figure", "online-ctr", "baseline, same run", "target", "verdict"]
 

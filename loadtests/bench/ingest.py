@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from loadtests import feed
-from loadtests.wrk_runs import Load, LoadRun, load, write_learn_bodies
+from loadtests.common import feed
+from loadtests.common.wrk_runs import Load, LoadRun, load, write_learn_bodies
 
 #: Examples per ``/learn`` body: the API's default per-request limit.
 BODY_EXAMPLES = 1000

@@ -1,5 +1,5 @@
 """Lean models: what feature admission and negative sampling cost and save.
-``python -m loadtests.lean`` (``make bench-lean``) prints the report and writes it to
+``python -m loadtests.bench.lean`` (``make bench-lean``) prints the report and writes it to
 ``docs/benchmarks-lean.md``.
 
 1. **Admission** (McMahan et al. 2013, 4.1), on every shared click log: FTRL at the service's
@@ -39,10 +39,10 @@ from pathlib import Path
 import httpx
 import orjson
 
-from loadtests.feed import DATA_DIR, Row, criteo_rows, global_step
-from loadtests.processes import Stack, http_ok, wait_until
-from loadtests.report import table
-from loadtests.stats import cpu_seconds
+from loadtests.common.feed import DATA_DIR, Row, criteo_rows, global_step
+from loadtests.common.processes import Stack, http_ok, wait_until
+from loadtests.common.report import table
+from loadtests.common.stats import cpu_seconds
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -51,7 +51,7 @@ from online_ctr.learning.rules import get_rule
 from online_ctr.learning.sampling import keep_negatives
 from online_ctr.learning.stream_metrics import StreamMetrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-lean.md"
 CLICK_LOGS = {
     "Criteo (Kaggle head 10k)": ("criteo/criteo_kaggle_train_head10k.tsv", "criteo"),
@@ -408,8 +408,8 @@ def render(
         [
             "# Lean models: admission, expiry, budgets and negative sampling",
             "",
-            "Measured with `make bench-lean` (`python -m loadtests.lean`) on a 2-core machine;",
-            "what each rule is: [Lean models](concepts/lean-models.md).",
+            "Measured with `make bench-lean` (`python -m loadtests.bench.lean`) on a 2-core",
+            "machine; what each rule is: [Lean models](concepts/lean-models.md).",
             "",
             "## Admission",
             "",

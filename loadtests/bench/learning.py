@@ -1,8 +1,8 @@
 """Section 2, learning throughput: the replay command and one worker, next to Vowpal Wabbit
-and River on the same rows (the runs are in :mod:`loadtests.learning_runs`).
+and River on the same rows (the runs are in :mod:`loadtests.bench.learning_runs`).
 
 Every learner's progressive log loss is shown beside its speed; one no better than always
-predicting the running mean is broken and is not compared (:mod:`loadtests.baseline`). One
+predicting the running mean is broken and is not compared (:mod:`loadtests.bench.baseline`). One
 worker learns a model at a time; others stand by for failover, so one is measured.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from loadtests import bench_replay
-from loadtests.learning_runs import NAMES, LearningResult, measure, ratio
-from loadtests.report import BenchOptions, Cell, Headline, Section, Target, table, verdict
+from loadtests.bench import bench_replay
+from loadtests.bench.learning_runs import NAMES, LearningResult, measure, ratio
+from loadtests.common.report import BenchOptions, Cell, Headline, Section, Target, table, verdict
 
 #: Issue 9: the replay at least half as fast as VW; issue 8: one worker's drain.
 TARGET_OVER_VW = 0.5

@@ -7,15 +7,15 @@ example by example in file order, with FTRL at its default hyper-parameters, by:
 - ``online-ctr replay`` on a file of those rows, the whole process timed (interpreter
   start-up, reading, hashing, learning, the JSON report), its default exact semantics;
 - Vowpal Wabbit's native ``--ftrl`` on the same rows in its text format, the whole process
-  timed (:func:`loadtests.bench_replay.run_vw_cli`; writing the file not timed);
+  timed (:func:`loadtests.bench.bench_replay.run_vw_cli`; writing the file not timed);
 - River's ``learn_one`` in-process on the same rows, parsed once (reading not timed);
 - one real ``online-ctr worker`` draining a stream pre-filled with the rows
-  (:mod:`loadtests.drain`), in entries of 1 and of 1,000 examples.
+  (:mod:`loadtests.bench.drain`), in entries of 1 and of 1,000 examples.
 
 The processes are timed in rounds, alternating, and the median kept
-(:func:`loadtests.bench_replay.measure_all`). Every learner's progressive log loss is shown
+(:func:`loadtests.bench.bench_replay.measure_all`). Every learner's progressive log loss is shown
 beside its speed, and one no better than always predicting the running mean is broken: it is
-not compared (:mod:`loadtests.baseline`).
+not compared (:mod:`loadtests.bench.baseline`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from functools import partial
 from itertools import cycle, islice
 from pathlib import Path
 
-from loadtests import _vw, baseline, bench_replay, feed
-from loadtests.bench_replay import Job, Measurement, Run, Stopwatch
-from loadtests.drain import DrainRun, run_learner
-from loadtests.processes import ROOT, Stack, scratch_dir
+from loadtests.bench import _vw, baseline, bench_replay
+from loadtests.bench.bench_replay import Job, Measurement, Run, Stopwatch
+from loadtests.bench.drain import DrainRun, run_learner
+from loadtests.common import feed
+from loadtests.common.processes import ROOT, Stack, scratch_dir
 from online_ctr.learning.rules.ftrl import FTRLParams
 
 #: Entry sizes of the drain: a single-example ``/learn`` each, and 1,000-example bodies.

@@ -9,7 +9,7 @@ of several ads (``--page-size``): one batch ``/predict`` and, later, one batch `
 
 Headless, against a service on port 8000 (see ``loadtests/README.md``)::
 
-    .venv/bin/locust -f loadtests/locustfile.py --headless -u 50 -r 10 -t 60s \
+    .venv/bin/locust -f loadtests/bench/locustfile.py --headless -u 50 -r 10 -t 60s \
         --host http://127.0.0.1:8000
 
 This models traffic; it is not the throughput benchmark (``python -m loadtests.bench``), whose
@@ -30,7 +30,7 @@ from locust import FastHttpUser, between, events, task
 
 from online_ctr.learning.readers import read_examples
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 FILES = (
     ("criteo/criteo_kaggle_train_head10k.tsv", "criteo"),
     ("avazu/avazu_train_head10k.csv", "avazu"),

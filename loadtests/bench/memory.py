@@ -28,9 +28,9 @@ from pathlib import Path
 
 import redis
 
-from loadtests import feed
-from loadtests.processes import Stack, scratch_dir
-from loadtests.report import BenchOptions, Cell, Section, table
+from loadtests.common import feed
+from loadtests.common.processes import Stack, scratch_dir
+from loadtests.common.report import BenchOptions, Cell, Section, table
 
 BUCKET_COUNTS = (1 << 18, 64)
 #: Payload bytes per FTRL feature at 64 buckets: a 7-byte field name and two float64 (z, n).

@@ -7,7 +7,7 @@ cache gives when the neighbours leave room in it; over one far larger than the c
 memory's. On a shared machine both swing with what the neighbours do, and the scale
 benchmark's large sizes, whose Redis keyspace outgrows the caches, pay the second on nearly
 every key they touch: printed at the start and at the end of a run, they tell a reader what
-the machine was like while it ran. ``python -m loadtests.memory_latency`` prints
+the machine was like while it ran. ``python -m loadtests.bench.memory_latency`` prints
 them on their own.
 
 >>> chain = single_cycle(5, np.random.default_rng(0))

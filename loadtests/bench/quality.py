@@ -3,11 +3,11 @@
 Per dataset: progressive log loss, AUC, calibration and nonzero weights of every rule at its
 default setting, next to Vowpal Wabbit ``--ftrl`` and River ``FTRLProximal`` at FTRL's
 hyper-parameters, and always predicting the running mean click rate, the baseline every model
-must beat (:mod:`loadtests.baseline`); curves over the stream; the l1 sweep of every rule as a
-sparsity-accuracy frontier, and the seeds' claim tested on it (:mod:`loadtests.frontier`).
+must beat (:mod:`loadtests.bench.baseline`); curves over the stream; the l1 sweep of every rule as a
+sparsity-accuracy frontier, and the seeds' claim tested on it (:mod:`loadtests.bench.frontier`).
 A run no better than the mean, or without a nonzero weight, is shown as broken and left out
 of every frontier, ranking and verdict. The runs themselves are in
-:mod:`loadtests.quality_runs`.
+:mod:`loadtests.bench.quality_runs`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from loadtests import baseline, claim, frontier, quality_data
-from loadtests.quality_plots import frontier_plot, stream_plot
-from loadtests.quality_runs import (
+from loadtests.bench import baseline, claim, frontier, quality_data
+from loadtests.bench.quality_plots import frontier_plot, stream_plot
+from loadtests.bench.quality_runs import (
     DATASETS,
     FTRL_SETTINGS,
     MEAN,
@@ -30,7 +30,7 @@ from loadtests.quality_runs import (
     jobs_for,
     run_all,
 )
-from loadtests.report import BenchOptions, Headline, Section, Target, figure, table, verdict
+from loadtests.common.report import BenchOptions, Headline, Section, Target, figure, table, verdict
 
 #: Issue 50's bound on our FTRL's log loss over VW's ``--ftrl`` at the same settings: at or
 #: below it. Ours adds the base-rate prior (the default); without it the two are one

@@ -1,5 +1,5 @@
 """The quality section's runs kept as JSON beside its figures (``docs/img/quality-runs.json``),
-so that the figures can be drawn again (``python -m loadtests.replot``) without replaying the
+so that the figures can be drawn again (``python -m loadtests.bench.replot``) without replaying the
 117 runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtests.quality_runs import Job, Outcome
+from loadtests.bench.quality_runs import Job, Outcome
 
 NAME = "quality-runs.json"
 

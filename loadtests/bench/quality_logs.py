@@ -2,7 +2,7 @@
 learns at the code's defaults next to what else one could run (issue 50, item 4).
 
 Per click log, six rows, each scored before it learns every example (progressive): always
-predicting the running mean click rate (:mod:`loadtests.baseline`); the default model, the
+predicting the running mean click rate (:mod:`loadtests.bench.baseline`); the default model, the
 JSON of ``online-ctr replay FILE`` with no option, so the row follows the defaults as they
 change; the best fixed configuration of the documented sweep grid in hindsight (every
 configuration of :data:`GRID` learns the file, the lowest log loss is picked after the fact
@@ -21,8 +21,8 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
-from loadtests import baseline
-from loadtests.quality_logs_runs import (
+from loadtests.bench import baseline
+from loadtests.bench.quality_logs_runs import (
     BEST,
     DEFAULT,
     GRID,
@@ -35,7 +35,7 @@ from loadtests.quality_logs_runs import (
     Scored,
     measure,
 )
-from loadtests.report import BenchOptions, Cell, Section, table, verdict
+from loadtests.common.report import BenchOptions, Cell, Section, table, verdict
 
 #: Issue 50's bounds: the default's sum(p) / sum(y), and the group's distance to the best.
 CALIBRATION_BOUNDS = (0.95, 1.05)

@@ -1,4 +1,4 @@
-"""The runs behind the ``quality_logs`` section (:mod:`loadtests.quality_logs`): on one click
+"""The runs behind the ``quality_logs`` section (:mod:`loadtests.bench.quality_logs`): on one click
 log, the running mean, ``online-ctr replay FILE`` at its defaults, the sweep of the documented
 grid (its best configuration in hindsight replayed alone, and what its group served), and
 Vowpal Wabbit ``--ftrl`` and default on the default model's features.
@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from loadtests import _vw, baseline
+from loadtests.bench import _vw, baseline
 from online_ctr.learning.learner import sigmoid
 from online_ctr.learning.numeric import log_bucket
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.stream_metrics import StreamMetrics, log_loss
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Every click log in the shared data folder, by the name the tables give it.
 LOGS = {

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from loadtests import baseline, frontier, plots
-from loadtests.quality_runs import MEAN, NAMES, REFERENCES, SWEEPS, Outcome
+from loadtests.bench import baseline, frontier
+from loadtests.bench.quality_runs import MEAN, NAMES, REFERENCES, SWEEPS, Outcome
+from loadtests.common import plots
 
 
 def stream_plot(rows: Sequence[Outcome], dataset: str, img_dir: Path) -> Path:

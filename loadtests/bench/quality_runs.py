@@ -3,10 +3,10 @@
 Every run replays one file in order at batch size 1 (each rule's exact sequential definition)
 and scores each example before learning it (progressive validation). FTRL, VW ``--ftrl`` and
 River's ``FTRLProximal`` share alpha 0.1, beta 1, l1 1, l2 1; beside them, per file, the
-baseline that always predicts the running mean click rate (:mod:`loadtests.baseline`). Each
+baseline that always predicts the running mean click rate (:mod:`loadtests.bench.baseline`). Each
 rule's sparsity knob is swept over :data:`SWEEPS` (the other hyper-parameters fixed); the
 ``default`` of each sweep is the run the quality table shows. The sweep feeds the frontier
-plot and :mod:`loadtests.frontier`'s verdict on the seeds' claim. Runs are independent, so
+plot and :mod:`loadtests.bench.frontier`'s verdict on the seeds' claim. Runs are independent, so
 they go to a small process pool.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests import _river, _vw, baseline
+from loadtests.bench import _river, _vw, baseline
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.learner import log_loss, sigmoid
 from online_ctr.learning.model import InMemoryModel
@@ -82,7 +82,7 @@ SWEEPS = {
 #: The reference systems, run at :data:`FTRL_SETTINGS`.
 REFERENCES = ("vw", "river")
 
-#: The baseline every model must beat (:mod:`loadtests.baseline`): it has no settings.
+#: The baseline every model must beat (:mod:`loadtests.bench.baseline`): it has no settings.
 MEAN = "mean"
 
 #: Every system by the name the report gives it.

@@ -1,5 +1,5 @@
 """A quarter of churn in minutes: Redis bytes per model over a stream whose ids keep changing,
-with and without bounds. ``python -m loadtests.quarter`` (``make bench-quarter``) prints the
+with and without bounds. ``python -m loadtests.bench.quarter`` (``make bench-quarter``) prints the
 report and writes it to ``docs/benchmarks-quarter.md``, with its figure.
 
 **The stream.** The Criteo head's rows again and again, as a real service meets them: a share
@@ -36,8 +36,8 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from loadtests.feed import DATA_DIR, criteo_rows
-from loadtests.report import table
+from loadtests.common.feed import DATA_DIR, criteo_rows
+from loadtests.common.report import table
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.features import BIAS, Batch, FeatureHasher
 from online_ctr.learning.rules import get_rule
@@ -48,7 +48,7 @@ from online_ctr.store.state import ModelStore, spec_from
 from online_ctr.store.state_bytes import state_bytes
 from workers.learner_loop import Worker, WorkerConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-quarter.md"
 FIGURE = ROOT / "docs" / "img" / "quarter-bytes.png"
 #: Share of the categorical ids that churn, and how many examples one of their names lives.
@@ -221,7 +221,7 @@ def report(results: dict[str, list[Point]], examples: int, figure: str) -> str:
         [
             "# A quarter of churn: Redis bytes per model, with and without bounds",
             "",
-            "Measured with `make bench-quarter` (`python -m loadtests.quarter`) on a 2-core",
+            "Measured with `make bench-quarter` (`python -m loadtests.bench.quarter`) on a 2-core",
             "machine; what the stream and the models are: the module's docstring. In short: the",
             f"Criteo head's rows, {examples:,} examples, {CHURNING:.0%} of the categorical ids",
             f"renamed every {LIFETIME:,} examples at a phase of their own; FTRL at the defaults,",
@@ -248,7 +248,7 @@ def draw(results: dict[str, list[Point]], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from loadtests.readable import save
+    from loadtests.common.readable import save
 
     figure, axis = plt.subplots(figsize=(7, 4.4))
     for name, points in results.items():

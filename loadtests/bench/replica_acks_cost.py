@@ -3,8 +3,8 @@ masters and 3 replicas: ``/learn`` ingest through the real API (wrk, no worker r
 the real worker's drain of a pre-filled stream, each with the acknowledgements off (0) and on
 (1), in paired A B B A order so that drift of the machine falls on both alike.
 
-    python -m loadtests.replica_acks_cost            # -> docs/benchmarks-acks.md
-    python -m loadtests.replica_acks_cost --quick    # short runs, printed only
+    python -m loadtests.bench.replica_acks_cost            # -> docs/benchmarks-acks.md
+    python -m loadtests.bench.replica_acks_cost --quick    # short runs, printed only
 
 Ingest is measured with bodies of 1,000 examples (the API's limit, as ``make bench``) and of
 10 (where the wait, once per request, weighs most); the drain with entries of 50 examples.
@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests import feed, tools
-from loadtests.chaos_cluster_parts import cluster_client, service_on
-from loadtests.ingest import CONNECTIONS
-from loadtests.processes import Stack
-from loadtests.wrk_runs import Load, load, write_learn_bodies
+from loadtests.bench.ingest import CONNECTIONS
+from loadtests.chaos.chaos_cluster_parts import cluster_client, service_on
+from loadtests.common import feed, tools
+from loadtests.common.processes import Stack
+from loadtests.common.wrk_runs import Load, load, write_learn_bodies
 from tests.local_cluster import LocalCluster
 
-REPORT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks-acks.md"
+REPORT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks-acks.md"
 #: Per figure, the settings in A B B A order, twice.
 ORDER = ("0", "1", "1", "0") * 2
 
@@ -145,7 +145,7 @@ def main() -> int:
 def report(table: str, seconds: float) -> str:
     return f"""# What replicated acknowledgements cost
 
-Written by `make bench-acks` (`python -m loadtests.replica_acks_cost`) on a local Redis
+Written by `make bench-acks` (`python -m loadtests.bench.replica_acks_cost`) on a local Redis
 Cluster of 3 masters and 3 replicas on this machine (2 cores shared by the cluster, the API or
 worker, and wrk). Each figure is the median of four runs per setting, in A B B A order twice;
 ingest runs last {seconds:g} s each with {CONNECTIONS} connections and no worker running.

@@ -1,5 +1,5 @@
 """Draw the benchmarks' figures again from the data their runs kept, without running them:
-``python -m loadtests.replot``. The quality figures come from ``docs/img/quality-runs.json``
+``python -m loadtests.bench.replot``. The quality figures come from ``docs/img/quality-runs.json``
 (written by the quality section), the scale figure from the table of figures at each size in
 ``docs/benchmarks-scale.md``. A figure whose data is missing is named on stderr and skipped."""
 
@@ -10,13 +10,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtests import quality, quality_data, scale_report
-from loadtests.bench import ROOT
-from loadtests.bench_scale import plot_rows
+from loadtests.bench import quality, quality_data, scale_report
+from loadtests.bench.bench_scale import plot_rows
+from loadtests.bench.run import ROOT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.replot", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtests.bench.replot", description=__doc__)
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="reports' folder")
     args = parser.parse_args(argv)
     img_dir = args.docs / "img"

@@ -1,7 +1,8 @@
 """One command for every benchmark: ``python -m loadtests.bench`` (``make bench``).
 
 Runs the sections in order (quality, quality_logs, learning, serving, freshness, memory,
-explain_cost, vw_daemon: each a module of ``loadtests`` with ``run(BenchOptions) -> Section``),
+explain_cost, vw_daemon: each a module of ``loadtests.bench`` with
+``run(BenchOptions) -> Section``),
 prints each one's tables as it ends, and writes the Markdown report: every section's headline
 figures first, each next to its baseline from this run and its target, then the sections, then
 the machine, the date and this exact command. With ``--update`` only the sections run are
@@ -31,10 +32,10 @@ from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from loadtests import headline
-from loadtests.report import BenchOptions, Section, figure, table
+from loadtests.bench import headline
+from loadtests.common.report import BenchOptions, Section, figure, table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = (
     "quality",
     "quality_logs",
@@ -94,14 +95,14 @@ def _sections(text: str) -> list[str]:
 def load_section(name: str) -> Runner | Skipped:
     """The section's ``run``, or why it cannot run (module not written, extra not installed)."""
     try:
-        module = importlib.import_module(f"loadtests.{name}")
+        module = importlib.import_module(f"loadtests.bench.{name}")
     except ModuleNotFoundError as error:
-        if error.name == f"loadtests.{name}":
-            return Skipped(name, f"`loadtests/{name}.py` does not exist yet")
+        if error.name == f"loadtests.bench.{name}":
+            return Skipped(name, f"`loadtests/bench/{name}.py` does not exist yet")
         return Skipped(name, f"needs the Python package `{error.name}`: {EXTRA_HINT}")
     runner: Runner | None = getattr(module, "run", None)
     if runner is None:
-        return Skipped(name, f"`loadtests/{name}.py` has no `run(options)`")
+        return Skipped(name, f"`loadtests/bench/{name}.py` has no `run(options)`")
     return runner
 
 
@@ -320,7 +321,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_report(args, results, about, report_dir)
     print(f"report written to {args.out}", file=sys.stderr)
     return 1 if any(isinstance(r, Skipped) for r in results) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """What the scale benchmark measures on one running service, and the figures it keeps.
 
 A service is one Redis, one real ``online-ctr api`` and one real ``online-ctr worker``
-(:class:`loadtests.processes.Stack`), with the Criteo rows to post (a :class:`Rig`). Each
-timing here is one run on one rig; :mod:`loadtests.scale_run` decides which rigs, at which
+(:class:`loadtests.common.processes.Stack`), with the Criteo rows to post (a :class:`Rig`). Each
+timing here is one run on one rig; :mod:`loadtests.bench.scale_run` decides which rigs, at which
 sizes, take their turns.
 """
 
@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from itertools import cycle, islice
 from pathlib import Path
 
-from loadtests.processes import Stack, wait_until
-from loadtests.scale_client import (
+from loadtests.bench.scale_client import (
     BODY_EXAMPLES,
     WINDOW_BODY_EXAMPLES,
     Fill,
@@ -25,8 +24,9 @@ from loadtests.scale_client import (
     learn_bodies,
     predict_bodies,
 )
-from loadtests.sequential import Timing, timed
-from loadtests.stats import CommandUsec, command_usec, cpu_seconds
+from loadtests.bench.sequential import Timing, timed
+from loadtests.common.processes import Stack, wait_until
+from loadtests.common.stats import CommandUsec, command_usec, cpu_seconds
 from online_ctr.store.commits import redo_records
 from online_ctr.store.keys import ModelKeys
 

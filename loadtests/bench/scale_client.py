@@ -2,7 +2,7 @@
 features, and waiting on ``GET /models/{name}`` until the workers have learned everything.
 
 Only the API is used here, never the state layer's keys or encodings (nor
-:mod:`loadtests.feed`, which writes stream entries itself), so the benchmark keeps working
+:mod:`loadtests.common.feed`, which writes stream entries itself), so the benchmark keeps working
 when the state layer changes.
 
 >>> factory = UniqueFeatures(per_example=3, seed=1)

@@ -8,13 +8,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.report import Cell, figure, table, verdict
-from loadtests.scale import MIB, Scale, ScaleConfig, SizeResult
-from loadtests.scale_client import BODY_EXAMPLES, MAX_LAG_ENTRIES, POLL_S, WINDOW_BODY_EXAMPLES
+from loadtests.bench.scale import MIB, Scale, ScaleConfig, SizeResult
+from loadtests.bench.scale_client import (
+    BODY_EXAMPLES,
+    MAX_LAG_ENTRIES,
+    POLL_S,
+    WINDOW_BODY_EXAMPLES,
+)
+from loadtests.common.report import Cell, figure, table, verdict
 from online_ctr.config.settings import Settings
 from online_ctr.store.layout import Layout
 
-#: Sections other commands write into the report (``python -m loadtests.compact_cost``'s
+#: Sections other commands write into the report (``python -m loadtests.costs.compact_cost``'s
 #: figures): a new report keeps them from the previous one.
 KEPT = ("## Spread across runs", "## Compact state encoding")
 
@@ -279,7 +284,7 @@ def method(scale: Scale, config: ScaleConfig) -> str:
             "cores, shared with other engineers' work: absolute figures drift).",
             "- **random load latency** (this run's table, at its start and end): nanoseconds "
             "per dependent random load over an 8 MiB and a 256 MiB block "
-            "(`python -m loadtests.memory_latency`, a pointer chase): what the shared caches "
+            "(`python -m loadtests.bench.memory_latency`, a pointer chase): what the shared caches "
             "and main memory gave while the run ran. The large sizes pay the second on nearly "
             "every Redis key they touch; both swing with the neighbours' work.",
         ]
@@ -338,7 +343,7 @@ def render(
 
 def sizes_table(report: str) -> list[dict[str, float]]:
     """The figures at each size as a report's first table gives them, by :class:`SizeResult`
-    field: what :func:`loadtests.bench_scale.plot_rows` draws, read back from the report.
+    field: what :func:`loadtests.bench.bench_scale.plot_rows` draws, read back from the report.
 
     >>> text = "## Figures at each size\\n\\n" + table(HEADER, [[1_000, 2_000, *[0.5] * 17]])
     >>> row = sizes_table(text)[0]

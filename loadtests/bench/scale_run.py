@@ -23,8 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
-from loadtests.scale import (
+from loadtests.bench.scale import (
     MIB,
     Bodies,
     Rig,
@@ -41,9 +40,16 @@ from loadtests.scale import (
     wait_until_applied,
     write_bodies,
 )
-from loadtests.scale_client import BODY_EXAMPLES, Fill, ModelClient, UniqueFeatures, criteo_rows
-from loadtests.sequential import Timing, timing_tool
-from loadtests.stats import calls, per_call_us, rss_bytes
+from loadtests.bench.scale_client import (
+    BODY_EXAMPLES,
+    Fill,
+    ModelClient,
+    UniqueFeatures,
+    criteo_rows,
+)
+from loadtests.bench.sequential import Timing, timing_tool
+from loadtests.common.processes import Stack, http_ok, scratch_dir, wait_until
+from loadtests.common.stats import calls, per_call_us, rss_bytes
 
 T = TypeVar("T")
 

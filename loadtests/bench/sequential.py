@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from loadtests import tools
-from loadtests.scale_client import JSON
-from loadtests.stats import percentile
+from loadtests.bench.scale_client import JSON
+from loadtests.common import tools
+from loadtests.common.stats import percentile
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 The model is first learned from the Criteo head file by a real worker (which then stops), so
 ``/predict`` reads real state. The real ``online-ctr api`` and the bare app
-(:mod:`loadtests.bare_app`: same request model parsed, constant answer, same uvicorn
-settings) then take the same load from ``wrk`` (:mod:`loadtests.wrk_runs`), POSTing the
+(:mod:`loadtests.common.bare_app`: same request model parsed, constant answer, same uvicorn
+settings) then take the same load from ``wrk`` (:mod:`loadtests.common.wrk_runs`), POSTing the
 Criteo rows as bodies. Targets alternate within each round, so that a change in the shared
 machine's load hits them alike; the ratio is taken per round and its median reported.
 ``POST /noop`` on the bare app (the body is never parsed) shows what the generator can drive,
 and ``/proc`` shows the cores each process used. Last, ``/learn`` ingest with 1,000-example
-bodies (:mod:`loadtests.ingest`).
+bodies (:mod:`loadtests.bench.ingest`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from loadtests import feed, ingest, tools
-from loadtests.processes import Stack, scratch_dir
-from loadtests.report import BenchOptions, Cell, Headline, Section, Target, table, verdict
-from loadtests.wrk_runs import Load, LoadRun, load, write_bodies
+from loadtests.bench import ingest
+from loadtests.common import feed, tools
+from loadtests.common.processes import Stack, scratch_dir
+from loadtests.common.report import BenchOptions, Cell, Headline, Section, Target, table, verdict
+from loadtests.common.wrk_runs import Load, LoadRun, load, write_bodies
 
 CONNECTIONS = 32
 BATCH_CONNECTIONS = 8

@@ -1,8 +1,8 @@
 """The abuse suite: each attack of issue 33 at full rate against the real service, while a
 victim with a key keeps sending single ``/predict`` requests.
 
-    make abuse                                     # = python -m loadtests.abuse (60 s each)
-    .venv/bin/python -m loadtests.abuse --seconds 10 --attacks headers,idle
+    make abuse                                     # = python -m loadtests.chaos.abuse (60 s each)
+    .venv/bin/python -m loadtests.chaos.abuse --seconds 10 --attacks headers,idle
 
 It starts a private Redis, the real ``online-ctr api`` (auth on, joins on, four models) and a
 worker, with the limits of :data:`LIMITS`. Per attack it reports the API's peak RSS against
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.processes import Stack, scratch_dir
-from loadtests.stats import percentile, rss_bytes
+from loadtests.common.processes import Stack, scratch_dir
+from loadtests.common.stats import percentile, rss_bytes
 
 VICTIM_KEY = "victim-key-" + "v" * 24
 PREDICT_KEY = "attacker-predict-key-" + "p" * 16

@@ -4,10 +4,10 @@ feed uniquely tagged examples and retry every 503 with the same ``Idempotency-Ke
 The learner is SIGKILLed in a loop (each worker restarted), Redis is stalled (SIGSTOP, then
 SIGCONT) and restarted twice (SIGTERM, then SIGKILL) with the API and workers left running.
 Then feeding stops, the stream drains, and Redis must show every accepted example learned
-exactly once (:func:`loadtests.chaos_parts.audit`). Exit status 1 if any was doubled or lost.
+exactly once (:func:`loadtests.chaos.chaos_parts.audit`). Exit status 1 if any was doubled or lost.
 
-    python -m loadtests.chaos                 # >= 20 kills, about a minute
-    python -m loadtests.chaos --kills 3       # the bounded form the tests run
+    python -m loadtests.chaos.chaos                 # >= 20 kills, about a minute
+    python -m loadtests.chaos.chaos --kills 3       # the bounded form the tests run
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import redis
 
-from loadtests.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, Learners, audit
-from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
+from loadtests.chaos.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, Learners, audit
+from loadtests.common.processes import Stack, http_ok, scratch_dir, wait_until
 
 REDIS_TIMEOUT_S = 0.5
 #: How much later than the Redis timeout a 503 may come (a loaded machine's scheduling).

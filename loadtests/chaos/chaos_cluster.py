@@ -1,10 +1,10 @@
 """Chaos on Redis Cluster (issue 37): the real API and two workers on a local cluster of 3
 masters + 3 replicas (node timeout 1 s), while clients feed uniquely tagged examples and retry
-every 503 with the same ``Idempotency-Key`` (:class:`loadtests.chaos_parts.Feeders`).
+every 503 with the same ``Idempotency-Key`` (:class:`loadtests.chaos.chaos_parts.Feeders`).
 
 Each scenario runs on the emptied, whole cluster with a fresh API and workers, once per
 ``OCTR_REPLICA_ACKS`` setting; then feeding stops, the stream drains, and every accepted tag is
-found learned once, twice or not at all (:func:`loadtests.chaos_parts.audit`), beside the
+found learned once, twice or not at all (:func:`loadtests.chaos.chaos_parts.audit`), beside the
 model's ``t``:
 
 - ``log-kill``: SIGKILL of the master of the model's log side (stream, idempotency records,
@@ -24,8 +24,8 @@ written it). Exit status 1 on any doubling, on any loss with acknowledgements on
 on a loss after the failover with them off, on ``t`` short of the accepted examples with
 them on, on a 500, or when ingest or learning did not resume.
 
-    python -m loadtests.chaos_cluster                       # every scenario, acks 0 and 1
-    python -m loadtests.chaos_cluster --acks 1 --scenarios log-kill-lagging,left-down
+    python -m loadtests.chaos.chaos_cluster                       # every scenario, acks 0 and 1
+    python -m loadtests.chaos.chaos_cluster --acks 1 --scenarios log-kill-lagging,left-down
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import redis
 
-from loadtests.chaos_cluster_parts import (
+from loadtests.chaos.chaos_cluster_parts import (
     Fault,
     Faults,
     Roles,
@@ -56,8 +56,8 @@ from loadtests.chaos_cluster_parts import (
     rollbacks_counted,
     service_on,
 )
-from loadtests.chaos_parts import Audit, Feeders, FeedLog, Learners, audit
-from loadtests.processes import http_ok, wait_until
+from loadtests.chaos.chaos_parts import Audit, Feeders, FeedLog, Learners, audit
+from loadtests.common.processes import http_ok, wait_until
 from tests.local_cluster import LocalCluster
 
 SHARDS = 64

@@ -1,4 +1,4 @@
-"""The parts of the cluster chaos suite (:mod:`loadtests.chaos_cluster`): which node of a
+"""The parts of the cluster chaos suite (:mod:`loadtests.chaos.chaos_cluster`): which node of a
 local Redis Cluster holds what of a model, the faults done to those nodes, the model's step
 ``t`` watched through them, and the service started on the cluster.
 
@@ -23,7 +23,7 @@ import httpx
 import redis
 from redis.cluster import ClusterNode
 
-from loadtests.processes import Stack
+from loadtests.common.processes import Stack
 from online_ctr.store.keys import ModelKeys, RegistryKeys
 from tests.local_cluster import LocalCluster
 

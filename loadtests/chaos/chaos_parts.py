@@ -1,4 +1,4 @@
-"""The parts of the chaos suite (:mod:`loadtests.chaos`): a Redis that loses nothing it
+"""The parts of the chaos suite (:mod:`loadtests.chaos.chaos`): a Redis that loses nothing it
 acknowledged, feeding clients that retry with the same ``Idempotency-Key``, and the proof
 from Redis that every accepted example was learned exactly once.
 
@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 import redis
 
-from loadtests.processes import Stack
+from loadtests.common.processes import Stack
 from online_ctr.cli.embedded import RedisServer, free_port
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.store.keys import ModelKeys

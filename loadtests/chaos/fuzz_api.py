@@ -2,8 +2,8 @@
 on and a real API key, answered by the real ``online-ctr api`` process (and one worker, so
 ``/readyz`` can be ready) on a real redis-server.
 
-    python -m loadtests.fuzz_api                  # 700 per operation: over 2,000 cases
-    python -m loadtests.fuzz_api --max-examples 30
+    python -m loadtests.chaos.fuzz_api                  # 700 per operation: over 2,000 cases
+    python -m loadtests.chaos.fuzz_api --max-examples 30
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.processes import Stack, http_ok, scratch_dir, wait_until
+from loadtests.common.processes import Stack, http_ok, scratch_dir, wait_until
 
 #: Schemathesis's summary line, e.g. "Test cases:  2104 generated, 2104 passed, 12 skipped".
 _CASES = re.compile(r"Test cases:\s+(\d+) generated(?:, (\d+) found (\d+) unique failures?)?")

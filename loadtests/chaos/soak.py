@@ -1,7 +1,7 @@
 """The soak: steady keyed traffic for a long time, every memory figure sampled.
 
-    .venv/bin/python -m loadtests.soak --minutes 30      # issue 33's run
-    .venv/bin/python -m loadtests.soak --minutes 2 --warm-minutes 1
+    .venv/bin/python -m loadtests.chaos.soak --minutes 30      # issue 33's run
+    .venv/bin/python -m loadtests.chaos.soak --minutes 2 --warm-minutes 1
 
 50 single ``/predict`` a second (joins on: each one a logged impression) and 20 ``/learn`` of
 100 Criteo rows a second, each with its own ``Idempotency-Key``, against a private Redis, the
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import httpx
 
-from loadtests.abuse import KEYS, VICTIM_KEY
-from loadtests.processes import Stack, scratch_dir
-from loadtests.stats import rss_bytes
+from loadtests.chaos.abuse import KEYS, VICTIM_KEY
+from loadtests.common.processes import Stack, scratch_dir
+from loadtests.common.stats import rss_bytes
 from online_ctr.learning.readers import read_examples
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "criteo"
 ROWS = DATA / "criteo_kaggle_train_head10k.tsv"
 SETTINGS = {
     "OCTR_JOIN_WINDOW_S": "60",

@@ -1,7 +1,7 @@
 """The framework's ceiling for ``/predict``: a bare FastAPI app that parses the same request
 body into the same pydantic model and answers a constant of the same response model.
 
-Run it as ``python -m loadtests.bare_app``: it is served exactly as ``online-ctr api`` serves
+Run it as ``python -m loadtests.common.bare_app``: it is served exactly as ``online-ctr api`` serves
 the real app (the same ``uvicorn.run`` keywords, host and port from ``OCTR_HOST``/``OCTR_PORT``;
 one worker process, uvicorn's default loop and HTTP implementation, access log off), so the
 ratio of the two throughputs is what our own work costs. ``POST /noop`` answers without

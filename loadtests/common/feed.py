@@ -16,14 +16,14 @@ from pathlib import Path
 
 import redis
 
-from loadtests.processes import wait_until
+from loadtests.common.processes import wait_until
 from online_ctr.learning.features import Example, FeatureHasher
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.codec import encode_entry
 from online_ctr.store.keys import ModelKeys
 
 #: ``../shared/data`` beside the repository, where the data README says it is.
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CRITEO = Path("criteo/criteo_kaggle_train_head10k.tsv")
 MODEL = ModelKeys("default")
 

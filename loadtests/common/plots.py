@@ -3,7 +3,7 @@ of costs against model size, and cumulative distributions of latencies.
 
 Each function draws one PNG with matplotlib's file-only backend and returns its path. Every
 system keeps one colour in every figure, so the figures read together. Every figure goes
-through :func:`loadtests.readable.save`, which refuses to write one whose panels lack a
+through :func:`loadtests.common.readable.save`, which refuses to write one whose panels lack a
 title, axis labels with their units (in parentheses) or a legend: a figure nobody can read is
 a bug.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.readable import save
+from loadtests.common.readable import save
 
 #: One colour per system, the same in every figure.
 COLOURS = {

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import redis
 
-from loadtests import tools
+from loadtests.common import tools
 from online_ctr.cli.embedded import RedisServer, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> None:
@@ -104,9 +104,9 @@ class Stack:
         return url
 
     def start_bare(self) -> str:
-        """The bare app of :mod:`loadtests.bare_app`, served like the API."""
+        """The bare app of :mod:`loadtests.common.bare_app`, served like the API."""
         port = free_port()
-        self.spawn("bare", [sys.executable, "-m", "loadtests.bare_app"], OCTR_PORT=str(port))
+        self.spawn("bare", [sys.executable, "-m", "loadtests.common.bare_app"], OCTR_PORT=str(port))
         url = f"http://127.0.0.1:{port}"
         self._wait_http("bare", f"{url}/docs")
         return url

@@ -1,9 +1,10 @@
 """The benchmark report: the section interface every section module implements, and Markdown.
 
-Each section module (``loadtests.quality``, ``learning``, ``serving``, ``freshness``,
+Each section module (``loadtests.bench.quality``, ``learning``, ``serving``, ``freshness``,
 ``memory``) has ``run(options: BenchOptions) -> Section``. The driver (``loadtests.bench``)
 prints each section's Markdown as it finishes and writes them all into ``docs/benchmarks.md``,
-opening with every section's :class:`Headline` figures in one table (:mod:`loadtests.headline`).
+opening with every section's :class:`Headline` figures in one table
+(:mod:`loadtests.bench.headline`).
 
 >>> print(table(["rule", "log loss"], [["ftrl", 0.46321], ["rda", None]]))
 | rule | log loss |

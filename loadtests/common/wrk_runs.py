@@ -3,7 +3,7 @@ and how long, and what it measured with the cores each process used meanwhile.
 
 ``wrk`` (Debian package) runs one generator thread with ``connections`` keep-alive
 connections, each with one request in flight, for a fixed duration, POSTing the bodies of a
-file in turn (``loadtests/wrk/post_bodies.lua``); any answer that is not 2xx fails the run
+file in turn (``loadtests/common/wrk/post_bodies.lua``); any answer that is not 2xx fails the run
 rather than counting as throughput.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests import tools
-from loadtests.stats import CpuMeter
-from loadtests.tools import WrkResult
+from loadtests.common import tools
+from loadtests.common.stats import CpuMeter
+from loadtests.common.tools import WrkResult
 
 #: What each endpoint is, by its short name.
 ENDPOINTS = {

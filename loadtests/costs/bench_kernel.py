@@ -1,6 +1,6 @@
 """Speed of the sequential learner: the compiled kernel alone, and the whole replay command.
 
-Run ``python -m loadtests.bench_kernel [--examples 200000] [--rules all] [--repeats 3]``.
+Run ``python -m loadtests.costs.bench_kernel [--examples 200000] [--rules all] [--repeats 3]``.
 
 - kernel: the Criteo head, parsed and hashed once, repeated up to ``--examples`` and handed to
   :func:`online_ctr.learning.sequential.learn_sequential` as one batch. Timed: that call (the
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.bench_replay import CRITEO, _rules
+from loadtests.bench.bench_replay import CRITEO, _rules
 from online_ctr.learning.compact import ENCODINGS
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.learner import unique_features
@@ -41,7 +41,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sequential import learn_sequential
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def repeated(batch: Batch, examples: int) -> Batch:
@@ -122,7 +122,9 @@ def time_replay(rule: str, flags: Sequence[str], source: Path, repeats: int) -> 
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.bench_kernel", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.costs.bench_kernel", description=__doc__
+    )
     parser.add_argument("--examples", type=int, default=200_000)
     parser.add_argument("--rules", type=_rules, default=sorted(RULES), help="all, or a list")
     parser.add_argument("--repeats", type=int, default=3)

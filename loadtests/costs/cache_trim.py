@@ -1,4 +1,5 @@
-"""How long the learner's cache stops learning to trim itself: ``python -m loadtests.cache_trim``.
+"""How long the learner's cache stops learning to trim itself:
+``python -m loadtests.costs.cache_trim``.
 
 A worker's cache (:class:`workers.cache.StateCache`) holds at most ``--features`` features
 (``OCTR_WORKER_CACHE_FEATURES``, 2,000,000 by default); past it, the least recently used half goes,
@@ -50,7 +51,9 @@ def timings(features: int, repeats: int, trim: Callable[[StateCache], None]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.cache_trim", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.costs.cache_trim", description=__doc__
+    )
     parser.add_argument("--features", type=integer(2), default=2_000_000, help="the bound")
     parser.add_argument("--repeats", type=integer(1), default=5, help="trims timed, each way")
     args = parser.parse_args(argv)

@@ -10,8 +10,8 @@ calibration error (ECE: predictions sorted and cut into 10 bins of equal count,
 ``sum_bins |sum p - sum y| / N``) and the progressive log loss; and the time one refit of the
 final histogram takes (what the learner adds to each commit; wall clock, so noisy).
 
-    .venv/bin/python -m loadtests.calibration                 # FTRL at its defaults
-    .venv/bin/python -m loadtests.calibration --rule rda --batch-size 1000
+    .venv/bin/python -m loadtests.costs.calibration                 # FTRL at its defaults
+    .venv/bin/python -m loadtests.costs.calibration --rule rda --batch-size 1000
 
 Each Open Bandit Dataset row is read here as the example ``item_id, position,
 user_feature_0..3`` (categories) with ``click`` as its label: the figures the README shows,
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from loadtests.report import table
+from loadtests.common.report import table
 from online_ctr.learning.detect import detect_format
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.learner import log_loss
@@ -41,7 +41,7 @@ from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.rules import RULES, get_rule
 
 Array = NDArray[np.float64]
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 #: The click logs, by path under the data folder; None: told from the file.
 FILES: dict[str, str | None] = {
     "criteo/criteo_kaggle_train_head10k.tsv": None,

@@ -1,4 +1,5 @@
-"""What the compact state encoding saves and what it costs: ``python -m loadtests.compact_cost``.
+"""What the compact state encoding saves and what it costs:
+``python -m loadtests.costs.compact_cost``.
 
 1. Redis bytes per tracked feature: on a fresh redis-server, an FTRL model's state shards (2^18
    buckets, 64 shards) are filled directly (``StateShards.apply`` of records built by the
@@ -35,7 +36,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from online_ctr.store.state import ModelStore, spec_from
 
-DATA = Path(__file__).resolve().parents[2] / "shared/data"
+DATA = Path(__file__).resolve().parents[3] / "shared/data"
 #: (encoding, hash bits) of each filled model.
 CONFIGURATIONS = (("float64", 64), ("compact", 64), ("compact", 42))
 CHUNK = 500_000
@@ -135,7 +136,9 @@ def loss_table(limit: int | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.compact_cost", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.costs.compact_cost", description=__doc__
+    )
     parser.add_argument("--quick", action="store_true", help="20k features, 500 rows a file")
     quick = parser.parse_args().quick
     with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder), persist=False) as r:

@@ -1,5 +1,5 @@
 """What field crosses cost and what they change, on each shared click log:
-``python -m loadtests.crosses`` prints one markdown table per log.
+``python -m loadtests.costs.crosses`` prints one markdown table per log.
 
 Each log is read once into memory; then, for no crosses, each cross alone and all of them
 together, the default FTRL learns it in order at batch size 1's results (the exact learner;
@@ -41,7 +41,7 @@ from online_ctr.learning.replay import ReplayResult, replay
 from online_ctr.learning.rules import get_rule
 from service.api.scan import NameIds, scan
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 BATCH = 16_384
 Row = tuple[Example, int]
 
@@ -144,7 +144,7 @@ def table(log: str, repeats: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.crosses", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtests.costs.crosses", description=__doc__)
     parser.add_argument("--logs", default=",".join(LOGS), help="which logs, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration")
     args = parser.parse_args(argv)

@@ -2,8 +2,8 @@
 name, and ``/learn`` and ``/predict`` time with the record on and off, in paired A B B A order
 (drift of the machine falls on both alike), through the real app in-process on a real Redis.
 
-    python -m loadtests.feature_names_cost            # prints the figures
-    python -m loadtests.feature_names_cost --rounds 1 # one A B B A round
+    python -m loadtests.costs.feature_names_cost            # prints the figures
+    python -m loadtests.costs.feature_names_cost --rounds 1 # one A B B A round
 
 Each run starts a fresh app on an emptied Redis, so every name is new to its hashers: the
 recording's whole cost (first hashes, the background writes) falls inside the run. A run

@@ -1,4 +1,4 @@
-"""What Idempotency-Key records cost: ``python -m loadtests.idempotency_costs``.
+"""What Idempotency-Key records cost: ``python -m loadtests.costs.idempotency_costs``.
 
 Memory: on a fresh redis-server, N keyed appends (one example each, keys of 36 characters, a
 UUID, then of 255, the longest allowed) go through ``FeedbackLog`` as ``/learn`` sends them;

@@ -1,4 +1,4 @@
-"""What joins cost: ``python -m loadtests.join_costs``.
+"""What joins cost: ``python -m loadtests.costs.join_costs``.
 
 Memory: on a fresh redis-server, N Criteo rows (the head file, cycled) are logged as pending
 impressions as ``/predict`` logs them (passes of 1,000), and ``INFO`` ``used_memory`` growth
@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from loadtests.feed import DATA_DIR, Row, criteo_rows, cycled
-from loadtests.processes import Stack
+from loadtests.common.feed import DATA_DIR, Row, criteo_rows, cycled
+from loadtests.common.processes import Stack
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.learning.features import FeatureHasher

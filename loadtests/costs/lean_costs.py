@@ -1,4 +1,4 @@
-"""What the lean-model reads cost Redis: ``python -m loadtests.lean_costs``.
+"""What the lean-model reads cost Redis: ``python -m loadtests.costs.lean_costs``.
 
 On a fresh redis-server, the state shards of an FTRL model with ``expire_after`` (2^18
 buckets, the default layout) are filled directly (``StateShards.apply``, no worker) with
@@ -72,7 +72,9 @@ async def measure(url: str, features: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.lean_costs", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.costs.lean_costs", description=__doc__
+    )
     parser.add_argument("--features", type=int, default=2_000_000)
     features = parser.parse_args(argv).features
     with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder), persist=False) as r:

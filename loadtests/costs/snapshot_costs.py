@@ -1,4 +1,4 @@
-"""What a snapshot costs as the model grows: ``python -m loadtests.snapshot_costs``.
+"""What a snapshot costs as the model grows: ``python -m loadtests.costs.snapshot_costs``.
 
 On a fresh redis-server, a synthetic FTRL snapshot of N random features (the default layout,
 2^18 buckets and 64 shards) is imported (``SnapshotImport``, fed from a generator, so the file

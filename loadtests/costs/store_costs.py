@@ -1,5 +1,5 @@
 """What one touched feature costs Redis as the model grows, and what the commit size buys:
-``python -m loadtests.store_costs``.
+``python -m loadtests.costs.store_costs``.
 
 1. Per-feature cost: on a fresh redis-server, the state shards of an FTRL model (the default
    layout) are filled directly (``StateShards.apply``, no worker) to 0, 100k, 1M and 10M random
@@ -32,7 +32,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from loadtests.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us
+from loadtests.common.stats import CommandUsec, calls, command_usec, cpu_seconds, per_call_us
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
@@ -44,7 +44,7 @@ from online_ctr.store.state import ModelStore, spec_from
 from workers.learner_loop import Worker, WorkerConfig
 
 SIZES = (0, 100_000, 1_000_000, 10_000_000)
-CRITEO = Path(__file__).resolve().parents[2] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
+CRITEO = Path(__file__).resolve().parents[3] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
 
 
 async def fresh_store(url: str) -> ModelStore:
@@ -124,7 +124,9 @@ async def drain(url: str, rows: int, batch_sizes: tuple[int, ...]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.store_costs", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.costs.store_costs", description=__doc__
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a try")
     quick = parser.parse_args().quick
     with tempfile.TemporaryDirectory() as folder, RedisServer(Path(folder), persist=False) as r:

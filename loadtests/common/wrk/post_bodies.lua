@@ -1,6 +1,6 @@
 -- POST JSON bodies to the URL's path, cycling through a file of bodies (one per line), and
--- print one machine-readable summary line at the end (parsed by loadtests.tools.parse_wrk).
--- Usage: wrk -t1 -c32 -d10s -s loadtests/wrk/post_bodies.lua URL -- BODIES_FILE
+-- print one machine-readable summary line at the end (parsed by loadtests.common.tools.parse_wrk).
+-- Usage: wrk -t1 -c32 -d10s -s loadtests/common/wrk/post_bodies.lua URL -- BODIES_FILE
 -- The requests are formatted once in init(): request() only hands out prebuilt strings, so
 -- the generator spends its time on the sockets, not in Lua.
 local prepared = {}

@@ -1,4 +1,4 @@
-"""The two servers of :mod:`loadtests.vw_daemon`, each started fresh for one run and driven
+"""The two servers of :mod:`loadtests.bench.vw_daemon`, each started fresh for one run and driven
 over one raw TCP connection (``TCP_NODELAY``, ``recv`` of 64 KiB, the same client for both):
 
 - :class:`VWDaemon`: ``vw --daemon --foreground --num_children 1 --passes 1`` (its exact mode:
@@ -26,10 +26,11 @@ from pathlib import Path
 import httpx
 import redis
 
-from loadtests import _vw, bench_replay, feed
-from loadtests.processes import ROOT, http_ok, wait_until
-from loadtests.stats import CLOCK_TICKS, cpu_seconds
-from loadtests.vw_daemon_parts import Answers, tree_ticks
+from loadtests.bench import _vw, bench_replay
+from loadtests.bench.vw_daemon_parts import Answers, tree_ticks
+from loadtests.common import feed
+from loadtests.common.processes import ROOT, http_ok, wait_until
+from loadtests.common.stats import CLOCK_TICKS, cpu_seconds
 from online_ctr.cli.embedded import free_port
 from online_ctr.cli.local import API_KEYS_FILE, REDIS_PASSWORD_FILE
 from online_ctr.learning.rules.ftrl import FTRLParams

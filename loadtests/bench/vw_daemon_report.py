@@ -1,8 +1,8 @@
-"""What :mod:`loadtests.vw_daemon` prints and writes: the comparison table (medians over the
+"""What :mod:`loadtests.bench.vw_daemon` prints and writes: the comparison table (medians over the
 rounds, ratio ours/VW per round), where the CPU went while each system learned, and the page
 ``docs/benchmarks-vw-daemon.md``.
 
->>> from loadtests.vw_daemon_parts import Run, order
+>>> from loadtests.bench.vw_daemon_parts import Run, order
 >>> runs = [
 ...     Run(s, 1000, t, (0.001, 0.002), 0.003, (0.01,), 1000, 0.5, {"X": t})
 ...     for s, t in zip(order(1), [1.0, 0.5, 0.5, 1.0])
@@ -19,9 +19,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loadtests.report import Cell, table
-from loadtests.vw_daemon_parts import Run, compare, cpu_breakdown, figure_text, ratio_text
-from loadtests.vw_daemon_systems import BITS
+from loadtests.bench.vw_daemon_parts import Run, compare, cpu_breakdown, figure_text, ratio_text
+from loadtests.bench.vw_daemon_systems import BITS
+from loadtests.common.report import Cell, table
 
 NAMES = {"vw": "Vowpal Wabbit's daemon", "ours": "online-ctr serve"}
 

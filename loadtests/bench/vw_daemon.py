@@ -1,11 +1,11 @@
 """online-ctr's service next to Vowpal Wabbit's own server, ``vw --daemon``, on the same Criteo
-rows: ``python -m loadtests.vw_daemon`` (``make bench-vw-daemon``), and the section
+rows: ``python -m loadtests.bench.vw_daemon`` (``make bench-vw-daemon``), and the section
 ``vw_daemon`` of ``make bench``.
 
-    python -m loadtests.vw_daemon                       # -> docs/benchmarks-vw-daemon.md
-    python -m loadtests.vw_daemon --rows 20000 --rounds 1 --out /tmp/vw-daemon.md
+    python -m loadtests.bench.vw_daemon                       # -> docs/benchmarks-vw-daemon.md
+    python -m loadtests.bench.vw_daemon --rows 20000 --rounds 1 --out /tmp/vw-daemon.md
 
-Each run starts one system fresh (:mod:`loadtests.vw_daemon_systems`), and this process, the
+Each run starts one system fresh (:mod:`loadtests.bench.vw_daemon_systems`), and this process, the
 load generator, drives it over one raw TCP connection:
 
 1. learning: VW gets every labelled line at once (pipelined) and its answers are read until
@@ -35,11 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtests import bench_replay, feed
-from loadtests.bench import command_line, machine
-from loadtests.report import BenchOptions, Headline, Section, Target
-from loadtests.stats import cpu_seconds
-from loadtests.vw_daemon_parts import (
+from loadtests.bench import bench_replay
+from loadtests.bench.run import command_line, machine
+from loadtests.bench.vw_daemon_parts import (
     Row,
     Run,
     compare,
@@ -50,12 +48,15 @@ from loadtests.vw_daemon_parts import (
     predict_bodies,
     prediction_lines,
 )
-from loadtests.vw_daemon_report import About, markdown, page, printed
-from loadtests.vw_daemon_systems import Service, VWDaemon
+from loadtests.bench.vw_daemon_report import About, markdown, page, printed
+from loadtests.bench.vw_daemon_systems import Service, VWDaemon
+from loadtests.common import feed
+from loadtests.common.report import BenchOptions, Headline, Section, Target
+from loadtests.common.stats import cpu_seconds
 from online_ctr.learning.learner import sigmoid
 from online_ctr.learning.rules.ftrl import FTRLParams
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-vw-daemon.md"
 #: Examples per ``/learn`` body and per batch prediction.
 BODY = 1000
@@ -182,7 +183,9 @@ def load(data_dir: Path, rows: int, single: int, batches: int) -> Workload:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loadtests.vw_daemon", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtests.bench.vw_daemon", description=__doc__
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="Criteo rows to learn")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of A B B A")
     parser.add_argument("--single", type=int, default=SINGLE, help="single predictions a run")
@@ -203,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     about = machine()
     runs = measure(work, args.rounds)
     report = About(
-        command=command_line(argv, "loadtests.vw_daemon"),
+        command=command_line(argv, "loadtests.bench.vw_daemon"),
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         rounds=args.rounds,
         load_average=(load_at_start, os.getloadavg()[0]),

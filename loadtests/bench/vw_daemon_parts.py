@@ -1,7 +1,7 @@
-"""The parts of :mod:`loadtests.vw_daemon` that need no process: what is sent (VW's text lines,
-HTTP requests), how an answer is read off a socket, and the arithmetic of the figures.
+"""The parts of :mod:`loadtests.bench.vw_daemon` that need no process: what is sent (VW's text
+lines, HTTP requests), how an answer is read off a socket, and the arithmetic of the figures.
 
-VW's lines are :class:`loadtests._vw.TextEncoder`'s, so both systems learn the same features
+VW's lines are :class:`loadtests.bench._vw.TextEncoder`'s, so both systems learn the same features
 (VW's constant is our bias, ``I{j}=bucket``, ``C{j}=value``); a line to predict is the same
 line without its label, which VW's daemon answers without learning it.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from loadtests import _vw
-from loadtests.stats import percentile
+from loadtests.bench import _vw
+from loadtests.common.stats import percentile
 
 #: The two systems, by the name the figures use.
 SYSTEMS = ("vw", "ours")
