@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import chaos_cluster
+from loadtests.chaos import chaos_cluster
 from tests.local_cluster import LocalCluster
 
 

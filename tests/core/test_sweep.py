@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests.baseline import running_mean_logloss, running_mean_probabilities
+from loadtests.bench.baseline import running_mean_logloss, running_mean_probabilities
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.promotion import Paired, PromotionPolicy, alpha_each, promotes, radius

@@ -1,6 +1,6 @@
 """Vowpal Wabbit's ``--ftrl`` as an oracle for our FTRL-Proximal at B = 1 on real Criteo data.
 
-VW gets exactly our features (``loadtests/_vw.py``): one VW feature per ``field=value``, VW's
+VW gets exactly our features (``loadtests/bench/_vw.py``): one VW feature per ``field=value``, VW's
 constant feature as our bias, logistic loss on labels -1/+1, nothing that changes the math. Its
 scores are taken before each update, and both sides' log loss is computed by our own function.
 
@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import _vw
+from loadtests.bench import _vw
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.learner import log_loss, sigmoid

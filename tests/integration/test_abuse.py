@@ -1,4 +1,4 @@
-"""The abuse suite's bounded form (issue 33): every attack of ``loadtests.abuse`` for a few
+"""The abuse suite's bounded form (issue 33): every attack of ``loadtests.chaos.abuse`` for a few
 seconds against the real API, worker and Redis, with the suite's small limits.
 
 Each attack must leave the API's peak RSS within 1.2x its configured bound (the sum of
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import abuse
+from loadtests.chaos import abuse
 
 SECONDS = 4.0
 #: What each store may hold at the suite's limits.

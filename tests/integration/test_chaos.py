@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import chaos
+from loadtests.chaos import chaos
 
 
 @pytest.mark.timeout(120)

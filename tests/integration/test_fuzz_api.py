@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import fuzz_api
+from loadtests.chaos import fuzz_api
 
 
 @pytest.mark.timeout(180)

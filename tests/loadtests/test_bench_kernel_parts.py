@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from loadtests import bench_kernel
+from loadtests.costs import bench_kernel
 from online_ctr.learning.features import Example, FeatureHasher
 
 

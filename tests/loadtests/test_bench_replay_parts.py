@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import _river, _vw, bench_replay
-from loadtests.bench_replay import Measurement, Run
+from loadtests.bench import _river, _vw, bench_replay
+from loadtests.bench.bench_replay import Measurement, Run
 from online_ctr.learning.features import BIAS, FeatureHasher, Value
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules.ftrl import FTRLParams

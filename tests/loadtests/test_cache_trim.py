@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtests import cache_trim
+from loadtests.costs import cache_trim
 from workers.cache import StateCache
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests.calibration import FILES, ece, measure, obd_rows, report
+from loadtests.costs.calibration import FILES, ece, measure, obd_rows, report
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from loadtests.chaos_cluster import Outcome
-from loadtests.chaos_cluster_parts import Fault, longest_gap
-from loadtests.chaos_parts import Audit, FeedLog
+from loadtests.chaos.chaos_cluster import Outcome
+from loadtests.chaos.chaos_cluster_parts import Fault, longest_gap
+from loadtests.chaos.chaos_parts import Audit, FeedLog
 
 
 def test_the_longest_gap_counts_from_the_last_event_before_the_fault() -> None:

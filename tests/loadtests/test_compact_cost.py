@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from loadtests import compact_cost
+from loadtests.costs import compact_cost
 from online_ctr.cli.embedded import RedisServer
 
 

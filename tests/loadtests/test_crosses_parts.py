@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from loadtests.crosses import DATA, LOGS, ipinyou_rows, run
+from loadtests.costs.crosses import DATA, LOGS, ipinyou_rows, run
 from online_ctr.learning.crosses import parse_crosses
 from online_ctr.learning.readers import read_examples
 

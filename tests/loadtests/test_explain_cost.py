@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import bench, explain_cost
-from loadtests.report import BenchOptions
+from loadtests.bench import explain_cost
+from loadtests.bench import run as bench
+from loadtests.common.report import BenchOptions
 
 
 def test_explain_cost_prints_the_three_shapes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtests import baseline, bench, headline, ingest, learning, learning_runs, report, serving
-from loadtests.bench_replay import Measurement
-from loadtests.drain import DrainRun
-from loadtests.report import Headline, Section, Target
-from loadtests.tools import WrkResult
-from loadtests.wrk_runs import LoadRun
+from loadtests.bench import baseline, headline, ingest, learning, learning_runs, serving
+from loadtests.bench import run as bench
+from loadtests.bench.bench_replay import Measurement
+from loadtests.bench.drain import DrainRun
+from loadtests.common import report
+from loadtests.common.report import Headline, Section, Target
+from loadtests.common.tools import WrkResult
+from loadtests.common.wrk_runs import LoadRun
 
 BARE = "a bare FastAPI endpoint that parses the same body"
 

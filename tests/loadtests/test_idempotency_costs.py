@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import idempotency_costs
+from loadtests.costs import idempotency_costs
 
 
 def test_idempotency_costs_prints_memory_and_latency(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import join_costs
+from loadtests.costs import join_costs
 
 
 def test_join_costs_prints_memory_and_throughput(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import lean_costs
+from loadtests.costs import lean_costs
 
 
 def test_lean_costs_prints_both_figures(capsys: pytest.CaptureFixture[str]) -> None:

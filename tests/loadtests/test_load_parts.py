@@ -22,20 +22,9 @@ import httpx
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import (
-    bare_app,
-    bench_replay,
-    drain,
-    feed,
-    freshness,
-    ingest,
-    learning_runs,
-    memory,
-    stats,
-    tools,
-    wrk_runs,
-)
-from loadtests.processes import Stack
+from loadtests.bench import bench_replay, drain, freshness, ingest, learning_runs, memory
+from loadtests.common import bare_app, feed, stats, tools, wrk_runs
+from loadtests.common.processes import Stack
 from online_ctr.cli import api as api_command
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -49,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 DATA_DIR = ROOT.parent / "shared" / "data"
 
-#: The output of a real 1-second run of wrk 4.1.0 with loadtests/wrk/post_bodies.lua.
+#: The output of a real 1-second run of wrk 4.1.0 with loadtests/common/wrk/post_bodies.lua.
 WRK_OUTPUT = """\
 Running 1s test @ http://127.0.0.1:52739/predict
   1 threads and 4 connections
@@ -314,7 +303,7 @@ def test_locustfile_runs_headless_against_the_real_service(stack: Stack, tmp_pat
     csv = tmp_path / "locust"
     locust = Path(sys.executable).with_name("locust")
     command = [
-        str(locust), "-f", str(ROOT / "loadtests" / "locustfile.py"), "--headless",
+        str(locust), "-f", str(ROOT / "loadtests" / "bench" / "locustfile.py"), "--headless",
         "-u", "2", "-r", "2", "-t", "5s", "--host", api, "--csv", str(csv),
         "--feedback-delay-s", "0.5", "--page-share", "0.3",
     ]  # fmt: skip

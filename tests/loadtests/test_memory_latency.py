@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from loadtests import memory_latency
+from loadtests.bench import memory_latency
 
 
 def test_a_chain_visits_every_slot_once_before_it_returns_to_the_start() -> None:

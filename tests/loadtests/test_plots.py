@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from loadtests import bench_scale, plots, quality_data, quality_runs, readable, replot, scale_report
-from loadtests.report import Cell, table
+from loadtests.bench import bench_scale, quality_data, quality_runs, replot, scale_report
+from loadtests.common import plots, readable
+from loadtests.common.report import Cell, table
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")

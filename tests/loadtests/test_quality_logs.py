@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import baseline, bench, quality_logs
-from loadtests.quality_logs_runs import (
+from loadtests.bench import baseline, quality_logs
+from loadtests.bench import run as bench
+from loadtests.bench.quality_logs_runs import (
     BEST,
     DEFAULT,
     GROUP,
@@ -24,7 +25,7 @@ from loadtests.quality_logs_runs import (
     labels,
     measure,
 )
-from loadtests.report import Headline, Section
+from loadtests.common.report import Headline, Section
 
 pytestmark = pytest.mark.processes
 

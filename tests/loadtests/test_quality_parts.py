@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import baseline, claim, frontier, headline, plots, quality, quality_runs, readable
-from loadtests.frontier import Point
-from loadtests.quality_runs import SWEEPS, Job, Outcome
+from loadtests.bench import baseline, claim, frontier, headline, quality, quality_runs
+from loadtests.bench.frontier import Point
+from loadtests.bench.quality_runs import SWEEPS, Job, Outcome
+from loadtests.common import plots, readable
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel

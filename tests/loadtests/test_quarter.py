@@ -8,7 +8,7 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from loadtests import quarter
+from loadtests.bench import quarter
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
 from tests.conftest import CRITEO

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
-from loadtests import bench
-from loadtests.report import (
+from loadtests.bench import run as bench
+from loadtests.common.report import (
     BenchOptions,
     Headline,
     Section,
@@ -129,7 +129,9 @@ def test_a_missing_section_module_is_named(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(bench.importlib, "import_module", missing)
     skipped = bench.load_section("freshness")
-    assert skipped == bench.Skipped("freshness", "`loadtests/freshness.py` does not exist yet")
+    assert skipped == bench.Skipped(
+        "freshness", "`loadtests/bench/freshness.py` does not exist yet"
+    )
 
 
 def test_a_missing_package_says_how_to_install_it(
@@ -179,7 +181,7 @@ def test_render_opens_with_headlines_and_ends_with_the_machine(tmp_path: Path) -
         figures={"frontier": shown, "extra plot": extra},
         headlines=(predict,),
     )
-    skipped = bench.Skipped("memory", "`loadtests/memory.py` does not exist yet")
+    skipped = bench.Skipped("memory", "`loadtests/bench/memory.py` does not exist yet")
     text = bench.render([section, skipped], {"date": "today", "CPU": "a CPU"}, tmp_path)
     assert text.startswith("# Benchmarks\n")
     table_line = (
@@ -187,14 +189,14 @@ def test_render_opens_with_headlines_and_ends_with_the_machine(tmp_path: Path) -
         "| >= 0.9x | met |"
     )
     assert table_line in text
-    assert "- **memory**: `loadtests/memory.py` does not exist yet" in text
+    assert "- **memory**: `loadtests/bench/memory.py` does not exist yet" in text
     assert text.count("img/shown.png") == 1  # already in the section's text
     assert "![extra plot](img/extra.png)" in text  # appended
     # Headlines first, the section next, the machine last.
     assert text.index(table_line) < text.index("## Serving") < text.index("## This run")
     assert text.index("## This run") < text.index("| CPU | a CPU |")
     # No internal identifiers: every headline is in words.
-    assert "_" not in text.split("## Serving")[0].replace("`loadtests/memory.py`", "")
+    assert "_" not in text.split("## Serving")[0].replace("`loadtests/bench/memory.py`", "")
 
 
 def test_main_writes_the_report_and_fails_if_a_section_did_not_run(

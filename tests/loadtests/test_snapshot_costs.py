@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtests import snapshot_costs
+from loadtests.costs import snapshot_costs
 
 
 def test_snapshot_costs_prints_each_size(capsys: pytest.CaptureFixture[str]) -> None:

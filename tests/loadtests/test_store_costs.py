@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import store_costs
+from loadtests.costs import store_costs
 from online_ctr.cli.embedded import RedisServer
 
 

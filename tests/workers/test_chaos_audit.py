@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from loadtests.chaos_parts import audit
+from loadtests.chaos.chaos_parts import audit
 from online_ctr.learning.features import Example
 from tests.workers.conftest import MakeStore, make_worker, send
 
