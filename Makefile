@@ -61,7 +61,7 @@ bench: install
 
 ## Throughput of the in-process replay next to River and Vowpal Wabbit.
 bench-replay: install
-	$(BIN)/python -m loadtests.bench_replay
+	$(BIN)/python -m loadtests.bench.bench_replay
 
 ## online-ctr serve next to Vowpal Wabbit's own server (vw --daemon), same Criteo rows: learning,
 ## single and batch predictions, A B B A rounds, CPU per process -> docs/benchmarks-vw-daemon.md.
@@ -70,45 +70,45 @@ bench-vw-daemon: install
 
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install
-	$(BIN)/python -m loadtests.bench_scale
+	$(BIN)/python -m loadtests.bench.bench_scale
 
 ## Every attack on the service's bounds (issue 33) for 60 s each, beside a keyed client:
 ## peak memory against the configured bound, what each store holds, the client's p99.
 abuse: install
-	$(BIN)/python -m loadtests.abuse
+	$(BIN)/python -m loadtests.chaos.abuse
 
 ## What OCTR_REPLICA_ACKS costs on a local Redis Cluster: /learn ingest and the worker's drain,
 ## acknowledgements off and on, paired A B B A -> docs/benchmarks-acks.md. Needs wrk.
 bench-acks: install
-	$(BIN)/python -m loadtests.replica_acks_cost
+	$(BIN)/python -m loadtests.bench.replica_acks_cost
 
 ## What "explain": true costs a 1,000-example /predict: plain, "explain": false and true bodies,
 ## A B C C B A per round, medians printed.
 bench-explain: install
-	$(BIN)/python -m loadtests.explain_cost
+	$(BIN)/python -m loadtests.bench.explain_cost
 
 ## Lean models: admission on every click log, negative sampling offline and end to end through
 ## /learn (rates 1, 0.3, 0.1, A B C C B A) -> docs/benchmarks-lean.md.
 bench-lean: install
-	$(BIN)/python -m loadtests.lean
+	$(BIN)/python -m loadtests.bench.lean
 
 ## Redis bytes per model over a churning stream of 5M examples, with and without expiry and
 ## admission (issue 34): docs/benchmarks-quarter.md.
 bench-quarter: install
-	$(BIN)/python -m loadtests.quarter
+	$(BIN)/python -m loadtests.bench.quarter
 
 ## Worker SIGKILLs, a Redis stall and two Redis restarts under feeding: nothing doubled or lost.
 chaos: install
-	$(BIN)/python -m loadtests.chaos
+	$(BIN)/python -m loadtests.chaos.chaos
 
 ## On a local Redis Cluster (3 masters + 3 replicas), under feeding, each with OCTR_REPLICA_ACKS
 ## 0 and 1: masters killed (replica lagging or not), stopped, left down; lease-holder kills.
 chaos-cluster: install
-	$(BIN)/python -m loadtests.chaos_cluster
+	$(BIN)/python -m loadtests.chaos.chaos_cluster
 
 ## Schemathesis, all checks, against the real API on a real Redis: over 2,000 cases.
 fuzz-api: install
-	$(BIN)/python -m loadtests.fuzz_api
+	$(BIN)/python -m loadtests.chaos.fuzz_api
 
 ## The documentation site into site/ (MkDocs Material), its reference pages regenerated first.
 docs: $(DOCS_STAMP)
