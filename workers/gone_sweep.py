@@ -41,7 +41,7 @@ from online_ctr.store.state import ModelStore
 from workers.cache import StateCache
 
 #: Buckets one call of ``expired.lua`` reads at most (of one shard): 6 to 10 ms from the
-#: client at 2M features, half of them past their end (``python -m loadtests.lean_costs``;
+#: client at 2M features, half of them past their end (``python -m loadtests.costs.lean_costs``;
 #: 4,096 took 64 ms measured the same way, too long to keep Redis from other clients).
 CALL_BUCKETS = 512
 

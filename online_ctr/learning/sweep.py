@@ -144,7 +144,8 @@ class Group:
 
 class MeanBaseline:
     """Always predicting the running mean click rate, ``(clicks before t + 1/2) / (t + 1)``
-    before example ``t`` (Krichevsky-Trofimov, as ``loadtests.baseline``), scored like a model."""
+    before example ``t`` (Krichevsky-Trofimov, as ``loadtests.bench.baseline``), scored like a
+    model."""
 
     def __init__(self) -> None:
         self.examples = 0

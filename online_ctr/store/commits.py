@@ -54,7 +54,7 @@ NO_COUNTERS = CounterChange(np.zeros(0, np.int64), np.zeros(0, np.uint8))
 #: Above this many changed counters a commit writes the whole filter (one SET of 4 MiB, a few
 #: ms) rather than each counter (a BITFIELD op that finalize.lua builds in Lua: about 2 us
 #: each, 65 s of Redis time for the 33M counters of 1M churning examples, measured with
-#: ``loadtests.quarter --only bloom:2``); a group of a churning stream changes 100,000s.
+#: ``loadtests.bench.quarter --only bloom:2``); a group of a churning stream changes 100,000s.
 WHOLE_FILTER_ABOVE = COUNTERS // 256
 
 

@@ -27,7 +27,7 @@ from online_ctr.store.layout import Layout
 from online_ctr.store.redis_types import RedisClient
 
 #: Buckets measured per estimate, in one pipelined round trip: 4.3 to 5.4 ms from the client
-#: at 2M features (``python -m loadtests.lean_costs``; 256 took 17 ms measured the same way),
+#: at 2M features (``python -m loadtests.costs.lean_costs``; 256 took 17 ms measured the same way),
 #: and within 1.2% of every bucket measured in ``tests/workers/test_state_bytes.py``.
 SAMPLE = 64
 
