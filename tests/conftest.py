@@ -11,14 +11,9 @@ import pytest
 import redis
 
 from online_ctr.cli.embedded import RedisServer
-from tests.local_cluster import LocalCluster
-from tests.tls import Certificates, Pair, TlsRedisServer, make_certificates
-
-#: The shared real CTR data, beside the repository (never copied into it).
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = ROOT.parent / "shared" / "data"
-CRITEO = DATA_DIR / "criteo" / "criteo_kaggle_train_head10k.tsv"
-
+from testkit.local_cluster import LocalCluster
+from testkit.paths import DATA_DIR, ROOT
+from testkit.tls import Certificates, Pair, TlsRedisServer, make_certificates
 
 #: What a test needs, read off the fixtures it uses, so a marker can never go stale: `-m "not
 #: processes and not cluster and not docker"` is the quick subset (docs/development.md).
@@ -81,7 +76,7 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 @pytest.fixture(scope="session")
 def tls_certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    """The CAs and certificates of :mod:`tests.tls`, made for this session."""
+    """The CAs and certificates of :mod:`testkit.tls`, made for this session."""
     return make_certificates(tmp_path_factory.mktemp("tls"))
 
 

@@ -1,6 +1,7 @@
 """The layout's arrows all point down: each part of the product imports only the parts below it
 (the layers of ``online_ctr/__init__.py``), never one above or beside it, by any import
-statement, inside a function too, or by a module name handed to ``importlib``."""
+statement, inside a function too, or by a module name handed to ``importlib``; and the trees
+beside the product import only what :data:`SUPPORT_MAY_NOT_IMPORT` leaves them."""
 
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ PRODUCT = ("online_ctr", "service", "workers")
 #: What the pure core may import besides the standard library and itself (pyarrow: the
 #: optional columnar reader of ``replay``, imported only when it is installed).
 CORE_MAY_IMPORT = {"numpy", "numba", "pyarrow"}
+#: What each tree beside the product (and the product itself) may not import. The tests and the
+#: load tests both stand on ``testkit`` (a local cluster, free ports, the data's paths), which
+#: stands on neither; the load tests never import the tests (the tests import the load tests'
+#: modules, but only to test them); ``loadtests.common`` is what the benchmarks, chaos suites
+#: and cost measurements share, so it imports none of them; the product imports none of these.
+SUPPORT_MAY_NOT_IMPORT: dict[str, tuple[str, ...]] = {
+    "testkit": ("tests", "loadtests"),
+    "loadtests": ("tests",),
+    "loadtests.common": ("tests", "loadtests.bench", "loadtests.chaos", "loadtests.costs"),
+    **dict.fromkeys(PRODUCT, ("tests", "loadtests", "testkit")),
+}
 
 
 def part_of(module: str) -> str | None:
@@ -49,9 +61,9 @@ def module_of(path: Path) -> str:
     return ".".join(names[:-1] if names[-1] == "__init__" else names)
 
 
-def imported(tree: ast.AST) -> set[str]:
-    """Every module the code imports, and every dotted module name of ours it spells out (the
-    argument of ``importlib.import_module``, a table of sub-command modules)."""
+def imported(tree: ast.AST, ours: tuple[str, ...] = PRODUCT) -> set[str]:
+    """Every module the code imports, and every dotted module name under ``ours`` it spells out
+    (the argument of ``importlib.import_module``, a table of sub-command modules)."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -60,7 +72,7 @@ def imported(tree: ast.AST) -> set[str]:
             found.add(node.module)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             names = node.value.split(".")
-            if names[0] in PRODUCT and len(names) > 1 and all(n.isidentifier() for n in names):
+            if names[0] in ours and len(names) > 1 and all(n.isidentifier() for n in names):
                 found.add(node.value)
     return found
 
@@ -103,3 +115,45 @@ def test_an_upward_import_is_caught() -> None:
     )
     assert imported(tree) == {"service.app", "importlib", "workers.main"}
     assert LEVEL[part_of("service.app") or ""] > LEVEL["online_ctr.store"]
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def may_not_import(module: str) -> tuple[str, ...]:
+    """What ``module`` may not import: the rule of the longest tree of
+    :data:`SUPPORT_MAY_NOT_IMPORT` it is in."""
+    trees = [tree for tree in SUPPORT_MAY_NOT_IMPORT if within(module, tree)]
+    return SUPPORT_MAY_NOT_IMPORT[max(trees, key=len)] if trees else ()
+
+
+def support_modules() -> list[Path]:
+    roots = {tree.split(".")[0] for tree in SUPPORT_MAY_NOT_IMPORT}
+    return sorted(path for root in roots for path in (ROOT / root).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", support_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_support_trees_import_only_what_stands_below_them(path: Path) -> None:
+    module = module_of(path)
+    forbidden = may_not_import(module)
+    tree = ast.parse(path.read_text())
+    wrong = sorted(
+        name
+        for name in imported(tree, ("tests", "loadtests", "testkit"))
+        if any(within(name, prefix) for prefix in forbidden)
+    )
+    assert not wrong, f"{module} may not import {', '.join(forbidden)}, but imports {wrong}"
+
+
+def test_an_import_of_the_tests_from_the_load_tests_is_caught() -> None:
+    tree = ast.parse(
+        "from tests.conftest import CRITEO\nimport importlib\n"
+        "importlib.import_module('loadtests.bench.run')\n"
+    )
+    found = imported(tree, ("tests", "loadtests", "testkit"))
+    assert found == {"tests.conftest", "importlib", "loadtests.bench.run"}
+    assert may_not_import("loadtests.costs.feature_names_cost") == ("tests",)
+    assert "loadtests.bench" in may_not_import("loadtests.common.feed")
+    assert may_not_import("testkit.paths") == ("tests", "loadtests")
+    assert may_not_import("tests.conftest") == ()

@@ -46,8 +46,8 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.rules.ftrl import FTRLParams
+from testkit.paths import CRITEO
 
-CRITEO = Path(__file__).resolve().parents[3] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
 WARM_UP_EXAMPLES = 10_000
 
 #: Every timed mode, by name, and what its time includes.

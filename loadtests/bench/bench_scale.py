@@ -22,11 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from loadtests.bench import memory_latency, scale_report
-from loadtests.bench.run import ROOT, command_line, machine
+from loadtests.bench.run import command_line, machine
 from loadtests.bench.scale import Scale, ScaleConfig, SizeResult
 from loadtests.bench.scale_run import measure
 from loadtests.common.plots import Curve, Panel, panels_figure
 from loadtests.common.report import table
+from testkit.paths import DATA_DIR, ROOT
 
 MODULE = "loadtests.bench.bench_scale"
 SIZES = (100_000, 1_000_000, 10_000_000)
@@ -77,7 +78,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--fill-window", type=int, help="timed fill features (50,000; quick 2,000)")
     parser.add_argument("--rounds", type=size, help="runs per median (3; quick 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks-scale.md")
-    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = parser.parse_args(argv)
     quick = (QUICK_SIZES, 10_000, 500, 1.0, 2_000, 1)
     defaults = quick if args.quick else (SIZES, 50_000, 10_000, 10.0, 50_000, 3)

@@ -23,9 +23,10 @@ import httpx
 import orjson
 
 from loadtests.bench.serving import learn_the_file
-from loadtests.common.feed import DATA_DIR, criteo_rows
+from loadtests.common.feed import criteo_rows
 from loadtests.common.processes import Stack
 from loadtests.common.report import BenchOptions, Headline, Section, table
+from testkit.paths import DATA_DIR
 
 SHAPES = {
     "plain": {},

@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from loadtests.common.feed import DATA_DIR, Row, criteo_rows, global_step
+from loadtests.common.feed import Row, criteo_rows, global_step
 from loadtests.common.processes import Stack, http_ok, wait_until
 from loadtests.common.report import table
 from loadtests.common.stats import cpu_seconds
@@ -50,8 +50,8 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.sampling import keep_negatives
 from online_ctr.learning.stream_metrics import StreamMetrics
+from testkit.paths import DATA_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-lean.md"
 CLICK_LOGS = {
     "Criteo (Kaggle head 10k)": ("criteo/criteo_kaggle_train_head10k.tsv", "criteo"),

@@ -34,8 +34,9 @@ from loadtests.bench import _vw, baseline, bench_replay
 from loadtests.bench.bench_replay import Job, Measurement, Run, Stopwatch
 from loadtests.bench.drain import DrainRun, run_learner
 from loadtests.common import feed
-from loadtests.common.processes import ROOT, Stack, scratch_dir
+from loadtests.common.processes import Stack, scratch_dir
 from online_ctr.learning.rules.ftrl import FTRLParams
+from testkit.paths import ROOT
 
 #: Entry sizes of the drain: a single-example ``/learn`` each, and 1,000-example bodies.
 ENTRY_SIZES = (1, 1000)

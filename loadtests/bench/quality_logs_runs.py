@@ -26,8 +26,7 @@ from online_ctr.learning.learner import sigmoid
 from online_ctr.learning.numeric import log_bucket
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.stream_metrics import StreamMetrics, log_loss
-
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.paths import ROOT
 
 #: Every click log in the shared data folder, by the name the tables give it.
 LOGS = {

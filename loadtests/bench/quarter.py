@@ -36,7 +36,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from loadtests.common.feed import DATA_DIR, criteo_rows
+from loadtests.common.feed import criteo_rows
 from loadtests.common.report import table
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.features import BIAS, Batch, FeatureHasher
@@ -46,9 +46,9 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.codec import encode_entry
 from online_ctr.store.state import ModelStore, spec_from
 from online_ctr.store.state_bytes import state_bytes
+from testkit.paths import DATA_DIR, ROOT
 from workers.learner_loop import Worker, WorkerConfig
 
-ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-quarter.md"
 FIGURE = ROOT / "docs" / "img" / "quarter-bytes.png"
 #: Share of the categorical ids that churn, and how many examples one of their names lives.

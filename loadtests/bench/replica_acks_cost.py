@@ -25,9 +25,10 @@ from loadtests.chaos.chaos_cluster_parts import cluster_client, service_on
 from loadtests.common import feed, tools
 from loadtests.common.processes import Stack
 from loadtests.common.wrk_runs import Load, load, write_learn_bodies
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
+from testkit.paths import DATA_DIR, ROOT
 
-REPORT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks-acks.md"
+REPORT = ROOT / "docs" / "benchmarks-acks.md"
 #: Per figure, the settings in A B B A order, twice.
 ORDER = ("0", "1", "1", "0") * 2
 
@@ -114,7 +115,7 @@ def main() -> int:
     args = parser.parse_args()
     seconds, n = (3.0, 20_000) if args.quick else (10.0, 200_000)
     tools.require("wrk")
-    rows = feed.criteo_rows(feed.DATA_DIR)
+    rows = feed.criteo_rows(DATA_DIR)
     lines = []
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp) / "cluster") as cluster:
         work = Path(tmp) / "stack"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from loadtests.bench import quality, quality_data, scale_report
 from loadtests.bench.bench_scale import plot_rows
-from loadtests.bench.run import ROOT
+from testkit.paths import ROOT
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from loadtests.bench import headline
 from loadtests.common.report import BenchOptions, Section, figure, table
+from testkit.paths import DATA_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = (
     "quality",
     "quality_logs",
@@ -70,7 +70,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small runs, for trying it out")
     parser.add_argument("--sections", type=_sections, default=list(SECTIONS))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
-    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--examples", type=int, help="stream length (200,000; 20,000 quick)")
     parser.add_argument(
         "--update",

@@ -58,7 +58,7 @@ from loadtests.chaos.chaos_cluster_parts import (
 )
 from loadtests.chaos.chaos_parts import Audit, Feeders, FeedLog, Learners, audit
 from loadtests.common.processes import http_ok, wait_until
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
 
 SHARDS = 64
 SETTINGS = {

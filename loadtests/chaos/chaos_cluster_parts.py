@@ -25,7 +25,7 @@ from redis.cluster import ClusterNode
 
 from loadtests.common.processes import Stack
 from online_ctr.store.keys import ModelKeys, RegistryKeys
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
 
 #: The model the feeders send to (the API's default).
 MODEL = "default"

@@ -29,9 +29,8 @@ from loadtests.chaos.abuse import KEYS, VICTIM_KEY
 from loadtests.common.processes import Stack, scratch_dir
 from loadtests.common.stats import rss_bytes
 from online_ctr.learning.readers import read_examples
+from testkit.paths import CRITEO
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "criteo"
-ROWS = DATA / "criteo_kaggle_train_head10k.tsv"
 SETTINGS = {
     "OCTR_JOIN_WINDOW_S": "60",
     "OCTR_MAX_IDEMPOTENCY_KEYS": "5000",
@@ -70,7 +69,7 @@ class Soak:
 def learn_bodies() -> list[bytes]:
     rows = [
         {"features": dict(x), "label": y}
-        for x, y in itertools.islice(read_examples(ROWS, "criteo"), 10_000)
+        for x, y in itertools.islice(read_examples(CRITEO, "criteo"), 10_000)
     ]
     chunks = [rows[i : i + LEARN_ROWS] for i in range(0, len(rows), LEARN_ROWS)]
     return [json.dumps({"examples": chunk}).encode() for chunk in chunks]

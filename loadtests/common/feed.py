@@ -23,7 +23,6 @@ from online_ctr.store.codec import encode_entry
 from online_ctr.store.keys import ModelKeys
 
 #: ``../shared/data`` beside the repository, where the data README says it is.
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 CRITEO = Path("criteo/criteo_kaggle_train_head10k.tsv")
 MODEL = ModelKeys("default")
 

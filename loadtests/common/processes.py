@@ -23,8 +23,7 @@ import redis
 
 from loadtests.common import tools
 from online_ctr.cli.embedded import RedisServer, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.paths import ROOT
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> None:

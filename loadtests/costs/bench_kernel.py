@@ -33,15 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.bench.bench_replay import CRITEO, _rules
+from loadtests.bench.bench_replay import _rules
 from online_ctr.learning.compact import ENCODINGS
 from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.learner import unique_features
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.sequential import learn_sequential
-
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.paths import CRITEO, ROOT
 
 
 def repeated(batch: Batch, examples: int) -> Batch:

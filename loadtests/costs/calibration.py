@@ -39,9 +39,9 @@ from online_ctr.learning.learner import log_loss
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.rules import RULES, get_rule
+from testkit.paths import DATA_DIR
 
 Array = NDArray[np.float64]
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 #: The click logs, by path under the data folder; None: told from the file.
 FILES: dict[str, str | None] = {
     "criteo/criteo_kaggle_train_head10k.tsv": None,

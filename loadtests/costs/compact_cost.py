@@ -35,8 +35,8 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from online_ctr.store.state import ModelStore, spec_from
+from testkit.paths import DATA_DIR
 
-DATA = Path(__file__).resolve().parents[3] / "shared/data"
 #: (encoding, hash bits) of each filled model.
 CONFIGURATIONS = (("float64", 64), ("compact", 64), ("compact", 42))
 CHUNK = 500_000
@@ -79,7 +79,7 @@ async def bytes_per_feature(url: str, encoding: str, hash_bits: int, count: int)
 
 def data_files() -> Iterator[tuple[Path, str | None]]:
     """Every file under the data folder with the format replay reads it in (None: refused)."""
-    for path in sorted(DATA.rglob("*")):
+    for path in sorted(DATA_DIR.rglob("*")):
         if path.is_file() and path.name != "README.md":
             try:
                 yield path, detect_format(path)

@@ -40,8 +40,8 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import ReplayResult, replay
 from online_ctr.learning.rules import get_rule
 from service.api.scan import NameIds, scan
+from testkit.paths import DATA_DIR
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 BATCH = 16_384
 Row = tuple[Example, int]
 
@@ -77,7 +77,7 @@ def ipinyou_rows(path: Path, limit: int | None = None) -> Iterator[Row]:
 
 def rows_of(log: str, limit: int | None = None) -> list[Row]:
     file, fmt, _ = LOGS[log]
-    path = DATA / file
+    path = DATA_DIR / file
     if fmt == "ipinyou":
         return list(ipinyou_rows(path, limit))
     return list(read_examples(path, fmt, limit))

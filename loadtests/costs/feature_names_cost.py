@@ -42,7 +42,7 @@ from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from service.api.name_record import recorder_of
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)

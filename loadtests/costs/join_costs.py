@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from loadtests.common.feed import DATA_DIR, Row, criteo_rows, cycled
+from loadtests.common.feed import Row, criteo_rows, cycled
 from loadtests.common.processes import Stack
 from online_ctr.cli.embedded import RedisServer
 from online_ctr.config.join_policy import JoinPolicy
@@ -32,6 +32,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.store import codec
 from online_ctr.store.impressions import Impressions
 from online_ctr.store.keys import ModelKeys
+from testkit.paths import DATA_DIR
 
 PASS = 1000
 KEYS = ModelKeys("default")

@@ -41,10 +41,10 @@ from online_ctr.learning.sequential import warm_up
 from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.state import ModelStore, spec_from
+from testkit.paths import CRITEO
 from workers.learner_loop import Worker, WorkerConfig
 
 SIZES = (0, 100_000, 1_000_000, 10_000_000)
-CRITEO = Path(__file__).resolve().parents[3] / "shared/data/criteo/criteo_kaggle_train_head10k.tsv"
 
 
 async def fresh_store(url: str) -> ModelStore:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.chaos import chaos_cluster
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
 
 
 @pytest.mark.timeout(120)

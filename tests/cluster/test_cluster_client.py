@@ -23,8 +23,8 @@ from redis.exceptions import (
 
 from online_ctr.learning.rules import get_rule
 from online_ctr.store.state import ModelStore, spec_from
+from testkit.local_cluster import LocalCluster
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
-from tests.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.anyio
 

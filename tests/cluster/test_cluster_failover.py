@@ -13,8 +13,8 @@ from redis.exceptions import NoScriptError
 
 from online_ctr.config.settings import Settings
 from online_ctr.wiring import redis_client
+from testkit.local_cluster import LocalCluster
 from tests.cluster.conftest import INCR_META, TAGS, evalsha_all, owner
-from tests.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.anyio
 

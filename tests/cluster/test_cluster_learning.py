@@ -16,9 +16,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from online_ctr.learning.readers import read_examples
-from tests.conftest import CRITEO
+from testkit.local_cluster import LocalCluster
+from testkit.paths import CRITEO
 from tests.integration.conftest import Service, wait_until
-from tests.local_cluster import LocalCluster
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
 BODY = 50  # examples per /learn request

@@ -15,7 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 from online_ctr.learning.rules import get_rule
 from online_ctr.store.failures import client_failure
 from online_ctr.store.state import ModelStore, spec_from
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from online_ctr.store.ingest import FeedbackLog
 from online_ctr.store.replication import ReplicaAckError, ReplicaAcks
 from online_ctr.store.shards import parse_stamp
 from online_ctr.store.state import ModelStore, spec_from
-from tests.local_cluster import LocalCluster
+from testkit.local_cluster import LocalCluster
 from tests.workers.conftest import make_worker
 
 pytestmark = pytest.mark.anyio

@@ -16,11 +16,11 @@ import pytest
 
 from online_ctr.cli.embedded import free_port
 from online_ctr.learning.readers import read_examples
+from testkit.local_cluster import LocalCluster
+from testkit.paths import CRITEO
+from testkit.tls import Certificates
 from tests.cluster.test_cluster_learning import learn_all, step
-from tests.conftest import CRITEO
 from tests.integration.conftest import wait_until
-from tests.local_cluster import LocalCluster
-from tests.tls import Certificates
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 1_000))

@@ -28,7 +28,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES
 from online_ctr.learning.rules.base import Array
 from online_ctr.learning.sequential import learn_sequential
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.core.test_replay_command import last_json
 from tests.core.test_replay_command import run as run_replay
 from tests.core.test_sequential import PARAMS

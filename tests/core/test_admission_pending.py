@@ -23,7 +23,7 @@ from online_ctr.learning.features import Batch, FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES
-from tests.conftest import CRITEO, DATA_DIR
+from testkit.paths import CRITEO, DATA_DIR
 
 AVAZU = DATA_DIR / "avazu" / "avazu_train_head10k.csv"
 IPINYOU = DATA_DIR / "ipinyou" / "ipinyou_train.fm.txt"

@@ -24,7 +24,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import get_rule
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 
 
 def draws(n: int, gamma: float, kappa: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

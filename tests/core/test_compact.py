@@ -36,7 +36,7 @@ from online_ctr.learning.rules import get_rule
 from online_ctr.learning.rules.base import Array
 from online_ctr.learning.sequential import learn_sequential
 from online_ctr.store.layout import Layout
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.core.test_sequential import PARAMS, examples_of
 
 RULES = ("ftrl", "l1sgd")

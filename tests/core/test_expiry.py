@@ -17,7 +17,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.retention import MOST, check_expire_after, live
 from online_ctr.learning.rules import RULES
 from online_ctr.learning.rules.base import Array
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.core.test_admission import BIAS_ID, ROWS, criteo
 from tests.core.test_replay_command import last_json
 from tests.core.test_replay_command import run as run_replay

@@ -22,7 +22,7 @@ from online_ctr.learning.sampling import (
     kept_negatives,
 )
 from online_ctr.store.codec import EntryError, decode_entries, decode_entry, encode_entry
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.core.test_sequential import criteo
 
 

@@ -26,7 +26,8 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import RULES, get_rule
 from online_ctr.learning.rules.base import Array
 from online_ctr.learning.sequential import Learned, learn_sequential
-from tests.conftest import CRITEO, fresh_python
+from testkit.paths import CRITEO
+from tests.conftest import fresh_python
 from tests.core.test_ftrl_algorithm1 import ALPHA, BETA, L1, L2, algorithm_1, featurized
 
 NAMES = sorted(RULES)

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests.bench import _vw
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import FeatureHasher
@@ -39,11 +38,11 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules import get_rule
 
-ROOT = Path(__file__).resolve().parents[2]
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from testkit.paths import CRITEO
 
 pytestmark = pytest.mark.oracle
 
-CRITEO = ROOT.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_head10k.tsv"
 
 #: The issue's bound on the progressive log-loss gap.
 LOG_LOSS_TOLERANCE = 2e-4

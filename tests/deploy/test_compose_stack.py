@@ -29,7 +29,7 @@ from typing import Any, NoReturn, TypeVar
 import httpx
 import pytest
 
-from tests.ports import free_ports
+from testkit.ports import free_ports
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.docker]
 

@@ -29,9 +29,9 @@ import httpx
 import pytest
 import yaml
 
+from testkit.ports import free_ports
 from tests.deploy.bounds import JOINS, REACHED, REDIS_MAXMEMORY, SMALL_BOUNDS, drive_to_the_bounds
 from tests.deploy.conftest import with_metrics_key_file
-from tests.ports import free_ports
 
 pytestmark = pytest.mark.processes
 

@@ -1,5 +1,5 @@
 """The real API, worker and command line over TLS to a real ``redis-server`` that speaks only
-TLS (``--port 0 --tls-port P``), with certificates the tests make (:mod:`tests.tls`): learning
+TLS (``--port 0 --tls-port P``), with certificates the tests make (:mod:`testkit.tls`): learning
 and predicting end to end, with a client certificate (mutual TLS), ``online-ctr serve``,
 ``status`` and ``models list``, and a Redis restarted while the service learns."""
 
@@ -21,10 +21,10 @@ import pytest
 
 from online_ctr.cli.embedded import free_port
 from online_ctr.learning.readers import read_examples
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
+from testkit.tls import Certificates, TlsRedisServer
 from tests.integration.conftest import Service, wait_until
 from tests.integration.test_service_end_to_end import model, worker_sample
-from tests.tls import Certificates, TlsRedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 600))

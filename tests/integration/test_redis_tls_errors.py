@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from online_ctr.cli.embedded import RedisServer, free_port
-from tests.tls import Certificates, TlsRedisServer
+from testkit.tls import Certificates, TlsRedisServer
 
 pytestmark = pytest.mark.processes
 

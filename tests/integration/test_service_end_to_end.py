@@ -17,7 +17,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.integration.conftest import Service, wait_until
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 400))

@@ -17,7 +17,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.snapshot import Footer, RowChunk
 from online_ctr.learning.snapshot_reader import Reader
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.integration.conftest import Service
 
 ROWS = list(read_examples(CRITEO, "criteo"))  # the whole file: 10,000 examples

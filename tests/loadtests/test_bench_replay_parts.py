@@ -13,18 +13,17 @@ from pathlib import Path
 
 import pytest
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests.bench import _river, _vw, bench_replay
 from loadtests.bench.bench_replay import Measurement, Run
 from online_ctr.learning.features import BIAS, FeatureHasher, Value
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.rules.ftrl import FTRLParams
 
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from testkit.paths import CRITEO
+
 pytestmark = pytest.mark.processes
 
-ROOT = Path(__file__).resolve().parents[2]
-
-CRITEO = ROOT.parent / "shared" / "data" / "criteo" / "criteo_kaggle_train_head10k.tsv"
 
 #: The end of a real `python -m vowpalwabbit --ftrl ... -d head10k.vw` run (VW 9.11).
 VW_OUTPUT = """\

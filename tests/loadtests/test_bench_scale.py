@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests.bench import bench_scale, scale, scale_client, scale_report, scale_run
 from loadtests.common import stats
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = ROOT.parent / "shared" / "data"
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from testkit.paths import DATA_DIR
 
 
 @pytest.mark.parametrize(

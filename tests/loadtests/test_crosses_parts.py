@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from loadtests.costs.crosses import DATA, LOGS, ipinyou_rows, run
+from loadtests.costs.crosses import LOGS, ipinyou_rows, run
 from online_ctr.learning.crosses import parse_crosses
 from online_ctr.learning.readers import read_examples
+from testkit.paths import DATA_DIR
 
 
 def test_named_ipinyou_rows_learn_as_the_indexes() -> None:
-    path = DATA / LOGS["ipinyou"][0]
+    path = DATA_DIR / LOGS["ipinyou"][0]
     named = list(ipinyou_rows(path, 3000))
     indexes = list(itertools.islice(read_examples(path, "libfm"), 3000))
     assert len(named) == len(indexes) == 3000
@@ -24,4 +25,4 @@ def test_named_ipinyou_rows_learn_as_the_indexes() -> None:
 
 
 def test_the_logs_are_the_shared_files(data_dir: Path) -> None:
-    assert data_dir.resolve() == DATA.resolve()
+    assert data_dir.resolve() == DATA_DIR.resolve()

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from loadtests.bench import bench_replay, drain, freshness, ingest, learning_runs, memory
 from loadtests.common import bare_app, feed, stats, tools, wrk_runs
 from loadtests.common.processes import Stack
@@ -32,11 +31,11 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from service.api.predict_schemas import PREDICT_REQUEST
 
+# loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
+from testkit.paths import DATA_DIR, ROOT
+
 pytestmark = pytest.mark.processes
 
-ROOT = Path(__file__).resolve().parents[2]
-
-DATA_DIR = ROOT.parent / "shared" / "data"
 
 #: The output of a real 1-second run of wrk 4.1.0 with loadtests/common/wrk/post_bodies.lua.
 WRK_OUTPUT = """\

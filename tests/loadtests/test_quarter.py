@@ -11,7 +11,7 @@ from pathlib import Path
 from loadtests.bench import quarter
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 
 
 def test_a_short_quarter(redis_url: str, tmp_path: Path) -> None:

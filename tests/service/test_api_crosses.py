@@ -22,7 +22,7 @@ from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service import test_api_weights as weights_test
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_models_command import models, ok, refused

@@ -18,7 +18,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.store.codec import decode_entry
 from online_ctr.store.keys import ModelKeys
 from service.api.scan import scan
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH
 
 with warnings.catch_warnings():

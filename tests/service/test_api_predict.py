@@ -23,7 +23,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from service.api.scan import scan
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH
 from workers.learner_loop import Worker, WorkerConfig
 

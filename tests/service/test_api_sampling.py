@@ -28,7 +28,7 @@ from online_ctr.store.model_config import own_config
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from workers.learner_loop import Worker, WorkerConfig
 

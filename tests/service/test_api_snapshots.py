@@ -19,7 +19,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS, PREDICT_KEY
 from tests.workers.conftest import send
 from workers.learner_loop import Worker, WorkerConfig

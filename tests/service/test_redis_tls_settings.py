@@ -13,7 +13,7 @@ import pytest
 
 from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
-from tests.tls import Certificates
+from testkit.tls import Certificates
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "rediss://redis.internal:6380/0"

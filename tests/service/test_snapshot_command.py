@@ -17,7 +17,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.test_commands import ROOT, assert_one_line
 from tests.service.test_snapshot_refusals import keys_of
 from tests.workers.conftest import scan_state, send

@@ -17,7 +17,7 @@ from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.owlqn import design_from_batch, minimize
 from online_ctr.learning.readers import read_examples
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS
 
 with warnings.catch_warnings():

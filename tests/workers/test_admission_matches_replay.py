@@ -29,7 +29,7 @@ from online_ctr.store.snapshot_export import open_export
 from online_ctr.store.snapshot_import import SnapshotImport
 from online_ctr.store.state import TALLY_FIELDS, ModelStore
 from online_ctr.wiring import model_spec
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
 from workers.learner_loop import Worker, WorkerConfig

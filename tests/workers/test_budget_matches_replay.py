@@ -25,7 +25,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import make_worker, scan_state, send
 from workers import learn_group

@@ -16,7 +16,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.store.filter import ExistenceFilter
 from online_ctr.store.layout import Layout
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store.layout import DELETE
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH
 from tests.workers.conftest import scan_state, send
 from tests.workers.test_grouped_applies import Held

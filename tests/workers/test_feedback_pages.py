@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from online_ctr.learning.readers import read_examples
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, send
 from workers.feedback import MAX_PAGE_ENTRIES, FeedbackStream
 

@@ -27,7 +27,7 @@ from online_ctr.store.keys import RegistryKeys
 from online_ctr.store.registry import Registry
 from online_ctr.store.state import ModelStore
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from tests.service.test_models_command import models, ok, refused
 from tests.workers.conftest import scan_state

@@ -21,7 +21,7 @@ from online_ctr.store.commits import Commit, StateChange
 from online_ctr.store.layout import NEW
 from online_ctr.store.shards import Runs
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from tests.workers.test_existence_filter import expected_bitmaps
 from workers.committer import MOST_WAITING

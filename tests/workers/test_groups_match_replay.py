@@ -25,7 +25,7 @@ from online_ctr.store.model_config import ModelConfig
 from online_ctr.store.registry import Registry
 from online_ctr.store.state import ModelStore
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from tests.workers.conftest import scan_state
 from workers.fleet import Fleet

@@ -11,7 +11,7 @@ import pytest
 
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, send
 from tests.workers.test_grouped_applies import assert_equals_replay
 from workers.learner_loop import Worker

@@ -23,7 +23,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.store.shards import parse_stamp
 from online_ctr.store.stamps import positions
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.learner_loop import Worker
 

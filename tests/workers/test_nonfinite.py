@@ -17,7 +17,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.store import codec
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 
 pytestmark = pytest.mark.anyio

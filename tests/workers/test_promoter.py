@@ -24,7 +24,7 @@ from online_ctr.store.model_config import ModelConfig, PolicyBody
 from online_ctr.store.promotion import PromoterState, Promotions
 from online_ctr.store.registry import Registry, UnknownNameError
 from service.app import create_app
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.service.keys import AUTH, HEADERS
 from workers import promoter
 from workers.fleet import Fleet

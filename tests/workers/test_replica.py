@@ -13,7 +13,7 @@ from online_ctr.learning.budget import Budget
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.replica import MOST_COMMITS, StateReplica
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from tests.workers.test_store_lookup import random_state, script_calls
 

@@ -15,7 +15,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.metrics import Metrics
 from online_ctr.store.shards import parse_stamp
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, send
 from workers.learner_loop import Worker, WorkerConfig
 

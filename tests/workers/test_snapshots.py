@@ -21,7 +21,7 @@ from online_ctr.store import snapshot_scan
 from online_ctr.store.snapshot_export import ExportFailedError, ModelNotFoundError, open_export
 from online_ctr.store.snapshot_import import ModelExistsError, SnapshotImport
 from online_ctr.store.state import ModelImportingError, ModelStore, spec_from
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 from workers.learner_loop import Worker
 

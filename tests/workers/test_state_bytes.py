@@ -10,7 +10,7 @@ import pytest
 
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.state_bytes import SAMPLE, sample_buckets, state_bytes
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, send
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ import pytest
 
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.state import ModelMismatchError, ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, scan_state, send
 
 pytestmark = pytest.mark.anyio

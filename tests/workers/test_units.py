@@ -10,7 +10,7 @@ import numpy as np
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.codec import encode_entry, encode_rows
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from workers.units import EDGE_BYTES, entry_key, entry_units, learned_units
 
 

@@ -16,7 +16,7 @@ from online_ctr.metrics import Metrics
 from online_ctr.store import codec
 from online_ctr.store.impressions import Impressions, PassLog
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore
 from workers.learner_loop import Worker, WorkerConfig
 

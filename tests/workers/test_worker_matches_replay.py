@@ -20,7 +20,7 @@ from online_ctr.store.calibration_codec import (
     encode_histogram,
 )
 from online_ctr.store.state import ModelStore, spec_from
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 
 pytestmark = pytest.mark.anyio

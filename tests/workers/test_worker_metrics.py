@@ -14,7 +14,7 @@ from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES
 from online_ctr.learning.stream_metrics import auc
 from online_ctr.store.state import ModelStore
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from workers.learner_loop import Worker
 

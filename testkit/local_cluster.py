@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from online_ctr.cli.embedded import find_redis_server
-from tests.tls import Certificates
+from testkit.tls import Certificates
 
 #: Redis puts a node's cluster bus on its port plus this.
 BUS_OFFSET = 10_000
