@@ -10,6 +10,7 @@ import ast
 import re
 import subprocess
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,8 @@ def names_in_the_repository() -> list[tuple[str, str]]:
     found = []
     for file in files:
         path = ROOT / file
+        if path == Path(__file__).resolve():  # this file's examples of names that moved
+            continue
         if path.suffix in {".py", ".md", ".toml", ".lua", ".yml", ".sh"} or path.name == "Makefile":
             found += [(file, name) for name in DOTTED.findall(path.read_text())]
     return found
