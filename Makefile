@@ -66,7 +66,7 @@ bench-replay: install
 ## online-ctr serve next to Vowpal Wabbit's own server (vw --daemon), same Criteo rows: learning,
 ## single and batch predictions, A B B A rounds, CPU per process -> docs/benchmarks-vw-daemon.md.
 bench-vw-daemon: install
-	$(BIN)/python -m loadtests.vw_daemon
+	$(BIN)/python -m loadtests.bench.vw_daemon
 
 ## Cost against model size (100k, 1M, 10M features tracked) -> docs/benchmarks-scale.md.
 bench-scale: install

@@ -55,8 +55,8 @@ from loadtests.common.report import BenchOptions, Headline, Section, Target
 from loadtests.common.stats import cpu_seconds
 from online_ctr.learning.learner import sigmoid
 from online_ctr.learning.rules.ftrl import FTRLParams
+from testkit.paths import DATA_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks-vw-daemon.md"
 #: Examples per ``/learn`` body and per batch prediction.
 BODY = 1000
@@ -190,7 +190,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of A B B A")
     parser.add_argument("--single", type=int, default=SINGLE, help="single predictions a run")
     parser.add_argument("--batches", type=int, default=BATCHES, help="1,000-example batches a run")
-    parser.add_argument("--data-dir", type=Path, default=feed.DATA_DIR)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--out", type=Path, default=REPORT, help="the Markdown page written")
     args = parser.parse_args(argv)
     if args.rows < BODY or args.rounds < 1 or args.single < 1 or args.batches < 1:

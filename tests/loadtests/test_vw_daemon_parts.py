@@ -15,10 +15,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadtests import _vw, bench, feed, vw_daemon
-from loadtests.report import BenchOptions
-from loadtests.stats import cpu_seconds
-from loadtests.vw_daemon_parts import (
+from loadtests.bench import _vw, vw_daemon
+from loadtests.bench import run as bench
+from loadtests.bench.vw_daemon_parts import (
     Answers,
     Run,
     compare,
@@ -32,13 +31,17 @@ from loadtests.vw_daemon_parts import (
     prediction_lines,
     tree_ticks,
 )
-from loadtests.vw_daemon_report import About, comparison_table, cpu_table, page
-from loadtests.vw_daemon_systems import tree_cpu_seconds
+from loadtests.bench.vw_daemon_report import About, comparison_table, cpu_table, page
+from loadtests.bench.vw_daemon_systems import tree_cpu_seconds
+from loadtests.common import feed
+from loadtests.common.report import BenchOptions
+from loadtests.common.stats import cpu_seconds
+from testkit.paths import DATA_DIR
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[feed.Row]:
-    return feed.criteo_rows(feed.DATA_DIR, limit=300)
+    return feed.criteo_rows(DATA_DIR, limit=300)
 
 
 def test_vw_lines_are_the_text_encoders(rows: list[feed.Row]) -> None:
@@ -180,10 +183,10 @@ def test_the_cpu_breakdown_and_the_page() -> None:
     assert "| one prediction at a time, p50 ms | lower | 1.00 | 1.00 | 1.00x | 1.00x |" in (
         comparison_table(runs)
     )
-    about = About("python -m loadtests.vw_daemon", "today", 1, (0.5, 1.5), 2.0, "a machine")
+    about = About("python -m loadtests.bench.vw_daemon", "today", 1, (0.5, 1.5), 2.0, "a machine")
     text = page(runs, about)
     assert text.startswith("# Against Vowpal Wabbit's daemon\n")
-    assert "`make bench-vw-daemon` (`python -m loadtests.vw_daemon`)" in text
+    assert "`make bench-vw-daemon` (`python -m loadtests.bench.vw_daemon`)" in text
     assert "0.50 at the start and 1.50 at the end" in text
 
 
