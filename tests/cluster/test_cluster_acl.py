@@ -11,9 +11,9 @@ import httpx
 import pytest
 import redis
 
+from testkit.local_cluster import LocalCluster
 from tests.integration.conftest import wait_until
 from tests.integration.test_redis_acl import PASSWORDS, ROWS, printed_rules
-from tests.local_cluster import LocalCluster
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from online_ctr.store.acl import LOG_SIDE, ROLES, writable
 from online_ctr.store.keys import ApiKeyKeys, FeedbackKeys, ModelKeys, RegistryKeys, ack_barrier
-from tests.conftest import ROOT
+from testkit.paths import ROOT
 
 #: Names of models and groups to build keys with, some named like key suffixes.
 NAMES = ("default", "ads-eu.v2", "meta", "stream", "redo", "names", "acks", "imp", "idem", "b")

@@ -31,7 +31,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
-from tests.conftest import CRITEO
+from testkit.paths import CRITEO
 from tests.integration.conftest import Service, wait_until
 
 LEARN_KEY = "feed-learn-and-predict-key-0000"

@@ -21,7 +21,7 @@ from redis.exceptions import NoPermissionError
 from online_ctr.learning.readers import read_examples
 from online_ctr.store.api_keys import ApiKeyStore, digest
 from online_ctr.store.keys import ApiKeyKeys, ModelKeys
-from tests.conftest import CRITEO, ROOT
+from testkit.paths import CRITEO, ROOT
 from tests.integration.conftest import Service, wait_until
 
 ROWS = list(itertools.islice(read_examples(CRITEO, "criteo"), 40))
