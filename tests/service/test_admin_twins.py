@@ -33,13 +33,16 @@ def _feedback(redis_url: str) -> None:
 
 
 def _left(redis_url: str) -> tuple[set[bytes], dict[bytes, bytes]]:
-    """Every key but the service's own model's and the registry, and the registry's models
+    """Every key but the service's own model's, the registry and the API keys' (an API
+    process records when each key was last used, at its own pace), and the registry's models
     but the own one: what the operations left."""
     plain = redis.Redis.from_url(redis_url)
     keys = {
         key
         for key in plain.scan_iter()
-        if not key.startswith((b"octr:{default}", b"octr:{default/", b"octr:{#registry}"))
+        if not key.startswith(
+            (b"octr:{default}", b"octr:{default/", b"octr:{#registry}", b"octr:{#apikeys}")
+        )
     }
     registry = plain.hgetall("octr:{#registry}:models")
     plain.close()
