@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -72,7 +73,8 @@ def run_keys(action: Callable[[ApiKeyStore], Awaitable[T]]) -> T:
 
 
 def add_key(args: argparse.Namespace) -> int:
-    """Store a new key's digest; print the key once, then its id."""
+    """Store a new key's digest; print the key once (alone on stdout, so that
+    ``KEY=$(online-ctr keys add ...)`` holds it), and its id on stderr."""
     try:
         scopes = checked_scopes(args.scope)
     except ValueError as error:
@@ -80,7 +82,8 @@ def add_key(args: argparse.Namespace) -> int:
     key = new_key()
     added = run_keys(lambda store: store.add(digest(key), scopes, args.label, int(time.time())))
     print(key)
-    print(f"added key {added} with scopes {','.join(scopes)}: it is shown only this once")
+    notice = f"added key {added} with scopes {','.join(scopes)}: it is shown only this once"
+    print(notice, file=sys.stderr)
     return 0
 
 

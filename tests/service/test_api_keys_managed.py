@@ -222,7 +222,8 @@ def served(redis_url: str) -> Iterator[TestClient]:
 def test_the_command_adds_lists_and_revokes(redis_url: str, served: TestClient) -> None:
     added = keys_command(redis_url, "add", "--scope", "predict:default", "--label", "ops")
     assert added.returncode == 0, added.stderr
-    key, said = added.stdout.splitlines()
+    [key] = added.stdout.splitlines()  # alone: KEY=$(online-ctr keys add ...) holds it
+    said = added.stderr.strip().splitlines()[-1]
     assert said.startswith("added key ") and "shown only this once" in said
     key_id = said.split()[2]
     deadline = time.monotonic() + APPLIED_WITHIN_S
