@@ -42,6 +42,17 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Unanswered:
+    """A group whose finalize went out but whose answer never came (Redis went away): it
+    committed if the model is at ``version`` under this worker's ``fence``."""
+
+    group: Group
+    learning: Learning
+    fence: str
+    version: tuple[int, str]
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     """How a worker groups, leads and dead-letters."""
 
@@ -90,6 +101,7 @@ class Worker:
         self.committer = Committer(store, self.cache, self.lease)
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
+        self._unanswered: Unanswered | None = None
         #: Why the model's meta refuses every commit ('': it does not), logged once.
         self.damaged = ""
         self._stopping = False
@@ -248,6 +260,7 @@ class Worker:
         await self.mirror.load(self.store)
         if self.mirror.counters is not None:
             self._publish_fill()
+        await self._count_if_committed()
         self._recovered = True
         logger.info(
             "worker %s leads model %r at step %d",
@@ -255,6 +268,15 @@ class Worker:
             self.store.spec.name,
             self.mirror.version[0],
         )
+
+    async def _count_if_committed(self) -> None:
+        """The group whose answer was lost is counted (metrics, promotion units) if it
+        committed: the model is one group on, and no other worker held the fence since."""
+        lost, self._unanswered = self._unanswered, None
+        if lost is None or lost.fence != self.lease.token or self.mirror.version != lost.version:
+            return
+        self._count(lost.group, lost.learning)
+        await self._record_units(lost.group, lost.learning)
 
     def _reset(self) -> None:
         """Nothing cached is known to be exact any more: recover before the next group."""
@@ -325,6 +347,9 @@ class Worker:
             logger.exception("group of %d entries failed", len(group.entry_ids))
             await self._failed(group, repr(error))
             return
+        change = learning.change
+        after = (change.t + change.examples, mirror.version[1])
+        self._unanswered = Unanswered(group, learning, self.lease.token, after)
         try:
             commit = await self.committer.commit(learning, mirror.known, self._wait_for_room)
         except OutOfMemoryError:
@@ -332,6 +357,7 @@ class Worker:
             # not another delivery (which could dead-letter a good entry).
             self.stream.uncount(group.head)
             raise
+        self._unanswered = None
         if commit.status == "refused":
             await self._failed(group, commit.reason, at_once=True)
             return
@@ -356,6 +382,9 @@ class Worker:
             self._publish_fill()
         self._single_left = max(0, self._single_left - len(group.entry_ids))
         self._observe(group, commit, learning, started)
+        await self._record_units(group, learning)
+
+    async def _record_units(self, group: Group, learning: Learning) -> None:
         if group.units is not None:  # the group's promoter pairs them (workers.promoter)
             assert group.batch is not None
             keys, examples = group.units
@@ -416,6 +445,14 @@ class Worker:
 
     def _observe(self, group: Group, result: Commit, learning: Learning, started: float) -> None:
         label = self._label
+        self._count(group, learning)
+        self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
+        self.metrics.features_tracked.labels(**label).set(result.features_tracked)
+        self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)
+
+    def _count(self, group: Group, learning: Learning) -> None:
+        """What a committed group adds to the counters and the AUC's window."""
+        label = self._label
         self.metrics.learned_examples.labels(**label).inc(group.examples)
         change = learning.change
         self.metrics.learned_weight.labels(**label).inc(change.examples + change.weight_excess)
@@ -430,9 +467,6 @@ class Worker:
         if learning.base is not None:
             spec = self.store.spec
             self.metrics.base_rate_logit.labels(**label).set(spec.base_rate.logit(learning.base))
-        self.metrics.nonzero_weights.labels(**label).set(result.nonzero_weights)
-        self.metrics.features_tracked.labels(**label).set(result.features_tracked)
-        self.metrics.learn_batch.labels(**label).observe(time.perf_counter() - started)
         # Committed groups only, in stream order: the window holds what this model learned.
         assert group.batch is not None
         self.auc.add(learning.learned.probabilities, group.batch.labels)

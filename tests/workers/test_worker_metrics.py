@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
+from redis.exceptions import ConnectionError
 
 from online_ctr.learning.features import Example, FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -13,6 +16,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import RULES
 from online_ctr.learning.stream_metrics import auc
+from online_ctr.store.commits import Commit
 from online_ctr.store.state import ModelStore
 from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
@@ -129,3 +133,33 @@ async def test_losing_the_lease_forgets_the_window_and_the_series(make_store: Ma
     )
     assert auc_sample(first) is None
     assert len(first.auc.window) == 0
+
+
+async def test_a_commit_whose_answer_was_lost_is_counted_once(make_store: MakeStore) -> None:
+    """Redis runs a finalize and then goes away before its answer reaches the learner (as in
+    a restart): the learner finds its group committed when it recovers, and counts it."""
+    store = await make_store()
+    await send(store, ROWS[:300])
+    worker = make_worker(store, batch_size=100, error_backoff_s=0.01)
+    finalize = store.log.finalize
+
+    async def answer_lost(*args: Any) -> Commit:
+        store.log.finalize = finalize  # type: ignore[method-assign]  # the first one only
+        await finalize(*args)
+        raise ConnectionError("Connection closed by server.")
+
+    store.log.finalize = answer_lost  # type: ignore[method-assign]
+    running = asyncio.create_task(worker.run())
+    while (await store.info()).t < len(ROWS[:300]) or store.log.finalize is not finalize:
+        await asyncio.sleep(0.005)
+    worker.stop()
+    await asyncio.wait_for(running, 10)
+    info = await store.info()
+
+    def sample(name: str) -> float | None:
+        return worker.metrics.registry.get_sample_value(name, {"model": "default"})
+
+    assert info.t == sample("online_ctr_learned_examples_total") == 300
+    assert sample("online_ctr_progressive_logloss_total") == pytest.approx(
+        info.logloss_sum, rel=1e-12
+    )
