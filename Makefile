@@ -47,9 +47,11 @@ run: install-service
 ## Lint, types and the whole test suite (starts its own Redis, API, workers, Prometheus).
 test: install
 	bash deploy/ci-install.sh
-	$(BIN)/ruff format --check .
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+	@# numba compiles each kernel once, on the core the lint leaves free, rather than once in
+	@# each test process at the same time (a fresh clone's cache is empty): testkit/warm_kernels.py
+	$(BIN)/python -m testkit.warm_kernels & warming=$$!; \
+	$(BIN)/ruff format --check . && $(BIN)/ruff check . && $(BIN)/mypy; linted=$$?; \
+	wait $$warming && exit $$linted
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=15
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
