@@ -26,7 +26,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def generated() -> dict[Path, str]:
-    """Each reference page as the code generates it now (about 10 s: 15 processes)."""
+    """Each reference page as the code generates it now."""
     return pages()
 
 
