@@ -50,7 +50,7 @@ def test_connections_torn_down_under_requests_are_503_never_500(
         stop = client.portal.call(asyncio.Event)
         cutting = client.portal.start_task_soon(cut_connections, app, stop)
         try:
-            for _ in range(ROUNDS):  # until the failure of the issue was met a few times
+            for _ in range(ROUNDS):
                 for reply in (
                     client.post("/predict", json=PREDICT),
                     client.post("/learn", json=LEARN),
@@ -61,7 +61,9 @@ def test_connections_torn_down_under_requests_are_503_never_500(
                     if reply.status_code == 503:
                         assert reply.headers["Retry-After"] == "3"
                         torn += "(AttributeError)" in reply.json()["detail"]
-                if torn >= 3:
+                # Until the failure was met a few times and requests were also served (on a
+                # loaded machine the first three can all be torn down).
+                if torn >= 3 and answers.get(200) and answers.get(202):
                     break
         finally:
             client.portal.call(stop.set)
