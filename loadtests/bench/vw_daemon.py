@@ -149,7 +149,8 @@ def run_vw(folder: Path, work: Workload) -> Run:
 def run_ours(folder: Path, work: Workload) -> Run:
     """One run of ``online-ctr serve``: learn every row, then the single and batch predictions."""
     n = len(work.rows)
-    with Service(folder) as service, BareEndpoint(folder) as bare:
+    # The bare app first: the service's connection must not idle while it starts.
+    with BareEndpoint(folder) as bare, Service(folder) as service:
         learn = [http_request("/learn", body, service.key) for body in work.learn]
         single_requests = [http_request("/predict", b, service.key) for b in work.single]
         batch_requests = [http_request("/predict", b, service.key) for b in work.batches]
@@ -161,6 +162,7 @@ def run_ours(folder: Path, work: Workload) -> Run:
         logloss = service.logloss()
         ask = partial(service.exchange, expected=200)
         before = timed(bare.exchange, single_requests, work.warm_up)[0]
+        bare.disconnect()  # a fresh connection after ours, as before it
         single = timed(ask, single_requests, work.warm_up)
         after = timed(bare.exchange, single_requests, work.warm_up)[0]
         batch = timed(ask, batch_requests, 2)

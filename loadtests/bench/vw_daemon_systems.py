@@ -156,7 +156,7 @@ class VWDaemon:
 
 class BareEndpoint:
     """The bare app's ``POST /predict`` (:mod:`loadtests.common.bare_app`) at its defaults, on
-    a free port, over one connection."""
+    a free port, over one connection opened at the first request after :meth:`disconnect`."""
 
     def __init__(self, folder: Path) -> None:
         self.log = folder / "bare.log"
@@ -171,8 +171,7 @@ class BareEndpoint:
                 argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         wait_until(self._ready, 60, f"the bare app ready on port {self.port}")
-        self.connection = connect(self.port)
-        self.answers = Answers(self.connection)
+        self.connection: socket.socket | None = None
         return self
 
     def _ready(self) -> bool:
@@ -181,11 +180,21 @@ class BareEndpoint:
         return http_ok(f"http://127.0.0.1:{self.port}/docs")
 
     def __exit__(self, *exc: object) -> None:
-        self.connection.close()
+        self.disconnect()
         stop(self.process)
+
+    def disconnect(self) -> None:
+        """Close the connection: the next request opens another (one left idle longer than
+        uvicorn's keep-alive, 5 s, would be closed by the server)."""
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
     def exchange(self, request: bytes) -> bytes:
         """Send one HTTP request and read its answer, which must be a 200."""
+        if self.connection is None:
+            self.connection = connect(self.port)
+            self.answers = Answers(self.connection)
         self.connection.sendall(request)
         status, body = self.answers.response()
         if status != 200:
