@@ -23,6 +23,8 @@ failover was measured on a real cluster (``tests/cluster``) and is written up in
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -30,7 +32,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, NoPermissionError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError
@@ -94,7 +98,49 @@ class _MovedHint(AbstractConnection):
             raise PermissionRefusedError(message) from None
 
 
-class _HintedConnection(_MovedHint, Connection):
+class _WriteAtOnce(AbstractConnection):
+    """Sends a command without a task of its own when the socket takes it whole.
+
+    redis-py sends each command under ``asyncio.wait_for(..., socket_timeout)``, which on
+    Python 3.11 wraps the send in a new task and waits a turn of the event loop for it: about
+    10 us of a 50 us round trip, measured, on every command. A command that the transport
+    writes at once leaves nothing to wait for, so only one that leaves bytes in its buffer
+    (or a transport that is closing) waits for the drain, within the timeout, as redis-py
+    does, with its errors.
+    """
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        writer = self._writer
+        # Anything else as redis-py does it: a connection to open or to check, bytes.
+        ready = writer is not None and self.is_connected and not writer.transport.is_closing()
+        checks = check_health and self.health_check_interval
+        if not ready or checks or not isinstance(command, list):
+            await super().send_packed_command(command, check_health)
+            return
+        assert writer is not None
+        transport = writer.transport
+        writer.writelines(command)
+        if not transport.is_closing() and not transport.get_write_buffer_size():
+            return  # all in the socket: a drain would return at once
+        try:
+            await asyncio.wait_for(writer.drain(), self.socket_timeout)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as error:
+            await self.disconnect(nowait=True)
+            number, message = ("UNKNOWN", error.args[0]) if len(error.args) == 1 else error.args
+            raise RedisConnectionError(
+                f"Error {number} while writing to socket. {message}."
+            ) from error
+        except BaseException:
+            await self.disconnect(nowait=True)
+            raise
+
+
+class _HintedConnection(_MovedHint, _WriteAtOnce, Connection):
     pass
 
 

@@ -13,7 +13,10 @@ load generator, drives it over one raw TCP connection:
    then the model's ``global_step`` is polled until it covers them all. Timed from the first
    byte sent; the CPU seconds of each process over that window come from ``/proc/PID/stat``;
 2. single predictions, one at a time: a VW line without its label (predicted, not learned)
-   against a ``/predict`` body of one example; the rows' first ones, warmed up first;
+   against a ``/predict`` body of one example; the rows' first ones, warmed up first. Ours
+   are also timed against a bare FastAPI endpoint (:mod:`loadtests.common.bare_app`, the
+   same bodies, the same client), started beside the service: a block of bare requests
+   just before ours and one just after, so a drift in the machine's load falls on both;
 3. batch predictions: 1,000 such lines sent at once against one ``/predict`` of 1,000.
 
 The systems run A B B A in each round; per round each figure is the mean of a system's two
@@ -40,6 +43,7 @@ from loadtests.bench.run import command_line, machine
 from loadtests.bench.vw_daemon_parts import (
     Row,
     Run,
+    against_bare,
     compare,
     http_request,
     learn_bodies,
@@ -49,7 +53,7 @@ from loadtests.bench.vw_daemon_parts import (
     prediction_lines,
 )
 from loadtests.bench.vw_daemon_report import About, markdown, page, printed
-from loadtests.bench.vw_daemon_systems import Service, VWDaemon
+from loadtests.bench.vw_daemon_systems import BareEndpoint, Service, VWDaemon
 from loadtests.common import feed
 from loadtests.common.report import BenchOptions, Headline, Section, Target
 from loadtests.common.stats import cpu_seconds
@@ -64,8 +68,11 @@ BODY = 1000
 #: and keep a whole run of 3 rounds within 5 minutes on a loaded 2-core machine.
 SINGLE = 1000
 BATCHES = 20
-#: Issue 51's target: learning through ``/learn`` at least 1.5x VW's daemon.
+#: Issue 51's targets: learning through ``/learn`` at least 1.5x VW's daemon; one
+#: ``/predict`` at most 1.5x a bare FastAPI endpoint's p50 and 2x its p99.
 TARGET_LEARNING = 1.5
+TARGET_BARE_P50 = 1.5
+TARGET_BARE_P99 = 2.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,8 @@ def run_vw(folder: Path, work: Workload) -> Run:
 def run_ours(folder: Path, work: Workload) -> Run:
     """One run of ``online-ctr serve``: learn every row, then the single and batch predictions."""
     n = len(work.rows)
-    with Service(folder) as service:
+    # The bare app first: the service's connection must not idle while it starts.
+    with BareEndpoint(folder) as bare, Service(folder) as service:
         learn = [http_request("/learn", body, service.key) for body in work.learn]
         single_requests = [http_request("/predict", b, service.key) for b in work.single]
         batch_requests = [http_request("/predict", b, service.key) for b in work.batches]
@@ -153,9 +161,12 @@ def run_ours(folder: Path, work: Workload) -> Run:
             raise RuntimeError(f"the model learned {step} examples, {n} were sent")
         logloss = service.logloss()
         ask = partial(service.exchange, expected=200)
+        before = timed(bare.exchange, single_requests, work.warm_up)[0]
+        bare.disconnect()  # a fresh connection after ours, as before it
         single = timed(ask, single_requests, work.warm_up)
+        after = timed(bare.exchange, single_requests, work.warm_up)[0]
         batch = timed(ask, batch_requests, 2)
-    return Run("ours", n, seconds, *single, batch[0], BODY, logloss, cpu, answered)
+    return Run("ours", n, seconds, *single, batch[0], BODY, logloss, cpu, answered, before + after)
 
 
 def measure(work: Workload, rounds: int) -> list[Run]:
@@ -167,9 +178,10 @@ def measure(work: Workload, rounds: int) -> list[Run]:
             folder.mkdir()
             run = (run_vw if system == "vw" else run_ours)(folder, work)
             runs.append(run)
+            bare = f" (bare endpoint {run.bare_p50_ms:.3f} ms)" if run.bare_single_s else ""
             print(
                 f"  {system:>4}: learned {run.learn_per_s:,.0f} examples/s, single p50 "
-                f"{run.single_p50_ms:.3f} ms, batch p50 {run.batch_p50_ms:.1f} ms",
+                f"{run.single_p50_ms:.3f} ms{bare}, batch p50 {run.batch_p50_ms:.1f} ms",
                 file=sys.stderr,
                 flush=True,
             )
@@ -227,6 +239,7 @@ def run(options: BenchOptions) -> Section:
     work = load(options.data_dir, options.examples, SINGLE, BATCHES)
     runs = measure(work, rounds)
     learning, single = compare(runs)[:2]
+    bare_p50, bare_p99 = against_bare(runs)
     headlines = (
         Headline(
             "Learning through `/learn` (1,000-example bodies) until all are learned",
@@ -242,6 +255,22 @@ def run(options: BenchOptions) -> Section:
             "ms",
             "Vowpal Wabbit's daemon, one line at a time, same client",
             single.vw,
+        ),
+        Headline(
+            "One `/predict` at a time, p50, raw socket client",
+            bare_p50.ours,
+            "ms",
+            "a bare FastAPI endpoint that parses the same body, same client, same runs",
+            bare_p50.vw,
+            Target(TARGET_BARE_P50, "ratio", at_most=True),
+        ),
+        Headline(
+            "One `/predict` at a time, p99, raw socket client",
+            bare_p99.ours,
+            "ms",
+            "a bare FastAPI endpoint that parses the same body, same client, same runs",
+            bare_p99.vw,
+            Target(TARGET_BARE_P99, "ratio", at_most=True),
         ),
     )
     text = markdown(runs, command_line(["--sections", "vw_daemon"], "loadtests.bench"), rounds)

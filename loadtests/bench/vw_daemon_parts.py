@@ -175,6 +175,9 @@ class Run:
     cpu_s: dict[str, float] = field(default_factory=dict)
     #: Seconds until the last ``/learn`` was answered (ours; VW's answers are its learning).
     answered_s: float | None = None
+    #: Ours only: the same single predictions against the bare FastAPI endpoint
+    #: (:mod:`loadtests.common.bare_app`), one block before ours and one after, same client.
+    bare_single_s: tuple[float, ...] = ()
 
     @property
     def learn_per_s(self) -> float:
@@ -187,6 +190,14 @@ class Run:
     @property
     def single_p99_ms(self) -> float:
         return percentile(self.single_s, 99) * 1e3
+
+    @property
+    def bare_p50_ms(self) -> float:
+        return percentile(self.bare_single_s, 50) * 1e3
+
+    @property
+    def bare_p99_ms(self) -> float:
+        return percentile(self.bare_single_s, 99) * 1e3
 
     @property
     def single_per_s(self) -> float:
@@ -260,6 +271,47 @@ def compare(runs: Sequence[Run]) -> list[Compared]:
                 statistics.median(r["vw"] for r in rounds),
                 statistics.median(r["ours"] for r in rounds),
                 tuple(r["ours"] / r["vw"] for r in rounds),
+            )
+        )
+    return compared
+
+
+#: Ours against the bare endpoint: each figure of ours, the bare one's, and what the table
+#: calls it.
+BARE_FIGURES = (
+    ("single_p50_ms", "bare_p50_ms", "one prediction at a time, p50 ms"),
+    ("single_p99_ms", "bare_p99_ms", "one prediction at a time, p99 ms"),
+)
+
+
+def against_bare(runs: Sequence[Run]) -> list[Compared]:
+    """Ours against the bare endpoint, measured in the same runs (``vw`` holds the bare
+    figure): per round the mean of ours's two runs and of their bare blocks, and their ratio.
+
+    >>> from dataclasses import replace
+    >>> runs = [_example(s, 1.0) for s in order(1)]  # each single prediction 1 s
+    >>> runs[1:3] = [replace(r, bare_single_s=(0.5, 0.5)) for r in runs[1:3]]
+    >>> [round(c.ratio, 2) for c in against_bare(runs)]
+    [2.0, 2.0]
+    """
+    ours = [run for run in runs if run.system == "ours"]
+    rounds = [ours[i : i + 2] for i in range(0, len(ours), 2)]
+    compared = []
+    for mine, bare, label in BARE_FIGURES:
+        means = [
+            (
+                statistics.fmean(getattr(r, mine) for r in one),
+                statistics.fmean(getattr(r, bare) for r in one),
+            )
+            for one in rounds
+        ]
+        compared.append(
+            Compared(
+                label,
+                "lower",
+                statistics.median(b for _, b in means),
+                statistics.median(o for o, _ in means),
+                tuple(o / b for o, b in means),
             )
         )
     return compared

@@ -19,7 +19,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loadtests.bench.vw_daemon_parts import Run, compare, cpu_breakdown, figure_text, ratio_text
+from loadtests.bench.vw_daemon_parts import (
+    Run,
+    against_bare,
+    compare,
+    cpu_breakdown,
+    figure_text,
+    ratio_text,
+)
 from loadtests.bench.vw_daemon_systems import BITS
 from loadtests.common.report import Cell, table
 
@@ -53,6 +60,25 @@ def comparison_table(runs: Sequence[Run]) -> str:
     ]
     header = ["figure", "better", "VW daemon", "online-ctr", "ours/VW", "each round"]
     return right_aligned(table(header, rows), {2, 3, 4})
+
+
+def bare_table(runs: Sequence[Run]) -> str:
+    """Ours against the bare endpoint timed in the same runs: both medians, the median ratio
+    and each round's, and issue 51's bound on it."""
+    bounds = {"p50": "<= 1.5x", "p99": "<= 2x"}
+    rows: list[list[Cell]] = [
+        [
+            c.label,
+            figure_text(c.vw),
+            figure_text(c.ours),
+            ratio_text(c.ratio),
+            ", ".join(ratio_text(r) for r in c.ratios),
+            bounds["p50" if "p50" in c.label else "p99"],
+        ]
+        for c in against_bare(runs)
+    ]
+    header = ["figure", "bare endpoint", "online-ctr", "ours/bare", "each round", "target"]
+    return right_aligned(table(header, rows), {1, 2, 3})
 
 
 def cpu_table(runs: Sequence[Run]) -> str:
@@ -123,7 +149,12 @@ def method(rounds: int, examples: int) -> str:
         "first. Requests/s is the count over the whole loop's time.\n"
         "- Batches: 1,000 such lines sent at once and their 1,000 answers read, against one "
         "`/predict` of 1,000 examples; 2 untimed first. Examples/s is every batch's examples "
-        "over their summed times, so a slow batch counts in it as it does not in the p50.\n\n"
+        "over their summed times, so a slow batch counts in it as it does not in the p50.\n"
+        "- Against a bare endpoint: beside each online-ctr run, the bare FastAPI app of "
+        "`loadtests/common/bare_app.py` (it parses the same body into the same request model "
+        "and answers a constant; the API's uvicorn settings) gets the same single "
+        "predictions from the same client, one block (200 untimed first) just before "
+        "online-ctr's and one just after; its p50 and p99 are over both blocks.\n\n"
         f"Each round ({rounds} in all) runs VW, online-ctr, online-ctr, VW (A B B A); per round "
         "each figure is the mean of a system's two runs, and ours/VW is taken from those. "
         "The table gives each system's median over the rounds and the median of the rounds' "
@@ -140,6 +171,9 @@ def markdown(runs: Sequence[Run], command: str, rounds: int) -> str:
         [
             method(rounds, runs[0].examples),
             comparison_table(runs),
+            "One prediction at a time, against the bare endpoint timed in the same runs "
+            "(per round the mean of online-ctr's two runs; the bound is issue 51's):",
+            bare_table(runs),
             learned(runs),
             "Where the CPU went while each system learned the rows (medians over its runs):",
             cpu_table(runs),
@@ -165,4 +199,5 @@ def page(runs: Sequence[Run], about: About) -> str:
 
 def printed(runs: Sequence[Run]) -> str:
     """The tables as the command prints them."""
-    return "\n\n".join([comparison_table(runs), learned(runs), cpu_table(runs)])
+    parts = [comparison_table(runs), bare_table(runs), learned(runs), cpu_table(runs)]
+    return "\n\n".join(parts)

@@ -5,7 +5,10 @@ over one raw TCP connection (``TCP_NODELAY``, ``recv`` of 64 KiB, the same clien
   one child learns; more would share the weights without locks) with FTRL at our defaults;
 - :class:`Service`: ``online-ctr serve`` at the defaults of ``make run`` (an embedded Redis
   with its append-only file, the API, one worker, a generated API key), in a fresh data
-  directory on free ports.
+  directory on free ports;
+- :class:`BareEndpoint`: the bare FastAPI app of :mod:`loadtests.common.bare_app` (the same
+  request model parsed, a constant answered, the API's uvicorn settings), started beside each
+  :class:`Service`, so that a single prediction is also timed against the framework's floor.
 
 Each has ``cpu()``: the CPU seconds so far of each of its processes, by name, from
 ``/proc/PID/stat``, each with the processes it forked (:func:`tree_cpu_seconds`).
@@ -149,6 +152,54 @@ class VWDaemon:
         """Send ``count`` lines to predict, and read their answers."""
         self.connection.sendall(lines)
         self.answers.lines(count)
+
+
+class BareEndpoint:
+    """The bare app's ``POST /predict`` (:mod:`loadtests.common.bare_app`) at its defaults, on
+    a free port, over one connection opened at the first request after :meth:`disconnect`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.log = folder / "bare.log"
+        self.port = free_port()
+
+    def __enter__(self) -> BareEndpoint:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
+        env["OCTR_PORT"] = str(self.port)
+        argv = [sys.executable, "-m", "loadtests.common.bare_app"]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_until(self._ready, 60, f"the bare app ready on port {self.port}")
+        self.connection: socket.socket | None = None
+        return self
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the bare app exited: {self.log.read_text()[-3000:]}")
+        return http_ok(f"http://127.0.0.1:{self.port}/docs")
+
+    def __exit__(self, *exc: object) -> None:
+        self.disconnect()
+        stop(self.process)
+
+    def disconnect(self) -> None:
+        """Close the connection: the next request opens another (one left idle longer than
+        uvicorn's keep-alive, 5 s, would be closed by the server)."""
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+    def exchange(self, request: bytes) -> bytes:
+        """Send one HTTP request and read its answer, which must be a 200."""
+        if self.connection is None:
+            self.connection = connect(self.port)
+            self.answers = Answers(self.connection)
+        self.connection.sendall(request)
+        status, body = self.answers.response()
+        if status != 200:
+            raise RuntimeError(f"the bare app answered {status}: {body[:500]!r}")
+        return body
 
 
 class Service:

@@ -4,8 +4,10 @@ scored as the next pass, in one go.
 Under load this turns N concurrent ``/predict`` requests into one feature-hashing pass, one
 Redis round trip and one numpy pass instead of N of each (the fixed costs of a round trip and of
 numpy calls dwarf the per-example work for one example). Alone, a request waits for nothing but
-its own pass. It is group commit, applied to reads. A few passes may be in flight at once, so
-that the process computes the next pass while Redis answers the previous one.
+its own pass, which it runs itself: no task, no future, no turn of the event loop between the
+request and its pass (about 10% of a lone ``/predict``'s CPU in the API). It is group commit,
+applied to reads. A few passes may be in flight at once, so that the process computes the next
+pass while Redis answers the previous one.
 """
 
 from __future__ import annotations
@@ -42,23 +44,53 @@ class Coalescer(Generic[In, Out]):
         self._drainers: set[asyncio.Task[None]] = set()
         self._starting = False  # a drainer is scheduled and will take what is pending
         self._busy = 0  # the size of the items in passes now in flight
+        self._alone = 0  # passes in flight that their one submitter runs itself (0 or 1)
 
     async def submit(self, item: In) -> Out:
         """The result of ``item``, computed in the next pass."""
+        if not (self._busy or self._pending or self._starting or self._drainers):
+            return await self._run_alone(item)  # nothing in flight: its pass starts now
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         # Another pass only while those in flight add up to less than a full one: many small
         # passes overlap Redis's latency, but big ones would only queue inside Redis (it runs
         # one script at a time) and wait there against the socket timeout.
         idle = not self._starting and self._busy < self._max_batch
-        if idle and len(self._drainers) < self._in_flight:
-            # A task of its own, not the submitter's: a request that is cancelled must not
-            # cancel the pass other requests are waiting on.
-            self._starting = True
-            drainer = asyncio.create_task(self._drain())
-            self._drainers.add(drainer)
-            drainer.add_done_callback(self._drainers.discard)
+        if idle and len(self._drainers) + self._alone < self._in_flight:
+            self._start_drainer()
         return await future
+
+    async def _run_alone(self, item: In) -> Out:
+        """The pass of ``item`` alone, in the submitter's own task: cancelling it cancels
+        only its own pass. The items submitted meanwhile get passes of their own, as they
+        would beside a drainer's; if this pass fails, those still waiting fail with it."""
+        size = self._size(item)
+        self._busy += size
+        self._alone += 1
+        try:
+            (result,) = await self._run([item])
+        except Exception as error:
+            failed, self._pending = self._pending, []
+            for _, future in failed:
+                if not future.done():
+                    future.set_exception(error)
+            raise
+        finally:
+            self._busy -= size
+            self._alone -= 1
+            # Items that waited for a free pass start now (a drainer in flight takes them
+            # when its pass ends, as it would have).
+            if self._pending and not (self._starting or self._drainers):
+                self._start_drainer()
+        return result
+
+    def _start_drainer(self) -> None:
+        # A task of its own, not a submitter's: a request that is cancelled must not cancel
+        # the pass other requests are waiting on.
+        self._starting = True
+        drainer = asyncio.create_task(self._drain())
+        self._drainers.add(drainer)
+        drainer.add_done_callback(self._drainers.discard)
 
     def _take(self) -> tuple[list[tuple[In, asyncio.Future[Out]]], int]:
         """The next pass's items (at least one) and their total size."""

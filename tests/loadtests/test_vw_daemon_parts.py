@@ -20,6 +20,7 @@ from loadtests.bench import run as bench
 from loadtests.bench.vw_daemon_parts import (
     Answers,
     Run,
+    against_bare,
     compare,
     cpu_breakdown,
     http_request,
@@ -31,7 +32,13 @@ from loadtests.bench.vw_daemon_parts import (
     prediction_lines,
     tree_ticks,
 )
-from loadtests.bench.vw_daemon_report import About, comparison_table, cpu_table, page
+from loadtests.bench.vw_daemon_report import (
+    About,
+    bare_table,
+    comparison_table,
+    cpu_table,
+    page,
+)
 from loadtests.bench.vw_daemon_systems import tree_cpu_seconds
 from loadtests.common import feed
 from loadtests.common.report import BenchOptions
@@ -144,9 +151,14 @@ def test_a_process_trees_cpu_counts_the_children_it_waited_for() -> None:
     assert tree_ticks("1 (a) b) S " + "0 " * 10 + "1 2 3 4 5") == 10  # ")" in the name
 
 
-def _run(system: str, learn_s: float, single_ms: float, cpu: float = 1.0) -> Run:
+def _run(
+    system: str, learn_s: float, single_ms: float, cpu: float = 1.0, bare_ms: float = 0.5
+) -> Run:
+    """A run; ours with its bare endpoint's single predictions (``bare_ms`` each)."""
     single = tuple(single_ms / 1e3 for _ in range(10))
-    return Run(system, 1000, learn_s, single, sum(single), (0.02, 0.03), 1000, 0.45, {"p": cpu})
+    bare = tuple(bare_ms / 1e3 for _ in range(20)) if system == "ours" else ()
+    figures = (single, sum(single), (0.02, 0.03), 1000, 0.45, {"p": cpu})
+    return Run(system, 1000, learn_s, *figures, bare_single_s=bare)
 
 
 def test_rounds_are_a_b_b_a_and_the_ratio_is_taken_per_round() -> None:
@@ -176,6 +188,24 @@ def test_every_figure_is_compared_with_its_direction() -> None:
     assert batch.ours == pytest.approx(2000 / 0.05)
 
 
+def test_ours_is_compared_with_the_bare_endpoint_of_its_own_runs() -> None:
+    # Round 1: ours 1 ms and 3 ms (mean 2), its bare blocks 0.5 ms and 1.5 ms (mean 1);
+    # round 2: ours 1 ms, bare 1 ms. The VW runs play no part.
+    singles = [9.0, 1.0, 3.0, 9.0, 9.0, 1.0, 1.0, 9.0]
+    bares = [9.0, 0.5, 1.5, 9.0, 9.0, 1.0, 1.0, 9.0]
+    runs = [_run(s, 1.0, ms, bare_ms=b) for s, ms, b in zip(order(2), singles, bares, strict=True)]
+    p50, p99 = against_bare(runs)
+    assert p50.ratios == pytest.approx((2.0, 1.0)) and p50.ratio == pytest.approx(1.5)
+    assert (p50.vw, p50.ours) == (pytest.approx(1.0), pytest.approx(1.5))
+    assert p99.label == "one prediction at a time, p99 ms"
+    table = bare_table(runs)
+    assert (
+        "| one prediction at a time, p50 ms | 1.00 | 1.50 | 1.50x | 2.00x, 1.00x | <= 1.5x |"
+        in table
+    )
+    assert "| <= 2x |" in table
+
+
 def test_the_cpu_breakdown_and_the_page() -> None:
     runs = [_run(s, 2.0, 1.0, cpu) for s, cpu in zip(order(1), [1.0, 2.0, 4.0, 3.0], strict=True)]
     assert cpu_breakdown(runs, "vw") == {"p": 2.0} and cpu_breakdown(runs, "ours") == {"p": 3.0}
@@ -198,10 +228,14 @@ def test_the_bench_section_judges_learning_against_the_target(
     monkeypatch.setattr(vw_daemon, "load", lambda *args: None)
     monkeypatch.setattr(vw_daemon, "measure", lambda work, rounds: runs)
     section = vw_daemon.run(BenchOptions(True, 1000, tmp_path, tmp_path))
-    learning, single = section.headlines
+    learning, single, bare_p50, bare_p99 = section.headlines
     assert (learning.value, learning.baseline_value) == (500.0, 1000.0)
     assert learning.target is not None and not learning.target.met(500.0, 1000.0)
     assert single.unit == "ms" and single.target is None
+    # Ours 1 ms against the bare endpoint's 0.5 ms: 2x, past the p50's 1.5x, at the p99's 2x.
+    assert (bare_p50.value, bare_p50.baseline_value) == (1.0, 0.5)
+    assert bare_p50.target is not None and not bare_p50.target.met(1.0, 0.5)
+    assert bare_p99.target is not None and bare_p99.target.met(1.0, 0.5)
     assert "vw_daemon" in bench.SECTIONS
 
 
@@ -214,6 +248,7 @@ def test_the_command_runs_both_systems_for_real(
     assert vw_daemon.main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| learning, examples/s until all are learned | higher |" in printed
+    assert "| one prediction at a time, p50 ms |" in printed.split("| ours/bare |")[1]
     for process in ("VW daemon", "Redis", "API", "worker", "load generator"):
         assert f" | {process} | " in printed
     assert "Learning the 2,000 rows (medians)" in out.read_text()

@@ -43,7 +43,11 @@ def test_connections_torn_down_under_requests_are_503_never_500(
 ) -> None:
     app = create_app(settings_for(redis_server), CollectorRegistry())
     answers: dict[int, int] = {}
-    torn = 0  # 503s for the AttributeError redis-py raises on a connection torn down
+    # 503s for connections torn down under a request. redis-py's own send could also raise an
+    # AttributeError (torn down between its check and its write, a turn of the loop apart);
+    # the service's connections write at once (online_ctr.wiring), and that error's 503 is
+    # tests/workers/test_client_failures.py's, on redis-py's own connection.
+    torn = 0
     with caplog.at_level(logging.WARNING), TestClient(app, headers=HEADERS) as client:
         assert client.post("/learn", json=LEARN).status_code == 202
         assert client.portal is not None
@@ -60,14 +64,14 @@ def test_connections_torn_down_under_requests_are_503_never_500(
                     assert reply.status_code in (200, 202, 503), reply.text
                     if reply.status_code == 503:
                         assert reply.headers["Retry-After"] == "3"
-                        torn += "(AttributeError)" in reply.json()["detail"]
-                # Until the failure was met a few times and requests were also served (on a
-                # loaded machine the first three can all be torn down).
-                if torn >= 3 and answers.get(200) and answers.get(202):
+                        torn += "Redis is unavailable" in reply.json()["detail"]
+                # Until torn connections were met a few dozen times and requests were also
+                # served (on a loaded machine the first ones can all be torn down).
+                if torn >= 30 and answers.get(200) and answers.get(202):
                     break
         finally:
             client.portal.call(stop.set)
             cutting.result(timeout=5)
-    assert torn >= 3, answers
+    assert torn >= 30, answers
     assert answers.get(200) and answers.get(202), answers  # and the others were served
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -139,3 +139,38 @@ def test_a_failed_pass_also_fails_the_requests_queued_behind_it() -> None:
     results, recorder = run(scenario())
     assert [type(result) for result in results] == [ConnectionError] * 3
     assert recorder.passes == [[1]]
+
+
+def test_a_lone_request_runs_its_pass_in_its_own_task() -> None:
+    """Nothing in flight: no task and no future between a request and its pass."""
+
+    async def scenario() -> tuple[bool, int]:
+        submitter: list[asyncio.Task[Any] | None] = []
+
+        async def where(items: list[int]) -> list[int]:
+            submitter.append(asyncio.current_task())
+            return items
+
+        coalescer = Coalescer(where, lambda item: 1, max_batch=10, in_flight=4)
+        result = await coalescer.submit(7)
+        return submitter == [asyncio.current_task()], result
+
+    assert run(scenario()) == (True, 7)
+
+
+def test_a_cancelled_lone_request_lets_the_requests_behind_it_through() -> None:
+    async def scenario() -> tuple[int, Recorder]:
+        recorder = Recorder()
+        coalescer = Coalescer(recorder, lambda item: 1, max_batch=10, in_flight=1)
+        alone = asyncio.ensure_future(coalescer.submit(1))
+        await asyncio.sleep(0)  # its pass is in flight: the next request waits for it
+        behind = asyncio.ensure_future(coalescer.submit(2))
+        await asyncio.sleep(0)
+        alone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await alone
+        recorder.gate.set()
+        return await behind, recorder
+
+    result, recorder = run(scenario())
+    assert result == 20 and recorder.passes == [[1], [2]]
