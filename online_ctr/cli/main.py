@@ -7,10 +7,11 @@ ones only if the service is installed alongside the core.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 #: Per module that defines ``register(subparsers)``, the sub-commands it adds (each parser
 #: sets ``func``). A test holds these names equal to what the modules register.
@@ -30,10 +31,21 @@ COMMANDS = {
 
 def package_version() -> str:
     """The installed package's version (from its metadata), or ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("online-ctr")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown"
+
+
+class VersionAction(argparse._VersionAction):
+    """``--version``, which reads the package's metadata only when it is given: every other
+    command line is spared the search of the installed distributions (~7 ms)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        self.version = f"%(prog)s {package_version()}"
+        super().__call__(parser, *args, **kwargs)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -44,7 +56,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="online-ctr", description="Streaming online learning for CTR prediction."
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in modules:
         importlib.import_module(name).register(subparsers)
@@ -56,7 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # The sub-command is the first argument (no top-level option takes a value); anything
     # else (--help, --version, a typo) gets the full parser and its full answer.
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    # Importing the sub-command's modules (numpy's, for one) makes objects that live until
+    # exit: no collection can free any of them, and those it triggers cost ~6 ms of CPU
+    # (``replay``'s parser, 20 runs each way, interleaved).
+    gc.disable()
+    try:
+        args = build_parser(argv[0] if argv else None).parse_args(argv)
+    finally:
+        gc.enable()
     status: int = args.func(args)
     return status
 

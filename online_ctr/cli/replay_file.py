@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
-from online_ctr.learning import columnar, sequential
+import numpy as np
+
+from online_ctr.learning import columnar, hashing, sequential, table
 from online_ctr.learning.admission import Admission
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import Batch, FeatureHasher, bias_id
@@ -41,11 +43,24 @@ def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
     )
 
 
-def warm_up(rule: Rule, params: Any, parsing: Parsing | None) -> None:
-    """Load the compiled code the replay runs (from numba's cache, or compile it)."""
+def warm_up(args: argparse.Namespace, rule: Rule, params: Any, parsing: Parsing | None) -> None:
+    """Load the compiled code the replay runs (from numba's cache, or compile it), and only
+    that, which is less than a worker's (:func:`online_ctr.learning.sequential.warm_up`):
+    the column reader's pass, the table's look-ups and the grouping of a batch's ids, then
+    the rule's per-example loop, or with ``--minibatch`` its array update instead, and its
+    array weights (a mini-batch's scores, the final count of nonzero weights); the table's
+    compaction only where features expire or are evicted."""
     if parsing is not None:
         columnar.warm_up()
-    sequential.warm_up(rule, params)
+    if args.expire_after or args.max_features:
+        table.warm_up()
+    else:
+        hashing.warm_up()
+    if args.minibatch:
+        rule.update(rule.zeros(1), np.zeros(1), np.zeros(1), 1, params)
+    else:
+        sequential.warm_up_loop(rule, params)
+    rule.weights(rule.zeros(1), 1, params)
 
 
 def passes(args: argparse.Namespace) -> Iterator[Row]:

@@ -119,7 +119,7 @@ def _replay(
     except ValueError as error:
         return fail("replay", str(error), status=2)
     try:
-        replay_file.warm_up(rule, grid[0][1], parsing)
+        replay_file.warm_up(args, rule, grid[0][1], parsing)
         gc.freeze()
         batches = (
             hashed_apart(replay_file.passes(args), hashers, size)

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
-from numba import njit
 from numpy.typing import NDArray
 
 from online_ctr.learning.admission import POISSON_SALT, Admitting
@@ -72,28 +71,37 @@ _LOWEST, _TRACKED, _EVICTED, _CUT_ZERO, _CUT_ALL = LOWEST, TRACKED, EVICTED, CUT
 _STABLE = STABLE
 
 
-def _skip_blas_probe() -> None:
-    """Spare every process numba's BLAS probe: the first use of its CPU target imports
-    ``numba.np.arraymath``, which imports ``scipy.linalg.cython_blas`` to learn whether
-    ``np.dot`` can call a BLAS. Where SciPy is installed that import is ``scipy.linalg`` and what
-    it pulls in: ~0.15 s of start-up (``online-ctr replay`` of 200,000 Criteo rows, the whole
-    process: 1.34-1.41 s before, 1.20-1.22 s after). Nothing compiled here uses a BLAS (no
-    ``np.dot``, ``@`` or ``np.linalg``; were one added, numba would refuse to compile it and the
-    tests would say so). So arraymath is imported while that one module is marked absent
-    (``None`` in ``sys.modules`` makes importing it raise ImportError, which numba takes for
-    "no BLAS"), and the mark is removed at once: SciPy and whatever else uses cython_blas import
-    as before. Where either module is loaded already, there is nothing to spare."""
-    blas = "scipy.linalg.cython_blas"
-    if "numba.np.arraymath" in sys.modules or blas in sys.modules:
-        return
-    sys.modules[blas] = None  # type: ignore[assignment]
+def _import_numba() -> types.ModuleType:
+    """numba, imported without its two SciPy probes, which cost every process that has SciPy
+    installed and never uses it here:
+
+    - numba's own import imports ``scipy`` only to check its version: ~8 ms (``import
+      numba`` after numpy, 30 runs each way, interleaved: medians 0.149 s and 0.141 s);
+    - the first use of its CPU target imports ``numba.np.arraymath``, which imports
+      ``scipy.linalg.cython_blas`` to learn whether ``np.dot`` can call a BLAS: that is
+      ``scipy.linalg`` and what it pulls in, ~0.15 s (``online-ctr replay`` of 200,000 Criteo
+      rows, the whole process: 1.34-1.41 s before, 1.20-1.22 s after). Nothing compiled here
+      uses a BLAS (no ``np.dot``, ``@`` or ``np.linalg``; were one added, numba would refuse
+      to compile it and the tests would say so).
+
+    So numba and arraymath are imported while those two modules are marked absent (``None`` in
+    ``sys.modules`` makes importing them raise ImportError, which numba takes for "no SciPy"
+    and "no BLAS"), and the marks are removed at once: SciPy and whatever else uses
+    cython_blas import as before. A module loaded already is left as it is, and is not
+    spared."""
+    hidden = [name for name in ("scipy", "scipy.linalg.cython_blas") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
     try:
-        import numba.np.arraymath  # noqa: F401
+        import numba
+        import numba.np.arraymath  # its BLAS probe runs now, finding none
     finally:
-        del sys.modules[blas]
+        for name in hidden:
+            del sys.modules[name]
+    return numba
 
 
-_skip_blas_probe()
+njit = _import_numba().njit
 
 
 def _helper(function: Function) -> Function:

@@ -159,9 +159,14 @@ def warm_up(rule: Rule, params: Any) -> None:
     first real batch does not pay for it (a worker calls this before it takes the lease)."""
     grouping.warm_up()
     table.warm_up()  # the worker's cache and the in-process model look features up in it
+    warm_up_loop(rule, params)
+    rule.update(rule.zeros(1), np.zeros(1), np.zeros(1), 1, params)  # its array math too
+    rule.weights(rule.zeros(1), 1, params)
+
+
+def warm_up_loop(rule: Rule, params: Any) -> None:
+    """Compile (or load from numba's cache) the rule's per-example loop alone."""
     batch = Batch(np.array([0, 1]), np.zeros(1, np.uint64), np.ones(1), np.zeros(1))
     learn_sequential(
         rule, params, rule.zeros(1), 0, batch, Features(batch.ids, np.zeros(1, np.intp))
     )
-    rule.update(rule.zeros(1), np.zeros(1), np.zeros(1), 1, params)  # its array math too
-    rule.weights(rule.zeros(1), 1, params)
