@@ -52,7 +52,7 @@ test: install
 	@# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (these machines set it):
 	@# else each test process and every API, worker and command the tests start compiles the
 	@# same sources again (pytest's collection alone: 13.7 CPU-s against 7.6 with it).
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q online_ctr service workers testkit \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q online_ctr service workers testkit loadtests tools \
 	  && PYTHONDONTWRITEBYTECODE= $(BIN)/python -m testkit.warm_kernels & warming=$$!; \
 	$(BIN)/ruff format --check . && $(BIN)/ruff check . && $(BIN)/mypy; linted=$$?; \
 	wait $$warming && exit $$linted
