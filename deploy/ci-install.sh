@@ -4,6 +4,8 @@
 #   - the Docker Compose v2 client, to run `docker compose config` without a Docker engine;
 #   - Chromium (Debian's `chromium`), the headless browser of the documentation's screenshot
 #     checks (tests/docs/test_screenshots.py);
+#   - wrk (Debian's `wrk`), the HTTP load generator the benchmarks' quick runs time with
+#     (tests/loadtests/test_bench_scale.py, test_load_parts.py);
 #   - a Docker engine (Debian's docker.io, started) and debootstrap, for the compose stack run
 #     for real (tests/deploy/test_compose_stack.py): deploy/images/engine.sh.
 # Idempotent: a second run installs nothing. Installs only as root (CI runs `make test` as
@@ -72,6 +74,19 @@ install_chromium() {
         apt-get install -y -qq --no-install-recommends chromium
 }
 
+wrk_installed() {
+    command -v wrk >/dev/null
+}
+
+install_wrk() {
+    if wrk_installed; then
+        return
+    fi
+    echo "ci-install: installing Debian package wrk"
+    apt-get update -qq
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk
+}
+
 install_compose() {
     if compose_installed; then
         return
@@ -100,6 +115,7 @@ if [ "$(id -u)" -ne 0 ]; then
     prometheus_installed || missing+=("promtool and prometheus (Debian package prometheus)")
     compose_installed || missing+=("Docker Compose v2")
     chromium_installed || missing+=("chromium (Debian package chromium)")
+    wrk_installed || missing+=("wrk (Debian package wrk)")
     if ((${#missing[@]})); then
         # One line, and on: the checks that need a missing tool skip, naming it.
         joined=$(printf '%s, ' "${missing[@]}")
@@ -112,7 +128,9 @@ fi
 install_prometheus
 install_compose
 install_chromium
+install_wrk
 bash "$ROOT/deploy/images/engine.sh"
 promtool --version | head -n 1
 docker compose version 2>/dev/null || docker-compose version
 chromium --version 2>/dev/null  # its Debian wrapper warns on stderr about a memory test
+wrk --version | head -n 1 || true  # wrk prints its version and exits 1
