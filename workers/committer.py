@@ -28,7 +28,7 @@ apply's task, off the learner's path, and one wait covers every commit finalized
 An apply that starts after an idle spell first waits ``linger_s`` (the worker's
 ``apply_linger_ms``) for more commits to go with it, unless someone waits for it (:meth:`settle`)
 or :data:`MOST_WAITING` commits wait: Redis's work per commit is one write per feature touched,
-so applying the commits of 50 ms together writes a hot feature once instead of once per commit.
+so applying the commits of 200 ms together writes a hot feature once instead of once per commit.
 The learner does not wait for that (the model's step moves at each finalize, and a serving copy
 on a single Redis reads the commits not yet applied from the redo log); only the shards lag.
 

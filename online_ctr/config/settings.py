@@ -210,7 +210,7 @@ class Settings(BaseSettings):
         "each example learned up to this much later (0: never).",
     )
     apply_linger_ms: int = Field(
-        50,
+        200,
         ge=0,
         le=1000,
         description="How long a learned group's write to the state shards waits for later "
