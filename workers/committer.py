@@ -26,9 +26,11 @@ would take the commit back, and the shards must never be ahead of the log. The w
 apply's task, off the learner's path, and one wait covers every commit finalized before it.
 
 An apply that starts after an idle spell first waits ``linger_s`` (the worker's
-``apply_linger_ms``) for more commits to go with it, unless someone waits for it (:meth:`settle`)
-or :data:`MOST_WAITING` commits wait: Redis's work per commit is one write per feature touched,
-so applying the commits of 200 ms together writes a hot feature once instead of once per commit.
+``apply_linger_ms``) for more commits to go with it, unless someone waits for it (:meth:`settle`),
+:data:`MOST_WAITING` commits wait, or the learner finds the stream drained (:meth:`hurry`: an
+idle learner's shards hold its last commit as soon as before): Redis's work per commit is one
+write per feature touched, so applying the commits of 200 ms together writes a hot feature once
+instead of once per commit.
 The learner does not wait for that (the model's step moves at each finalize, and a serving copy
 on a single Redis reads the commits not yet applied from the redo log); only the shards lag.
 
@@ -104,6 +106,12 @@ class Committer:
             self._hurry.set()
             task, self._applying = self._applying, None
             await task
+
+    def hurry(self) -> None:
+        """Have the waiting commits applied without lingering (the learner found nothing more
+        to learn), without waiting for it."""
+        if self._applying is not None:
+            self._hurry.set()
 
     async def check(self) -> None:
         """Raise the error the apply in flight ended with, if it has ended: a learner with

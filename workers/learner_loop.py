@@ -296,6 +296,7 @@ class Worker:
             await asyncio.sleep(linger_delay(self._short_at, time.monotonic(), self._linger_s))
         group = await self.stream.next_group(self.config.batch_size, single)
         if not group.entry_ids and not group.undecodable:
+            self.committer.hurry()  # no commit follows soon: the shards get the last ones now
             if block:
                 await self.stream.wait(self.config.batch_wait_ms)
             self._short_at = time.monotonic()  # what arrives next waits for company
