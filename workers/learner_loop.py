@@ -62,6 +62,8 @@ class WorkerConfig:
     #: After reading a group short of ``batch_size`` (the stream drained), wait this long
     #: for more before reading the next (0: never).
     batch_linger_ms: int = 0
+    #: How long a commit's apply waits for later commits to go with it (workers/committer.py).
+    apply_linger_ms: int = 0
     lease_ttl_ms: int = 5_000
     max_deliveries: int = 5
     heartbeat_interval_s: float = 2.0
@@ -98,7 +100,7 @@ class Worker:
         self.gone_sweep = GoneSweep(store, self.cache)
         #: The model as of the last commit, loaded on taking the lease.
         self.mirror = ModelMirror()
-        self.committer = Committer(store, self.cache, self.lease)
+        self.committer = Committer(store, self.cache, self.lease, config.apply_linger_ms / 1000)
         self._recovered = False
         self._single_left = 0  # entries still to learn one at a time after a failure
         self._unanswered: Unanswered | None = None
@@ -294,6 +296,7 @@ class Worker:
             await asyncio.sleep(linger_delay(self._short_at, time.monotonic(), self._linger_s))
         group = await self.stream.next_group(self.config.batch_size, single)
         if not group.entry_ids and not group.undecodable:
+            self.committer.hurry()  # no commit follows soon: the shards get the last ones now
             if block:
                 await self.stream.wait(self.config.batch_wait_ms)
             self._short_at = time.monotonic()  # what arrives next waits for company

@@ -31,6 +31,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         batch_size=settings.batch_size,
         batch_wait_ms=settings.batch_wait_ms,
         batch_linger_ms=settings.batch_linger_ms,
+        apply_linger_ms=settings.apply_linger_ms,
         lease_ttl_ms=settings.lease_ttl_ms,
         max_deliveries=settings.max_deliveries,
         heartbeat_interval_s=settings.heartbeat_interval_s,

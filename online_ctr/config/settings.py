@@ -209,6 +209,15 @@ class Settings(BaseSettings):
         "worker waits for more before reading the next: fewer, larger commits for a trickle, "
         "each example learned up to this much later (0: never).",
     )
+    apply_linger_ms: int = Field(
+        200,
+        ge=0,
+        le=1000,
+        description="How long a learned group's write to the state shards waits for later "
+        "groups to go with it: a feature many groups touch is written once for all of them "
+        "(less Redis work per example); the model's step and predictions on a single Redis "
+        "do not wait, shards read directly (Redis Cluster) lag up to this much more (0: never).",
+    )
     lease_ttl_ms: int = Field(
         5000, ge=100, description="A dead learner is replaced by a standby within about this."
     )

@@ -34,8 +34,11 @@ Runs = list[tuple[int, bytes]]
 
 #: A script call's KEYS and the arguments after its head.
 Call = tuple[list[str], list[Any]]
-#: Records per script call on a single Redis, in bytes: ~100k of them is ~4 ms of Redis time.
-CALL_BYTES = 1 << 17
+#: Records per script call on a single Redis, in bytes: 32 KiB is about 1,000 write records,
+#: about 2 ms of Redis time (loadtests/costs/learning_redis_cost.py), which is as long as an
+#: API's append behind it waits. At 128 KiB, learning through /learn one body at a time was
+#: about a fifth slower (the same measurement, alternated).
+CALL_BYTES = 1 << 15
 
 
 #: The meta's fields of the base rate's counts (finalize.lua writes them).

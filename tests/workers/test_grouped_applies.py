@@ -124,6 +124,39 @@ async def test_commits_waiting_for_an_apply_go_out_together_each_feature_once(
     await assert_equals_replay(store, len(ROWS))
 
 
+class Recorded:
+    """The store's real apply, each call's commit number and records recorded."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self.applied: list[tuple[int, Runs]] = []
+        apply: Callable[..., Awaitable[None]] = store.shards.apply
+
+        async def applying(seq: int, runs: Runs, *generation: int) -> None:
+            self.applied.append((seq, runs))
+            await apply(seq, runs, *generation)
+
+        store.shards.apply = applying  # type: ignore[method-assign]
+
+
+async def test_an_apply_lingers_for_later_commits_and_the_learner_does_not_wait(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("ftrl", buckets=4096, shards=16)
+    await send(store, ROWS)
+    recorded = Recorded(store)
+    # A linger no run of 12 commits outlasts: only MOST_WAITING commits waiting, or the
+    # learner's settle at the end, sends an apply out.
+    worker = make_worker(store, batch_size=100, apply_linger_ms=60_000)
+    assert await worker.run_until_idle() == len(ROWS) // 100
+    seqs = [seq for seq, _ in recorded.applied]
+    assert seqs == sorted(seqs) and seqs[-1] == len(ROWS) // 100
+    # The first apply waited for later commits: fewer applies than commits, each feature of
+    # the commits that went out together written once.
+    assert len(seqs) < len(ROWS) // 100
+    assert all(records(store, runs) == len(features(store, runs)) for _, runs in recorded.applied)
+    await assert_equals_replay(store, len(ROWS))
+
+
 async def test_an_apply_that_fails_with_commits_waiting_loses_none_of_them(
     make_store: MakeStore,
 ) -> None:

@@ -33,11 +33,12 @@ async def check_matches_replay(
     batch_size: int,
     per_entry: int = 1,
     encoding: str = "float64",
+    apply_linger_ms: int = 0,
 ) -> None:
     examples = list(itertools.islice(read_examples(CRITEO, "criteo"), rows))
     store = await make_store(rule, encoding=encoding)
     await send(store, examples, per_entry=per_entry)
-    worker = make_worker(store, batch_size=batch_size)
+    worker = make_worker(store, batch_size=batch_size, apply_linger_ms=apply_linger_ms)
     await worker.run_until_idle()
 
     # The replay learns one example at a time whatever its batch size: 1 is the definition.
@@ -66,6 +67,14 @@ async def test_ftrl_worker_equals_replay_on_the_whole_criteo_file(
 ) -> None:
     # Batch size sets how much is read and committed at once, never the math.
     await check_matches_replay(make_store, "ftrl", rows=10_000, batch_size=batch_size)
+
+
+async def test_ftrl_worker_whose_applies_linger_equals_replay(make_store: MakeStore) -> None:
+    # Each apply waits for later commits (until MOST_WAITING of them wait), the learner goes
+    # on meanwhile: the features it reads are still exactly what one-by-one applies leave.
+    await check_matches_replay(
+        make_store, "ftrl", rows=10_000, batch_size=512, apply_linger_ms=60_000
+    )
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
@@ -140,15 +149,18 @@ async def test_calibration_worker_equals_replay(
     await client.aclose()
 
 
+@pytest.mark.parametrize("apply_linger_ms", [0, 60_000])
 async def test_a_worker_whose_cache_is_trimmed_all_the_time_still_equals_replay(
-    make_store: MakeStore,
+    make_store: MakeStore, apply_linger_ms: int
 ) -> None:
     # 3,000 Criteo rows touch ~17,000 features: a cache bound of 2,000 is trimmed at almost
     # every commit, and the dropped features are read back from Redis exactly as stored.
     examples = list(itertools.islice(read_examples(CRITEO, "criteo"), 3_000))
     store = await make_store("ftrl")
     await send(store, examples, per_entry=10)
-    worker = make_worker(store, batch_size=100, cache_features=2_000)
+    worker = make_worker(
+        store, batch_size=100, cache_features=2_000, apply_linger_ms=apply_linger_ms
+    )
     await worker.run_until_idle()
     assert len(worker.cache) <= 2_000 + 100 * 40  # the bound, plus one group's features
 
