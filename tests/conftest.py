@@ -26,12 +26,28 @@ NEEDS = {
 }
 
 
+#: The files that run longest (make test's slowest durations: a minute or more each, or many
+#: long tests), handed to the test processes first: ``--dist loadfile`` hands out files in
+#: collection order, and one of these started last ran alone while the other processes idled
+#: (tests/workers/ is collected last).
+LONGEST_FIRST = (
+    "tests/workers/test_worker_matches_replay.py",
+    "tests/deploy/test_compose_stack.py",
+    "tests/loadtests/test_bench_scale.py",
+    "tests/integration/test_fuzz_api.py",
+    "tests/docs/test_doc_commands.py",
+    "tests/integration/test_abuse.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in NEEDS.items():
             if used & fixtures:
                 item.add_marker(marker)
+    rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
 def fresh_python(code: str) -> str:
