@@ -35,19 +35,28 @@ python_with_pip() {
     return 1
 }
 
+# Debian's package $1 unless `$2` (a check) already holds. No recommends: they would add
+# node-exporter and friends to prometheus, and nothing the checks use to the others.
+install_package() {
+    local package=$1 check=$2
+    if "$check"; then
+        return
+    fi
+    echo "ci-install: installing Debian package $package"
+    apt-get update -qq
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package"
+}
+
 prometheus_installed() {
     command -v promtool >/dev/null && command -v prometheus >/dev/null
 }
 
-install_prometheus() {
-    if prometheus_installed; then
-        return
-    fi
-    echo "ci-install: installing Debian package prometheus"
-    apt-get update -qq
-    # No recommends: they would add node-exporter and friends, which the checks do not use.
-    env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends prometheus
+chromium_installed() {
+    command -v chromium >/dev/null
+}
+
+wrk_installed() {
+    command -v wrk >/dev/null
 }
 
 compose_installed() {
@@ -57,34 +66,6 @@ compose_installed() {
     major=${version#v}
     major=${major%%.*}
     [[ $major =~ ^[0-9]+$ ]] && ((major >= 2))
-}
-
-chromium_installed() {
-    command -v chromium >/dev/null
-}
-
-install_chromium() {
-    if chromium_installed; then
-        return
-    fi
-    echo "ci-install: installing Debian package chromium"
-    apt-get update -qq
-    # No recommends: the headless screenshots need the browser and its fonts, nothing more.
-    env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends chromium
-}
-
-wrk_installed() {
-    command -v wrk >/dev/null
-}
-
-install_wrk() {
-    if wrk_installed; then
-        return
-    fi
-    echo "ci-install: installing Debian package wrk"
-    apt-get update -qq
-    env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk
 }
 
 install_compose() {
@@ -125,10 +106,10 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
-install_prometheus
+install_package prometheus prometheus_installed
 install_compose
-install_chromium
-install_wrk
+install_package chromium chromium_installed
+install_package wrk wrk_installed
 bash "$ROOT/deploy/images/engine.sh"
 promtool --version | head -n 1
 docker compose version 2>/dev/null || docker-compose version
