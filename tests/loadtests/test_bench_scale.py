@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.bench import bench_scale, scale, scale_client, scale_report, scale_run
+from loadtests.bench import bench_scale, scale, scale_client, scale_report, sequential
 from loadtests.common import stats
+from loadtests.common.processes import Stack
 
 # loadtests/ is not an installed package; pytest's `pythonpath = ["."]` would make this moot.
 from testkit.paths import DATA_DIR
@@ -89,12 +90,28 @@ def numbers(line: str) -> list[float]:
 
 
 @pytest.mark.parametrize("tool", ["wrk", "httpx"])
-def test_quick_run_reports_every_figure(
-    tool: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_each_timing_tool_times_single_and_batch_predictions_of_a_real_api(
+    tool: str, tmp_path: Path
 ) -> None:
+    # The one step of the benchmark that depends on the tool, against the real API; the rest
+    # of the run is the same whichever tool times it (the quick run below, with the one here).
     if tool == "wrk" and shutil.which("wrk") is None:
         pytest.skip("apt-get install -y wrk")
-    monkeypatch.setattr(scale_run, "timing_tool", lambda: tool)
+    bodies = scale.write_bodies(
+        tmp_path, scale_client.criteo_rows(DATA_DIR, limit=scale_client.BODY_EXAMPLES)
+    )
+    with Stack(tmp_path / "stack") as stack:
+        url = stack.start_api() + "/predict"
+        single = sequential.timed(tool, url, bodies.single, 0.3)
+        batch = sequential.timed(tool, url, bodies.batch, 0.3)
+    for timing in (single, batch):
+        assert 0 < timing.p50_ms <= timing.p99_ms and timing.requests_per_s > 0
+
+
+def test_quick_run_reports_every_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One whole run, timed by the tool the benchmark picks here (wrk when installed): the
+    # test above covers the other tool's step.
+    tool = sequential.timing_tool()
     out = tmp_path / "report" / "scale.md"
     argv = ["--quick", "--duration-s", "0.5", "--out", str(out), "--data-dir", str(DATA_DIR)]
     assert bench_scale.main([*argv, "--rounds", "2"]) == 0  # two fill windows, and so on
