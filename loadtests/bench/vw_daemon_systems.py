@@ -156,16 +156,26 @@ class VWDaemon:
 
 class BareEndpoint:
     """The bare app's ``POST /predict`` (:mod:`loadtests.common.bare_app`) at its defaults, on
-    a free port, over one connection opened at the first request after :meth:`disconnect`."""
+    a free port, over one connection opened at the first request after :meth:`disconnect`.
+    ``module``: another app served the same way (:mod:`loadtests.common.round_trip_app`), with
+    ``env`` added to its environment."""
 
-    def __init__(self, folder: Path) -> None:
-        self.log = folder / "bare.log"
+    def __init__(
+        self,
+        folder: Path,
+        module: str = "loadtests.common.bare_app",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.log = folder / f"{module.rsplit('.', 1)[-1]}.log"
         self.port = free_port()
+        self.module = module
+        self.extra_env = env or {}
 
     def __enter__(self) -> BareEndpoint:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
         env["OCTR_PORT"] = str(self.port)
-        argv = [sys.executable, "-m", "loadtests.common.bare_app"]
+        env.update(self.extra_env)
+        argv = [sys.executable, "-m", self.module]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -203,9 +213,11 @@ class BareEndpoint:
 
 
 class Service:
-    """``online-ctr serve`` as ``make run`` starts it, in ``folder``, on free ports."""
+    """``online-ctr serve`` as ``make run`` starts it, in ``folder``, on free ports; ``root``:
+    the checkout whose code runs (its folder first on ``PYTHONPATH``)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, root: Path = ROOT) -> None:
+        self.root = root
         self.data_dir = folder / "serve"
         self.log = folder / "serve.log"
         self.port = free_port()
@@ -216,6 +228,8 @@ class Service:
         the data directory and ports of this run."""
         kept = {k: v for k, v in os.environ.items() if not k.startswith("OCTR_")}
         kept.pop("REDIS_URL", None)
+        if self.root != ROOT:
+            kept["PYTHONPATH"] = str(self.root)
         return {
             **kept,
             "OCTR_DATA_DIR": str(self.data_dir),
@@ -228,7 +242,7 @@ class Service:
         argv = [sys.executable, "-m", "online_ctr.cli.main", "serve"]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                argv, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT
+                argv, cwd=self.root, env=self.env(), stdout=log, stderr=subprocess.STDOUT
             )
         wait_until(self._ready, 120, f"online-ctr serve ready on port {self.port}")
         self.key = (self.data_dir / API_KEYS_FILE).read_text().split()[0]
@@ -238,6 +252,13 @@ class Service:
         self.answers = Answers(self.connection)
         self.processes = self._processes()
         return self
+
+    def reconnect(self) -> None:
+        """A new connection for the next requests (one left idle longer than the API's idle
+        timeout is closed by the server)."""
+        self.connection.close()
+        self.connection = connect(self.port)
+        self.answers = Answers(self.connection)
 
     def _ready(self) -> bool:
         if self.process.poll() is not None:

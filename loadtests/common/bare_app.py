@@ -35,6 +35,11 @@ def create_bare_app() -> FastAPI:
 
 def main() -> None:
     """Serve the bare app with the same uvicorn settings as ``online-ctr api``."""
+    serve(create_bare_app())
+
+
+def serve(app: FastAPI) -> None:
+    """Serve ``app`` with the same uvicorn settings as ``online-ctr api``."""
     import uvicorn
     from prometheus_client import CollectorRegistry
 
@@ -44,7 +49,6 @@ def main() -> None:
     from service.connections import bounded_protocol
 
     settings = get_settings()
-    app = create_bare_app()
     # The API's connection bounds too, counted where nobody reads them: the ratio is then
     # what our routes cost, not what bounding a connection costs (~2.5 us a request).
     app.state.metrics = Metrics(CollectorRegistry())

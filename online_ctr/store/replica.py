@@ -38,6 +38,7 @@ from online_ctr.learning.table import StateTable
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
 from online_ctr.store.scripts import Scripts
+from online_ctr.store.serve_call import Argument, ServeCall
 from online_ctr.store.snapshot_scan import records
 
 #: Commits whose changes one pass takes; a copy further behind starts again.
@@ -99,12 +100,14 @@ class StateReplica:
         self.seq = 0
         if budget is not None:
             budget.track(self)
-        self._head = [
+        head: list[Argument] = [
             layout.field_bytes,
             layout.value_bytes,
             *keys.bucket_prefix_parts,
             keys.applied_tail,
         ]
+        # serve.lua's arguments but the copy's epoch and commit and the records asked for.
+        self._serve = ServeCall(scripts.serve, keys.meta, [MOST_COMMITS, *head], keys.redo)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -142,10 +145,7 @@ class StateReplica:
         else:  # the usual pass once warm: nothing to read
             state = self.table.data[rows]
             records_asked = b""
-        reply = await self.scripts.serve(
-            keys=[self.keys.meta],
-            args=[epoch, seq, MOST_COMMITS, *self._head, records_asked, self.keys.redo],
-        )
+        reply = await self._serve(epoch, seq, records_asked)
         status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)
         if status == b"reset":

@@ -177,7 +177,7 @@ def _uvicorn_keywords(function: object) -> dict[str, str]:
 
 
 def test_bare_app_is_served_with_the_same_uvicorn_settings_as_the_api() -> None:
-    assert _uvicorn_keywords(bare_app.main) == _uvicorn_keywords(api_command.api)
+    assert _uvicorn_keywords(bare_app.serve) == _uvicorn_keywords(api_command.api)
 
 
 def test_entries_are_what_the_api_writes_for_a_single_example() -> None:
