@@ -47,15 +47,17 @@ run: install-service
 ## Lint, types and the whole test suite (starts its own Redis, API, workers, Prometheus).
 test: install
 	bash deploy/ci-install.sh
-	@# numba compiles each kernel once, on the core the lint leaves free, rather than once in
-	@# each test process at the same time (a fresh clone's cache is empty): testkit/warm_kernels.py.
+	@# numba compiles each kernel once, beside the lint, rather than once in each test process
+	@# at the same time (a fresh clone's cache is empty): testkit/warm_kernels.py, in two parts
+	@# (numba compiles on one core; the lint needs one for a third of the time).
 	@# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (these machines set it):
 	@# else each test process and every API, worker and command the tests start compiles the
 	@# same sources again (pytest's collection alone: 13.7 CPU-s against 7.6 with it).
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q online_ctr service workers testkit loadtests tools \
-	  && PYTHONDONTWRITEBYTECODE= $(BIN)/python -m testkit.warm_kernels & warming=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q -j 0 online_ctr service workers testkit loadtests tools
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m testkit.warm_kernels --part 1/2 & first=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m testkit.warm_kernels --part 2/2 & second=$$!; \
 	$(BIN)/ruff format --check . && $(BIN)/ruff check . && $(BIN)/mypy; linted=$$?; \
-	wait $$warming && exit $$linted
+	wait $$first && wait $$second && exit $$linted
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=15
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
