@@ -33,8 +33,8 @@ class Unreadable(ValueError):
 
 
 def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """The file's columns as strings, block by block, split on the separator and nothing
-    else (no quoting), as the row reader splits them."""
+    """The file's columns as bytes (not checked for UTF-8), block by block, split on the
+    separator and nothing else (no quoting), as the row reader splits them."""
     import pyarrow as pa
     import pyarrow.csv as csv
 
@@ -45,7 +45,11 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     if header and tuple(first.rstrip("\r\n").split(separator)) != CRITEO_COLUMNS:
         raise Unreadable("header")
     # Dictionary-encoded as parsed: each block's columns arrive as distinct values and codes.
-    text = pa.dictionary(pa.int32(), pa.string())
+    # As bytes, not checked for UTF-8 here: the column reader decodes each distinct value the
+    # first time it meets it (:class:`online_ctr.learning.columnar.ColumnIds`), which checks
+    # every field once, where pyarrow's check read every field of every block (200,000 rows,
+    # parsing alone: 0.26-0.30 CPU-seconds against 0.30-0.40).
+    text = pa.dictionary(pa.int32(), pa.binary())
     reader = csv.open_csv(
         path,
         read_options=csv.ReadOptions(
@@ -65,6 +69,7 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
             column_types=dict.fromkeys(CRITEO_COLUMNS, text),
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
+            check_utf8=False,
         ),
     )
     yield from reader
