@@ -9,8 +9,9 @@ pyarrow itself is imported in that thread, when the parsing starts.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.util import find_spec
 from typing import Any
 
@@ -75,26 +76,35 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     yield from reader
 
 
+#: Blocks parsed ahead of their use, at most: the parser is not held back while the replay
+#: starts up (~0.4 s, when the main thread has no block to take yet), and memory stays
+#: bounded (~3.2 MB a parsed block of Criteo rows).
+AHEAD = 8
+
+
 class Parsing:
-    """A Criteo file's blocks, each parsed in another thread one ahead of its use, from the
-    moment this is made. pyarrow parses a block only when asked for it, and it releases the
-    GIL while it parses, so the parsing overlaps the hashing and learning of the block before
-    (200,000 rows: the main thread waited about 0.45 s for the parser without this). Made
-    before numba is imported, the first block's parse (pyarrow's import, the reader's opening
-    and the block: the main thread waited 80-140 ms for it after the warm-up) overlaps the
-    import and the warm-up, which lose ~50 ms to it in the GIL. An error comes out in order.
-    Iterate it once.
+    """A Criteo file's blocks, each parsed in another thread up to :data:`AHEAD` blocks
+    ahead of its use, from the moment this is made. pyarrow parses a block only when asked for
+    it, and it releases the GIL while it parses, so the parsing overlaps the hashing and
+    learning of the blocks before (200,000 rows: the main thread waited about 0.45 s for the
+    parser without this). Made before numba is imported, the first blocks' parse (pyarrow's
+    import, the reader's opening and the blocks) overlaps the import and the warm-up, which
+    lose ~50 ms to it in the GIL. An error comes out in order. Iterate it once.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="criteo-reader")
         self._blocks = record_batches(path)
-        self._ahead = self._pool.submit(next, self._blocks, None)
+        # One worker: the futures run in turn, each parsing the block after the one before.
+        self._ahead = deque(self._next() for _ in range(AHEAD))
+
+    def _next(self) -> Future[Any]:
+        return self._pool.submit(next, self._blocks, None)
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            while (block := self._ahead.result()) is not None:
-                self._ahead = self._pool.submit(next, self._blocks, None)
+            while (block := self._ahead.popleft().result()) is not None:
+                self._ahead.append(self._next())
                 yield block
         finally:
             self._pool.shutdown(cancel_futures=True)
