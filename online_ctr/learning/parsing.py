@@ -52,7 +52,7 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     # parsing alone: 0.26-0.30 CPU-seconds against 0.30-0.40).
     text = pa.dictionary(pa.int32(), pa.binary())
     reader = csv.open_csv(
-        path,
+        _source(path),
         read_options=csv.ReadOptions(
             column_names=list(CRITEO_COLUMNS),
             skip_rows=int(header),
@@ -80,6 +80,21 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
 #: starts up (~0.4 s, when the main thread has no block to take yet), and memory stays
 #: bounded (~3.2 MB a parsed block of Criteo rows).
 AHEAD = 8
+
+
+#: The names' endings by which pyarrow decompresses a file it is given by name.
+COMPRESSED = (".bz2", ".gz", ".lz4", ".zst")
+
+
+def _source(path: str | os.PathLike[str]) -> Any:
+    """What pyarrow reads ``path`` from: the file memory-mapped, so that the parser reads the
+    kernel's cached pages where they are instead of copying each block into memory of its own,
+    fresh pages that the kernel zeroes first (200,000 rows: 0.10 s of system time against
+    0.22-0.30, three runs each); a compressed file by name, which pyarrow decompresses."""
+    import pyarrow as pa
+
+    name = os.fspath(path)
+    return name if name.endswith(COMPRESSED) else pa.memory_map(name)
 
 
 class Parsing:
