@@ -17,6 +17,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
+from tests.conftest import fresh_python
 
 REQUIRED = {
     "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",
@@ -263,3 +264,24 @@ def test_the_compact_encoding_refuses_what_it_cannot_do(
     assert captured.out == ""
     assert captured.err.startswith(f"online-ctr replay: error: {message}")
     assert captured.err.count("\n") == 1
+
+
+def test_a_replay_starts_numpy_with_one_blas_thread_unless_told_otherwise() -> None:
+    """numpy's OpenBLAS threads spin at its import for work a replay never gives them."""
+    code = (
+        "import os\n"
+        "os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
+        "from online_ctr.cli.main import single_blas_thread\n"
+        "single_blas_thread('models')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+        "single_blas_thread('replay')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+        "os.environ['OPENBLAS_NUM_THREADS'] = '2'\n"
+        "single_blas_thread('replay')\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'])\n"
+        "del os.environ['OPENBLAS_NUM_THREADS']\n"
+        "import numpy\n"
+        "single_blas_thread('replay')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    assert fresh_python(code).split() == ["None", "1", "2", "None"]
