@@ -64,16 +64,34 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def single_blas_thread(command: str | None) -> None:
-    """One OpenBLAS thread for a ``replay``, set before numpy is imported. At its import,
-    numpy's OpenBLAS starts a thread per core, each spinning a while for work that a replay
-    never gives (it calls no BLAS: a 2 x 2 solve at most, single-threaded at any setting):
-    ~45 ms of CPU, a tenth of a one-row replay's, taken from the core the Criteo parser
-    runs on (``perf record``: 10% of its samples in ``blas_thread_server``; with one thread,
-    none, and 0.40 CPU-seconds against 0.46). A user's own setting stands; a process that has
-    numpy already (a test calling :func:`main`) is left as it is, and so are its children."""
+#: What a ``replay`` sets in its environment, unless the user did, before numpy and pyarrow
+#: are imported (they read it as they load), and why.
+REPLAY_ENVIRONMENT = {
+    # At its import, numpy's OpenBLAS starts a thread per core, each spinning a while for
+    # work that a replay never gives (it calls no BLAS: a 2 x 2 solve at most,
+    # single-threaded at any setting), on the core the Criteo parser runs on: ~45 ms of CPU,
+    # a tenth of a one-row replay's (``perf record``: 10% of its samples in
+    # ``blas_thread_server``; with one thread, none, and 0.40 CPU-seconds against 0.46).
+    "OPENBLAS_NUM_THREADS": "1",
+    # Memory that the kernel zeroes as it first maps it costs here (a virtual machine) about
+    # a tenth of a 200,000-row replay's CPU (``perf``: clear_page_erms). numpy asks for huge
+    # pages for its arrays of 4 MB and more, which are mapped and zeroed 2 MB at a time
+    # however little of them is touched; and pyarrow's allocator (mimalloc) hands memory back
+    # to the kernel 10 ms after it is freed, to map and zero again for the next block parsed.
+    # 200,000 rows, 8 runs each interleaved (load ~8), median CPU: 1.111 s with neither,
+    # 1.223 s with both; another time 1.025 s against 1.068 s.
+    "NUMPY_MADVISE_HUGEPAGE": "0",
+    "MIMALLOC_PURGE_DELAY": "-1",
+}
+
+
+def replay_environment(command: str | None) -> None:
+    """:data:`REPLAY_ENVIRONMENT` for a ``replay``. A user's own settings stand; a process
+    that has numpy already (a test calling :func:`main`) is left as it is, and so are its
+    children."""
     if command == "replay" and "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        for name, value in REPLAY_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Importing the sub-command's modules (numpy's, for one) makes objects that live until
     # exit: no collection can free any of them, and those it triggers cost ~6 ms of CPU
     # (``replay``'s parser, 20 runs each way, interleaved).
-    single_blas_thread(argv[0] if argv else None)
+    replay_environment(argv[0] if argv else None)
     gc.disable()
     try:
         args = build_parser(argv[0] if argv else None).parse_args(argv)

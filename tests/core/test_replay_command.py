@@ -266,22 +266,22 @@ def test_the_compact_encoding_refuses_what_it_cannot_do(
     assert captured.err.count("\n") == 1
 
 
-def test_a_replay_starts_numpy_with_one_blas_thread_unless_told_otherwise() -> None:
+def test_a_replay_sets_its_environment_unless_told_otherwise() -> None:
     """numpy's OpenBLAS threads spin at its import for work a replay never gives them."""
     code = (
         "import os\n"
         "os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
-        "from online_ctr.cli.main import single_blas_thread\n"
-        "single_blas_thread('models')\n"
+        "from online_ctr.cli.main import replay_environment\n"
+        "replay_environment('models')\n"
         "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
-        "single_blas_thread('replay')\n"
-        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+        "replay_environment('replay')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ['MIMALLOC_PURGE_DELAY'])\n"
         "os.environ['OPENBLAS_NUM_THREADS'] = '2'\n"
-        "single_blas_thread('replay')\n"
+        "replay_environment('replay')\n"
         "print(os.environ['OPENBLAS_NUM_THREADS'])\n"
         "del os.environ['OPENBLAS_NUM_THREADS']\n"
         "import numpy\n"
-        "single_blas_thread('replay')\n"
+        "replay_environment('replay')\n"
         "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
     )
-    assert fresh_python(code).split() == ["None", "1", "2", "None"]
+    assert fresh_python(code).split() == ["None", "1", "-1", "2", "None"]
