@@ -86,12 +86,37 @@ REPLAY_ENVIRONMENT = {
 
 
 def replay_environment(command: str | None) -> None:
-    """:data:`REPLAY_ENVIRONMENT` for a ``replay``. A user's own settings stand; a process
-    that has numpy already (a test calling :func:`main`) is left as it is, and so are its
-    children."""
+    """:data:`REPLAY_ENVIRONMENT` and :func:`keep_freed_memory` for a ``replay``. A user's
+    own settings stand; a process that has numpy already (a test calling :func:`main`) is
+    left as it is, and so are its children."""
     if command == "replay" and "numpy" not in sys.modules:
         for name, value in REPLAY_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
+        keep_freed_memory()
+
+
+#: glibc's ``mallopt`` parameters (malloc.h) and what a replay sets them to.
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+KEPT_MALLOC = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 256 << 20, M_TOP_PAD: 16 << 20}
+
+
+def keep_freed_memory() -> None:
+    """Have glibc's malloc keep the memory freed for the next allocation, not hand it back to
+    the kernel, which zeroes it again when it is next mapped (see :data:`REPLAY_ENVIRONMENT`):
+    a replay allocates and frees arrays of megabytes for each block it reads. By default an
+    array of more than 128 kB (a limit that then grows) is mapped and unmapped on its own, and
+    the heap is trimmed past 128 kB free. 200,000 rows, 8 runs each interleaved, medians:
+    28,109 page faults against 39,286, CPU 1.000 s against 1.016 s (as environment variables
+    another time: 28,158 against 36,652, 1.029 s against 1.072 s). Nothing where the C
+    library has no ``mallopt`` (not glibc)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    for parameter, value in KEPT_MALLOC.items():
+        mallopt(parameter, value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
