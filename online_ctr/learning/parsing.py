@@ -76,10 +76,12 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     yield from reader
 
 
-#: Blocks parsed ahead of their use, at most: the parser is not held back while the replay
-#: starts up (~0.4 s, when the main thread has no block to take yet), and memory stays
-#: bounded (~3.2 MB a parsed block of Criteo rows).
-AHEAD = 8
+#: Blocks parsed ahead of their use, at most. Two, not one: the parser is not held back by a
+#: late block of the replay's; not more: the parser (~25 ms a block here) outpaces the
+#: replay's encoding and learning of a block (~40 ms), and each parsed block held is memory
+#: that the kernel maps and zeroes (200,000 rows, 8 runs each interleaved at load ~10, median
+#: CPU: 1.099 s one block ahead, 1.138 s two, 1.152 s eight).
+AHEAD = 2
 
 
 #: The names' endings by which pyarrow decompresses a file it is given by name.
