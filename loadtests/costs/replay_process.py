@@ -7,7 +7,10 @@ this checkout's ``online-ctr replay FILE`` at its defaults; with ``--against DIR
 command from another checkout (its code first on ``PYTHONPATH``), to measure a change; with
 ``--vw``, VW's native ``--ftrl`` at the same hyper-parameters reading the same rows in its text
 format (written beforehand, not timed). Every system runs once untimed first, so that numba's
-cache holds the checkouts' kernels. Printed: per system the median wall and CPU seconds (user
+cache holds the checkouts' kernels; and each checkout's modules are compiled to bytecode first,
+as an installed package has them (pip compiles them), even where ``PYTHONDONTWRITEBYTECODE``
+is set (these machines set it: each run compiled ~40 modules from source, ~35 ms of CPU of a
+one-row replay's ~0.35 s). Printed: per system the median wall and CPU seconds (user
 and system, the process and its children) and the wall ratio to this checkout.
 
 Prints Markdown tables; no targets asserted.
@@ -42,6 +45,13 @@ def replay(checkout: Path, path: Path) -> Command:
     return [sys.executable, "-m", "online_ctr.cli.main", "replay", str(path)], env, checkout
 
 
+def compile_bytecode(checkout: Path) -> None:
+    """The checkout's own modules compiled to bytecode (``__pycache__``, which git ignores)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
+    command = [sys.executable, "-m", "compileall", "-q", "online_ctr"]
+    subprocess.run(command, env=env, cwd=checkout, check=True, capture_output=True)
+
+
 def vw(path: Path) -> Command:
     """VW's native ``--ftrl`` over its text file ``path``, quiet."""
     arguments = bench_replay.vw_arguments(FTRLParams(), quiet=True)
@@ -60,8 +70,10 @@ def systems(folder: Path, rows: int, args: argparse.Namespace) -> dict[str, Comm
     """The commands to compare on ``rows`` rows, their files written into ``folder``."""
     data = write_rows(DATA_DIR / feed.CRITEO, folder / f"rows{rows}.tsv", rows)
     found = {"this checkout": replay(ROOT, data)}
+    compile_bytecode(ROOT)
     if args.against is not None:
         found[f"`{args.against}`"] = replay(args.against.resolve(), data)
+        compile_bytecode(args.against.resolve())
     if args.vw:
         text = folder / f"rows{rows}.vw"
         examples = bench_replay.replicate(feed.criteo_rows(DATA_DIR), rows)

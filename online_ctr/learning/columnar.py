@@ -103,37 +103,41 @@ def _blocks(
 
 class ColumnIds:
     """The id of each column's field text, remembered from block to block: a block's distinct
-    values are looked up in one pass that runs in C, and only the new ones are bucketed and
-    hashed, all at once (:meth:`FeatureHasher.many_ids`). An empty field has no feature: it is
-    marked absent, and :func:`_gather` drops it."""
+    values are looked up in one pass that runs in C, and only the new ones are checked (UTF-8,
+    as the row reader decodes each line), bucketed and hashed, all at once
+    (:meth:`FeatureHasher.ids_of_bytes`). An empty field has no feature: it is marked absent,
+    and :func:`_gather` drops it."""
 
     def __init__(self, hasher: FeatureHasher) -> None:
         self.hasher = hasher
         self.bias = hasher.field_ids(BIAS, [None])
-        self._known: dict[str, dict[str, int]] = {}
+        self._known: dict[str, dict[bytes, int]] = {}
 
-    def ids(self, name: str, values: list[str]) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    def ids(self, name: str, values: list[bytes]) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
         """The ids of ``name``'s distinct ``values``, and which of them are present."""
         known = self._known.setdefault(name, {})
-        found: list[int | None] | list[int] = list(map(known.get, values))
-        if None in found:  # values this column has not had yet
-            found = self._learn(name, values, known)
+        try:  # straight into the array, without a list of them first (200,000 rows: ~10 ms)
+            found = np.fromiter(map(known.__getitem__, values), np.int64, len(values))
+        except KeyError:  # values this column has not had yet
+            found = np.array(self._learn(name, values, known), np.int64)
         present = np.ones(len(values), bool)
-        if "" in known:  # this column has had empty fields: is one in this block?
+        if b"" in known:  # this column has had empty fields: is one in this block?
             with suppress(ValueError):
-                present[values.index("")] = False
-        return np.array(found, np.int64), present
+                present[values.index(b"")] = False
+        return found, present
 
-    def _learn(self, name: str, values: list[str], known: dict[str, int]) -> list[int]:
-        """Hash the values ``known`` lacks, all in one call, and remember them."""
+    def _learn(self, name: str, values: list[bytes], known: dict[bytes, int]) -> list[int]:
+        """Check and hash the values ``known`` lacks, all in one call, and remember them."""
         if len(known) + len(values) > KNOWN_PER_COLUMN:
             known.clear()  # a bound on memory, like the hasher's own
         new = [value for value in values if value and value not in known]
-        features = [_bucket(v) for v in new] if name[0] == "I" else new
-        ids = self.hasher.many_ids([f"{name}={feature}" for feature in features])
+        texts = [_text(value) for value in new]
+        if name[0] == "I":
+            texts = [_bucket(text) for text in texts]
+        ids = self.hasher.many_ids([f"{name}={text}" for text in texts])
         known.update(zip(new, ids.tolist(), strict=True))
-        if "" in values:
-            known[""] = 0  # absent: the id is never read
+        if b"" in values:
+            known[b""] = 0  # absent: the id is never read
         return list(map(known.__getitem__, values))
 
 
@@ -181,9 +185,17 @@ def _gather(
     return indptr, ids[:k]
 
 
-def _dictionary(column: Any) -> tuple[list[str], NDArray[np.int32]]:
+def _dictionary(column: Any) -> tuple[list[bytes], NDArray[np.int32]]:
     """A dictionary-encoded column's distinct values and each row's index among them."""
     return column.dictionary.to_pylist(), column.indices.to_numpy(zero_copy_only=False)
+
+
+def _text(value: bytes) -> str:
+    """A field's bytes as text (UTF-8), as the row reader decodes them."""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise Unreadable(repr(value)) from None
 
 
 def _bucket(text: str) -> str:
@@ -196,7 +208,7 @@ def _bucket(text: str) -> str:
 
 def _labels(column: Any) -> NDArray[np.float64]:
     values, codes = _dictionary(column)
-    if not set(values) <= {"0", "1"}:
+    if not set(values) <= {b"0", b"1"}:
         raise Unreadable("label")
     return np.array([float(v) for v in values])[codes] if values else np.empty(0)
 

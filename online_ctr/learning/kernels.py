@@ -33,7 +33,8 @@ import hashlib
 import math
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -71,34 +72,68 @@ _LOWEST, _TRACKED, _EVICTED, _CUT_ZERO, _CUT_ALL = LOWEST, TRACKED, EVICTED, CUT
 _STABLE = STABLE
 
 
-def _import_numba() -> types.ModuleType:
-    """numba, imported without its two SciPy probes, which cost every process that has SciPy
-    installed and never uses it here:
-
-    - numba's own import imports ``scipy`` only to check its version: ~8 ms (``import
-      numba`` after numpy, 30 runs each way, interleaved: medians 0.149 s and 0.141 s);
-    - the first use of its CPU target imports ``numba.np.arraymath``, which imports
-      ``scipy.linalg.cython_blas`` to learn whether ``np.dot`` can call a BLAS: that is
-      ``scipy.linalg`` and what it pulls in, ~0.15 s (``online-ctr replay`` of 200,000 Criteo
-      rows, the whole process: 1.34-1.41 s before, 1.20-1.22 s after). Nothing compiled here
-      uses a BLAS (no ``np.dot``, ``@`` or ``np.linalg``; were one added, numba would refuse
-      to compile it and the tests would say so).
-
-    So numba and arraymath are imported while those two modules are marked absent (``None`` in
-    ``sys.modules`` makes importing them raise ImportError, which numba takes for "no SciPy"
-    and "no BLAS"), and the marks are removed at once: SciPy and whatever else uses
-    cython_blas import as before. A module loaded already is left as it is, and is not
-    spared."""
+@contextmanager
+def _scipy_hidden() -> Iterator[None]:
+    """SciPy and its BLAS module marked absent meanwhile (``None`` in ``sys.modules`` makes
+    importing them raise ImportError, which numba takes for "no SciPy" and "no BLAS"), the
+    marks removed at once after: SciPy and whatever else uses cython_blas import as before. A
+    module loaded already is left as it is, and is not spared."""
     hidden = [name for name in ("scipy", "scipy.linalg.cython_blas") if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]
     try:
-        import numba
-        import numba.np.arraymath  # its BLAS probe runs now, finding none
+        yield
     finally:
         for name in hidden:
             del sys.modules[name]
+
+
+def _import_numba() -> types.ModuleType:
+    """numba, imported without its two SciPy probes, which cost every process that has SciPy
+    installed and never uses it here (:func:`_scipy_hidden`):
+
+    - numba's own import imports ``scipy`` only to check its version: ~8 ms (``import
+      numba`` after numpy, 30 runs each way, interleaved: medians 0.149 s and 0.141 s);
+    - the first compilation refreshes numba's CPU target, which imports
+      ``numba.np.arraymath``, which imports ``scipy.linalg.cython_blas`` to learn whether
+      ``np.dot`` can call a BLAS: that is ``scipy.linalg`` and what it pulls in, ~0.15 s
+      (``online-ctr replay`` of 200,000 Criteo rows, the whole process: 1.34-1.41 s before,
+      1.20-1.22 s after). Nothing compiled here uses a BLAS (no ``np.dot``, ``@`` or
+      ``np.linalg``; were one added, numba would refuse to compile it and the tests would
+      say so).
+
+    And a function loaded from numba's cache does not refresh the target at all
+    (:func:`_load_without_refresh`)."""
+    with _scipy_hidden():
+        import numba
+        from numba.core import caching, cpu
+        from numba.core.runtime import nrt
+    refresh_registries: Callable[[Any], None] = cpu.CPUContext.load_additional_registries
+
+    def load_additional_registries(self: Any) -> None:
+        with _scipy_hidden():  # arraymath's BLAS probe runs now, finding none
+            refresh_registries(self)
+
+    cpu.CPUContext.load_additional_registries = load_additional_registries  # type: ignore[method-assign]
+    caching.Cache.load_overload = _load_without_refresh(nrt.rtsys)  # type: ignore[method-assign]
     return numba
+
+
+def _load_without_refresh(runtime: Any) -> Callable[..., Any]:
+    """numba's ``Cache.load_overload``, without the refresh of the target context it starts
+    with: that refresh imports and registers the implementation of every Python and numpy
+    function numba can compile (``numba.np.arraymath`` and ~50 more modules), which only a
+    compilation reads; machine code loaded from the cache needs of it only the runtime's
+    symbols, to which it is linked. ~0.1 s of CPU of every process that only loads
+    (``import numba.np.arraymath`` then the refresh, 5 runs: 33-37 ms and 68-75 ms). A
+    compilation still refreshes the target, first (numba's compiler does)."""
+
+    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
+        runtime.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    return load_overload
 
 
 njit = _import_numba().njit

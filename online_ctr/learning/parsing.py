@@ -9,8 +9,9 @@ pyarrow itself is imported in that thread, when the parsing starts.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.util import find_spec
 from typing import Any
 
@@ -33,8 +34,8 @@ class Unreadable(ValueError):
 
 
 def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
-    """The file's columns as strings, block by block, split on the separator and nothing
-    else (no quoting), as the row reader splits them."""
+    """The file's columns as bytes (not checked for UTF-8), block by block, split on the
+    separator and nothing else (no quoting), as the row reader splits them."""
     import pyarrow as pa
     import pyarrow.csv as csv
 
@@ -45,9 +46,13 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     if header and tuple(first.rstrip("\r\n").split(separator)) != CRITEO_COLUMNS:
         raise Unreadable("header")
     # Dictionary-encoded as parsed: each block's columns arrive as distinct values and codes.
-    text = pa.dictionary(pa.int32(), pa.string())
+    # As bytes, not checked for UTF-8 here: the column reader decodes each distinct value the
+    # first time it meets it (:class:`online_ctr.learning.columnar.ColumnIds`), which checks
+    # every field once, where pyarrow's check read every field of every block (200,000 rows,
+    # parsing alone: 0.26-0.30 CPU-seconds against 0.30-0.40).
+    text = pa.dictionary(pa.int32(), pa.binary())
     reader = csv.open_csv(
-        path,
+        _source(path),
         read_options=csv.ReadOptions(
             column_names=list(CRITEO_COLUMNS),
             skip_rows=int(header),
@@ -65,31 +70,58 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
             column_types=dict.fromkeys(CRITEO_COLUMNS, text),
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
+            check_utf8=False,
         ),
     )
     yield from reader
 
 
+#: Blocks parsed ahead of their use, at most. Two, not one: the parser is not held back by a
+#: late block of the replay's; not more: the parser (~25 ms a block here) outpaces the
+#: replay's encoding and learning of a block (~40 ms), and each parsed block held is memory
+#: that the kernel maps and zeroes (200,000 rows, 8 runs each interleaved at load ~10, median
+#: CPU: 1.099 s one block ahead, 1.138 s two, 1.152 s eight).
+AHEAD = 2
+
+
+#: The names' endings by which pyarrow decompresses a file it is given by name.
+COMPRESSED = (".bz2", ".gz", ".lz4", ".zst")
+
+
+def _source(path: str | os.PathLike[str]) -> Any:
+    """What pyarrow reads ``path`` from: the file memory-mapped, so that the parser reads the
+    kernel's cached pages where they are instead of copying each block into memory of its own,
+    fresh pages that the kernel zeroes first (200,000 rows: 0.10 s of system time against
+    0.22-0.30, three runs each); a compressed file by name, which pyarrow decompresses."""
+    import pyarrow as pa
+
+    name = os.fspath(path)
+    return name if name.endswith(COMPRESSED) else pa.memory_map(name)
+
+
 class Parsing:
-    """A Criteo file's blocks, each parsed in another thread one ahead of its use, from the
-    moment this is made. pyarrow parses a block only when asked for it, and it releases the
-    GIL while it parses, so the parsing overlaps the hashing and learning of the block before
-    (200,000 rows: the main thread waited about 0.45 s for the parser without this). Made
-    before numba is imported, the first block's parse (pyarrow's import, the reader's opening
-    and the block: the main thread waited 80-140 ms for it after the warm-up) overlaps the
-    import and the warm-up, which lose ~50 ms to it in the GIL. An error comes out in order.
-    Iterate it once.
+    """A Criteo file's blocks, each parsed in another thread up to :data:`AHEAD` blocks
+    ahead of its use, from the moment this is made. pyarrow parses a block only when asked for
+    it, and it releases the GIL while it parses, so the parsing overlaps the hashing and
+    learning of the blocks before (200,000 rows: the main thread waited about 0.45 s for the
+    parser without this). Made before numba is imported, the first blocks' parse (pyarrow's
+    import, the reader's opening and the blocks) overlaps the import and the warm-up, which
+    lose ~50 ms to it in the GIL. An error comes out in order. Iterate it once.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="criteo-reader")
         self._blocks = record_batches(path)
-        self._ahead = self._pool.submit(next, self._blocks, None)
+        # One worker: the futures run in turn, each parsing the block after the one before.
+        self._ahead = deque(self._next() for _ in range(AHEAD))
+
+    def _next(self) -> Future[Any]:
+        return self._pool.submit(next, self._blocks, None)
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            while (block := self._ahead.result()) is not None:
-                self._ahead = self._pool.submit(next, self._blocks, None)
+            while (block := self._ahead.popleft().result()) is not None:
+                self._ahead.append(self._next())
                 yield block
         finally:
             self._pool.shutdown(cancel_futures=True)

@@ -17,6 +17,7 @@ from online_ctr.learning.model import InMemoryModel
 from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
+from tests.conftest import fresh_python
 
 REQUIRED = {
     "rule", "params", "examples", "logloss", "auc", "calibration", "nonzero_weights",
@@ -263,3 +264,24 @@ def test_the_compact_encoding_refuses_what_it_cannot_do(
     assert captured.out == ""
     assert captured.err.startswith(f"online-ctr replay: error: {message}")
     assert captured.err.count("\n") == 1
+
+
+def test_a_replay_sets_its_environment_unless_told_otherwise() -> None:
+    """numpy's OpenBLAS threads spin at its import for work a replay never gives them."""
+    code = (
+        "import os\n"
+        "os.environ.pop('OPENBLAS_NUM_THREADS', None)\n"
+        "from online_ctr.cli.main import replay_environment\n"
+        "replay_environment('models')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+        "replay_environment('replay')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ['MIMALLOC_PURGE_DELAY'])\n"
+        "os.environ['OPENBLAS_NUM_THREADS'] = '2'\n"
+        "replay_environment('replay')\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'])\n"
+        "del os.environ['OPENBLAS_NUM_THREADS']\n"
+        "import numpy\n"
+        "replay_environment('replay')\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    assert fresh_python(code).split() == ["None", "1", "-1", "2", "None"]
