@@ -180,19 +180,14 @@ class Rule:
     def weights(self, state: Array, t: Step, params: Any) -> Array:
         """The weights of the rows of ``state`` after step ``t`` (one step, or one per row):
         ``weight_of`` of each row."""
-        steps = np.asarray(t, dtype=np.float64).reshape(-1)
-        rows = np.ascontiguousarray(state, dtype=np.float64)
-        return _compiled(self).weights(rows, steps, _packed(params))
+        steps = _operand(np.asarray(t, dtype=np.float64).reshape(-1))
+        return _compiled(self).weights(_operand(state), steps, _packed(params))
 
     def update(self, state: Array, g: Array, g2: Array, t: int, params: Any) -> Array:
         """New state after a mini-batch ending at step ``t`` with per-row gradient sums ``g``
         and sums of squares ``g2``: ``update_row`` of each row; ``state`` is left alone."""
         return _compiled(self).update(
-            np.ascontiguousarray(state, dtype=np.float64),
-            np.ascontiguousarray(g, dtype=np.float64),
-            np.ascontiguousarray(g2, dtype=np.float64),
-            float(t),
-            _packed(params),
+            _operand(state), _operand(g), _operand(g2), float(t), _packed(params)
         )
 
     def kernel_params(self, params: Any) -> Array:
@@ -241,6 +236,15 @@ def _compiled(rule: Rule) -> RowMath:
 
         compiled = _COMPILED[rule.name] = row_math(rule)
     return compiled
+
+
+def _operand(values: Any) -> Array:
+    """``values`` as the one array type the compiled loops take: float64, C-contiguous and
+    writable (copied only if not). numba compiles a specialization per argument type, and a
+    read-only array (state decoded from Redis bytes) or a strided one is another type: each
+    would cost every process that meets it first ~1 CPU-s of compiling (29 more of them in one
+    run of the test suite), for the same float operations on the same values."""
+    return np.require(values, np.float64, ("C", "W"))
 
 
 @functools.lru_cache(maxsize=256)
