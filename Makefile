@@ -58,7 +58,10 @@ test: install
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m testkit.warm_kernels --part 2/2 & second=$$!; \
 	$(BIN)/ruff format --check . && $(BIN)/ruff check . && $(BIN)/mypy; linted=$$?; \
 	wait $$first && wait $$second && exit $$linted
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=15
+	@# One OpenBLAS thread in each test process and each process it starts: at numpy's import
+	@# OpenBLAS starts a thread per core that spins for work none of them gives it (import
+	@# numpy: ~0.05 CPU-s against 0.08-0.12), and four test processes share two cores anyway.
+	OPENBLAS_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile --durations=15
 
 ## Every benchmark in one run, each headline figure next to its baseline from the same run and
 ## its target (quality, quality on every click log, learning, serving, freshness, memory,
