@@ -85,6 +85,12 @@ class _MovedHint(AbstractConnection):
         name = args[0]
         self._command = (name.decode() if isinstance(name, bytes) else str(name)).upper()
 
+    async def send_named(self, name: str, command: list[bytes]) -> None:
+        """Send one command packed already (online_ctr.store.serve_call's), named ``name`` in
+        a refusal as :meth:`send_command`'s are."""
+        await self.send_packed_command(command, check_health=False)
+        self._command = name
+
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)
