@@ -14,7 +14,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import redis
 
 from online_ctr.cli.embedded import find_redis_server
+from testkit.ports import ephemeral_start, is_free
 from testkit.tls import Certificates
 
 #: Redis puts a node's cluster bus on its port plus this.
@@ -43,29 +43,14 @@ def find_redis_cli() -> str:
     )
 
 
-def _ephemeral_start() -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    return 32_768
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def cluster_ports(count: int, low: int = 10_000) -> list[int]:
     """``count`` ports whose own and bus ports were free a moment ago, outside the ephemeral
     range."""
-    high = _ephemeral_start() - BUS_OFFSET
+    high = ephemeral_start() - BUS_OFFSET
     candidates = random.sample(range(low, high), k=min(4 * count + 64, high - low))
     chosen: list[int] = []
     for port in candidates:
-        if _free(port) and _free(port + BUS_OFFSET):
+        if is_free(port) and is_free(port + BUS_OFFSET):
             chosen.append(port)
             if len(chosen) == count:
                 return chosen

@@ -13,6 +13,7 @@ import redis
 from online_ctr.cli.embedded import RedisServer
 from testkit.local_cluster import LocalCluster
 from testkit.paths import DATA_DIR, ROOT
+from testkit.ports import free_port
 from testkit.tls import Certificates, Pair, TlsRedisServer, make_certificates
 
 #: What a test needs, read off the fixtures it uses, so a marker can never go stale: `-m "not
@@ -62,7 +63,7 @@ def fresh_python(code: str) -> str:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One Redis for the session, on a free loopback port; never the machine's own."""
-    with RedisServer(tmp_path_factory.mktemp("redis"), persist=False) as server:
+    with RedisServer(tmp_path_factory.mktemp("redis"), port=free_port(), persist=False) as server:
         yield server
 
 
@@ -81,7 +82,9 @@ def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     servers: list[RedisServer] = []
 
     def make(persist: bool = True) -> RedisServer:
-        server = RedisServer(tmp_path / f"redis-{len(servers)}", persist=persist).start()
+        server = RedisServer(
+            tmp_path / f"redis-{len(servers)}", port=free_port(), persist=persist
+        ).start()
         servers.append(server)
         return server
 
@@ -109,7 +112,12 @@ def make_tls_redis(
     ) -> TlsRedisServer:
         directory = tmp_path / f"tls-redis-{len(servers)}"
         started = TlsRedisServer(
-            directory, tls_certificates, mutual=mutual, server=server, persist=persist
+            directory,
+            tls_certificates,
+            port=free_port(),
+            mutual=mutual,
+            server=server,
+            persist=persist,
         )
         servers.append(started)
         return started.start()

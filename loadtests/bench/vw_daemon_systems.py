@@ -34,10 +34,10 @@ from loadtests.bench.vw_daemon_parts import Answers, tree_ticks
 from loadtests.common import feed
 from loadtests.common.processes import http_ok, wait_until
 from loadtests.common.stats import CLOCK_TICKS, cpu_seconds
-from online_ctr.cli.embedded import free_port
 from online_ctr.cli.local import API_KEYS_FILE, REDIS_PASSWORD_FILE
 from online_ctr.learning.rules.ftrl import FTRLParams
 from testkit.paths import ROOT
+from testkit.ports import free_port
 
 #: VW's bits: its daemon refuses ``--sparse_weights`` ("not supported"), and dense FTRL weights
 #: at 24 bits already take 256 MiB; VW hashes our feature names into 2**24 slots.

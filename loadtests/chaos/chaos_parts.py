@@ -27,10 +27,11 @@ import numpy as np
 import redis
 
 from loadtests.common.processes import Stack
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
+from testkit.ports import free_port
 
 #: Values of the Criteo-like categorical features beside the tag.
 _VALUES = [f"{value:08x}" for value in range(40)]

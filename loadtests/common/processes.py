@@ -22,8 +22,9 @@ import httpx
 import redis
 
 from loadtests.common import tools
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from testkit.paths import ROOT
+from testkit.ports import free_port
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> None:

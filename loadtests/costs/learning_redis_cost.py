@@ -45,13 +45,13 @@ from loadtests.bench.vw_daemon import load
 from loadtests.bench.vw_daemon_parts import http_request
 from loadtests.bench.vw_daemon_systems import Service
 from loadtests.common.stats import cpu_seconds
-from online_ctr.cli.embedded import free_port
 from online_ctr.store import scripts as store_scripts
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Layout
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.shards import StateShards
 from testkit.paths import DATA_DIR, ROOT
+from testkit.ports import free_port
 
 #: Seconds waited after the step covers every row, for the last applies (which linger).
 SETTLE_S = 1.0

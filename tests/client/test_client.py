@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 import online_ctr.client
-from online_ctr.cli.embedded import free_port
 from online_ctr.client import (
     Accepted,
     AsyncClient,
@@ -25,6 +24,7 @@ from online_ctr.client import (
     UnreachableError,
     operations,
 )
+from testkit.ports import free_port
 from tests.client.conftest import ADMIN_KEY, PREDICT_KEY, Recorder, Service, wait_until
 
 SITES = [f"site{i}.example" for i in range(20)]

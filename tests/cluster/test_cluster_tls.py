@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.learning.readers import read_examples
 from testkit.local_cluster import LocalCluster
 from testkit.paths import CRITEO
+from testkit.ports import free_port
 from testkit.tls import Certificates
 from tests.cluster.test_cluster_learning import learn_all, step
 from tests.integration.conftest import wait_until

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import free_port
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The ports the documentation shows: the API, the worker's /metrics and the embedded Redis.

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import free_port
+from testkit.ports import free_port
 
 
 @dataclass

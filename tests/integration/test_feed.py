@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.cli.main import main
 from online_ctr.learning.features import FeatureHasher
 from online_ctr.learning.model import InMemoryModel
@@ -32,6 +32,7 @@ from online_ctr.learning.readers import read_examples
 from online_ctr.learning.replay import replay
 from online_ctr.learning.rules import get_rule
 from testkit.paths import CRITEO
+from testkit.ports import free_port
 from tests.integration.conftest import Service, wait_until
 
 LEARN_KEY = "feed-learn-and-predict-key-0000"

@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.learning.readers import read_examples
 from testkit.paths import CRITEO
+from testkit.ports import free_port
 from testkit.tls import Certificates, TlsRedisServer
 from tests.integration.conftest import Service, wait_until
 from tests.integration.test_service_end_to_end import model, worker_sample

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
+from testkit.ports import free_port
 from testkit.tls import Certificates, TlsRedisServer
 
 pytestmark = pytest.mark.processes

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from loadtests.costs import compact_cost
 from online_ctr.cli.embedded import RedisServer
+from testkit.ports import free_port
 
 
 def test_bytes_per_feature_fills_each_configuration(tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "redis", persist=False) as server:
+    with RedisServer(tmp_path / "redis", port=free_port(), persist=False) as server:
         rows = [
             asyncio.run(compact_cost.bytes_per_feature(server.url, encoding, bits, 3_000))
             for encoding, bits in compact_cost.CONFIGURATIONS

@@ -10,12 +10,13 @@ import pytest
 
 from loadtests.costs import store_costs
 from online_ctr.cli.embedded import RedisServer
+from testkit.ports import free_port
 
 
 def test_store_costs_prints_each_size_and_batch_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with RedisServer(tmp_path / "redis", persist=False) as server:
+    with RedisServer(tmp_path / "redis", port=free_port(), persist=False) as server:
         asyncio.run(store_costs.per_feature(server.url, (0, 5_000), server.pid))
         asyncio.run(store_costs.drain(server.url, 2_000, (500, 4_096)))
     lines = capsys.readouterr().out.splitlines()

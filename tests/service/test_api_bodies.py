@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
+from testkit.ports import free_port
 from tests.service.keys import ADMIN_KEY, AUTH
 from tests.service.test_commands import ROOT
 

@@ -20,8 +20,9 @@ import redis
 from httpx import Response
 from prometheus_client import CollectorRegistry
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from service.app import create_app
+from testkit.ports import free_port
 from tests.service.keys import HEADERS
 from tests.service.test_api_faults import LEARN, settings_for
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.cli.flags import add_parser, command_flags, settings_from_args
 from online_ctr.cli.main import build_parser, main
 from online_ctr.config.settings import Settings
 from online_ctr.process import StartupError, variable
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.processes
 

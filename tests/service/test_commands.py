@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.config.settings import Settings
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.processes
 
@@ -155,7 +156,9 @@ def test_the_worker_without_a_redis_url(tmp_path: Path) -> None:
 
 
 def test_a_server_keeps_its_password_out_of_its_command_line(tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "r", persist=False, password="secret-0123") as server:
+    with RedisServer(
+        tmp_path / "r", port=free_port(), persist=False, password="secret-0123"
+    ) as server:
         assert "secret-0123" not in " ".join(server.command())
         assert (tmp_path / "r" / "redis.conf").stat().st_mode & 0o777 == 0o600
 

@@ -24,11 +24,11 @@ import pytest
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from online_ctr.startup import FD_RESERVE
 from service.app import create_app
 from service.connections import bounded_protocol
+from testkit.ports import free_port
 from tests.service.keys import AUTH, LEARN_KEY, PREDICT_KEY
 from tests.service.test_commands import ROOT, assert_one_line
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from online_ctr.cli.embedded import free_port
+from testkit.ports import free_port
 from tests.service.test_commands import ROOT, assert_one_line
-from tests.service.test_status import environment, two_free_ports, wait_healthy
+from tests.service.test_status import environment, wait_healthy
 
 pytestmark = pytest.mark.processes
 
@@ -49,7 +49,7 @@ def start_serve(tmp_path: Path, data: Path) -> subprocess.Popen[bytes]:
     argv = ["serve", "--port", str(free_port()), "--data-dir", str(data), "--workers", "1",
             "--log-level", "warning"]  # fmt: skip
     env = {**environment(), "OCTR_EMBEDDED_REDIS_PORT": str(free_port()),
-           "OCTR_WORKER_METRICS_PORT": str(two_free_ports())}  # fmt: skip
+           "OCTR_WORKER_METRICS_PORT": str(free_port())}  # fmt: skip
     with (tmp_path / "serve.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "online_ctr.cli.main", *argv],
@@ -63,7 +63,7 @@ def test_admin_commands_find_the_local_serve_and_name_the_password_setting(
     data = tmp_path / "data"
     serve = start_serve(tmp_path, data)
     try:
-        wait_healthy(data, serve)
+        wait_healthy(data, serve, tmp_path / "serve.log")
         # No URL, no password: both come from the data directory.
         ok(cli(data, "models", "create", "m", "--rule", "ftrl"))
         ok(cli(data, "export", "m", "m.octr"))

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import redis
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from online_ctr.store.keys import ModelKeys, RegistryKeys
 from online_ctr.store.model_config import ModelConfig, own_config
 from online_ctr.store.registry import Registry, decode_config
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
+from testkit.ports import free_port
 from tests.service.test_commands import ROOT, assert_one_line
 
 pytestmark = pytest.mark.processes

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.cli.local import load_record, redis_password
 from online_ctr.cli.memory import (
     DEFAULT_SHARE,
@@ -24,6 +24,7 @@ from online_ctr.cli.memory import (
     physical_memory,
 )
 from online_ctr.config.settings import Settings
+from testkit.ports import free_port
 from tests.service.test_commands import assert_one_line, run
 from tests.service.test_serve import start_serve, wait_ready
 
@@ -92,7 +93,7 @@ def test_a_cgroup_limit_below_the_ram_is_the_machines_memory(tmp_path: Path) -> 
 
 
 def test_the_embedded_redis_takes_its_limit_without_eviction(tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "r", persist=False, maxmemory=96 * MIB) as server:
+    with RedisServer(tmp_path / "r", port=free_port(), persist=False, maxmemory=96 * MIB) as server:
         client = redis.Redis.from_url(server.url)
         assert client.config_get("maxmemory") == {"maxmemory": str(96 * MIB)}
         assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
+from testkit.ports import free_port
 from testkit.tls import Certificates
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,10 @@ import httpx
 import pytest
 import redis
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.cli.local import lock_data_dir
 from online_ctr.store.keys import ModelKeys
+from testkit.ports import free_port
 from tests.service.test_commands import ROOT, assert_one_line, run
 
 pytestmark = pytest.mark.processes
@@ -103,7 +104,7 @@ def test_serve_owns_its_data_and_stops_redis_last(tmp_path: Path) -> None:
     os.close(lock_data_dir(data))  # released when serve and its Redis ended
 
     password = (data / "redis-password").read_text().strip()
-    with RedisServer(data / "redis", password=password) as server:
+    with RedisServer(data / "redis", port=free_port(), password=password) as server:
         unauthenticated = redis.Redis(port=server.port)
         with pytest.raises(redis.AuthenticationError):
             unauthenticated.ping()

@@ -12,6 +12,7 @@ from online_ctr.cli.embedded import RedisServer
 from online_ctr.config.join_policy import JoinPolicy
 from online_ctr.config.settings import Settings
 from online_ctr.store.model_config import own_config
+from testkit.ports import free_port
 from workers.main import worker_config
 
 
@@ -27,7 +28,9 @@ def test_the_password_file_goes_into_the_url_quoted(tmp_path: Path) -> None:
 def test_a_real_redis_accepts_the_password_from_the_file(tmp_path: Path) -> None:
     secret = tmp_path / "redis_password"
     secret.write_text("from-a-file-0123\n")
-    with RedisServer(tmp_path / "r", persist=False, password="from-a-file-0123") as server:
+    with RedisServer(
+        tmp_path / "r", port=free_port(), persist=False, password="from-a-file-0123"
+    ) as server:
         url = f"redis://127.0.0.1:{server.port}/0"
         with pytest.raises(redis.AuthenticationError):
             redis.Redis.from_url(url).ping()

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from online_ctr.cli.embedded import free_port
 from online_ctr.config.settings import Settings
 from online_ctr.learning.rules import get_rule
 from online_ctr.learning.snapshot import Footer, Header
 from online_ctr.learning.snapshot_writer import Writer
 from service.app import create_app
+from testkit.ports import free_port
 from tests.service.keys import ADMIN_KEY, AUTH, HEADERS
 from tests.service.test_commands import ROOT
 from tests.service.test_snapshot_refusals import keys_of

@@ -18,10 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.config.settings import Settings
 from online_ctr.store.state import ModelStore
 from online_ctr.wiring import model_spec, redis_client
+from testkit.ports import free_port
 from tests.integration.conftest import Service, wait_until
 from tests.service.test_commands import assert_one_line, run
 
@@ -120,7 +121,9 @@ def learn_and_wait(service: Service) -> None:
 def test_the_api_and_a_worker_wait_for_a_redis_that_comes_up_late(
     service: Service, tmp_path: Path
 ) -> None:
-    server = RedisServer(tmp_path / "redis", persist=False)  # its port, not started yet
+    server = RedisServer(
+        tmp_path / "redis", port=free_port(), persist=False
+    )  # its port, not started yet
     service.env["OCTR_REDIS_URL"] = server.url
     service.start("api", "api")
     service.start("worker", "worker")
@@ -143,7 +146,7 @@ def test_connections_dropped_during_the_startup_steps_are_waited_out(
 ) -> None:
     """The chaos case: Redis answers a process's first connection, then restarts under its
     next steps (the cluster check, the model's creation, the registry)."""
-    with RedisServer(tmp_path / "redis", persist=False) as server:
+    with RedisServer(tmp_path / "redis", port=free_port(), persist=False) as server:
         proxies = [DroppingProxy(server.port, range(2, 5)) for _ in range(2)]
         try:
             service.start("api", "api", OCTR_REDIS_URL=proxies[0].url)

@@ -7,7 +7,6 @@ import contextlib
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from online_ctr.cli.embedded import RedisServer, free_port
+from online_ctr.cli.embedded import RedisServer
 from online_ctr.cli.status import redis_answers
+from testkit.ports import free_port, free_ports
 
 pytestmark = pytest.mark.processes
 
@@ -33,27 +33,20 @@ def environment() -> dict[str, str]:
     return {**clean, "PYTHONPATH": str(ROOT), "OCTR_AUTH": "off"}
 
 
-def two_free_ports() -> int:
-    """A port that, with the one after it, was free a moment ago."""
-    while True:
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def status(data: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "online_ctr.cli.main", "status", "--data-dir", str(data)]
     return subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=30)
 
 
-def wait_healthy(data: Path, serve: subprocess.Popen[bytes]) -> subprocess.CompletedProcess[str]:
+def wait_healthy(
+    data: Path, serve: subprocess.Popen[bytes], log: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``status`` once it answers 0; fails with serve's log (``log``) if serve exits first."""
     deadline = time.monotonic() + 60
     while True:
-        assert serve.poll() is None, f"serve exited with {serve.returncode}"
+        if serve.poll() is not None:
+            said = log.read_text(errors="replace")[-4000:] if log else ""
+            raise AssertionError(f"serve exited with {serve.returncode}:\n{said}")
         done = status(data)
         if done.returncode == 0:
             return done
@@ -62,7 +55,10 @@ def wait_healthy(data: Path, serve: subprocess.Popen[bytes]) -> subprocess.Compl
 
 
 def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
-    data, port, redis_port, metrics = tmp_path / "data", free_port(), free_port(), two_free_ports()
+    # Two workers: their /metrics listen on `metrics` and `metrics + 1`.
+    port, redis_port = free_ports(2)
+    metrics = free_ports(2, consecutive=True)[0]  # two workers: /metrics on it and the next
+    data = tmp_path / "data"
     argv = ["serve", "--port", str(port), "--data-dir", str(data), "--workers", "2",
             "--log-level", "warning"]  # fmt: skip
     env = {**environment(), "OCTR_EMBEDDED_REDIS_PORT": str(redis_port),
@@ -73,7 +69,7 @@ def test_status_shows_where_serve_runs(tmp_path: Path) -> None:
             env=env, cwd=tmp_path, stderr=log, start_new_session=True,
         )  # fmt: skip
     try:
-        out = wait_healthy(data, serve).stdout
+        out = wait_healthy(data, serve, tmp_path / "serve.log").stdout
         assert f"pid {serve.pid}, running" in out
         assert f"http://127.0.0.1:{port}: answers" in out
         assert f"redis://127.0.0.1:{redis_port}/0 (embedded): answers" in out
@@ -131,7 +127,7 @@ def answering_healthz(port: int) -> Iterator[None]:
 
 
 def test_redis_answers_tells_a_missing_password_from_no_answer(tmp_path: Path) -> None:
-    with RedisServer(tmp_path / "r", persist=False, password="pw-0123") as server:
+    with RedisServer(tmp_path / "r", port=free_port(), persist=False, password="pw-0123") as server:
         url = f"redis://127.0.0.1:{server.port}/0"
         assert redis_answers(url, None) == "answers (needs a password)"
         assert redis_answers(url, "pw-0123") == "answers"
