@@ -17,6 +17,7 @@ import numpy as np
 
 from online_ctr.learning import columnar, hashing, sequential, table
 from online_ctr.learning.admission import Admission
+from online_ctr.learning.ahead import Ahead
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import Batch, FeatureHasher, bias_id
 from online_ctr.learning.model import InMemoryModel
@@ -25,6 +26,10 @@ from online_ctr.learning.progress import ProgressBar, count_lines
 from online_ctr.learning.readers import Row, read_examples
 from online_ctr.learning.replay import BatchProgress, ReplayResult, hashed, replay_batches
 from online_ctr.learning.rules import Rule
+
+#: Batches the column reader makes ahead of the learning: two, as the parser's blocks
+#: (:data:`online_ctr.learning.parsing.AHEAD`), so that a slow one does not hold it back.
+ENCODED_AHEAD = 2
 
 
 def model(args: argparse.Namespace, rule: Rule, params: Any) -> InMemoryModel:
@@ -77,7 +82,10 @@ def batches(
     where that reader exists (Criteo, with pyarrow installed; the first pass from
     ``parsing``, started already), else row by row and hashed. Where the grouping changes
     nothing (the exact learner, no calibration refitted per batch), the column reader's
-    blocks are only cut to at most ``size`` examples, not copied into batches of exactly it."""
+    blocks are only cut to at most ``size`` examples, not copied into batches of exactly it.
+    The column reader's batches are made, and their distinct ids found, in a thread of their
+    own, :data:`ENCODED_AHEAD` ahead, while the learning loop (which releases the GIL) learns
+    the ones before."""
     if parsing is None:
         return hashed(passes(args), hasher, size)
     blocks = chain.from_iterable(
@@ -85,8 +93,15 @@ def batches(
         for p in range(args.passes)
     )
     if args.minibatch or args.calibration != "off":
-        return columnar.rechunk(blocks, size)
-    return columnar.pieces(blocks, size)
+        made = columnar.rechunk(blocks, size)
+    else:
+        made = columnar.pieces(blocks, size)
+    return iter(Ahead(map(_grouped, made), ENCODED_AHEAD, "criteo-encoder"))
+
+
+def _grouped(batch: Batch) -> Batch:
+    batch.distinct  # noqa: B018 (found now, in the reader's thread, and kept by the batch)
+    return batch
 
 
 def replay_file(

@@ -30,6 +30,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
@@ -124,6 +125,15 @@ class Batch:
     def occurrences(self) -> int:
         """How many (example, feature) pairs the batch holds."""
         return int(self.indptr[-1])
+
+    @cached_property
+    def distinct(self) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
+        """The distinct ids in no particular order, and each occurrence's index in them
+        (:func:`online_ctr.learning.grouping.distinct_inverse`), found once per batch: a
+        replay's reader thread finds them while the learner learns the batch before."""
+        from online_ctr.learning.grouping import distinct_inverse  # numba, only if asked
+
+        return distinct_inverse(self.ids)
 
     def appended(self, rows: ArrayLike, ids: ArrayLike, values: ArrayLike) -> Batch:
         """The batch with the features ``ids`` (int64 holding the uint64 bits) of x

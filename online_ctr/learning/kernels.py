@@ -154,7 +154,7 @@ def _compiled(function: Function) -> Function:
     where numba finds no writable cache directory it refuses ``cache=True`` outright, and
     compiling in every process is better than failing to import."""
     try:
-        return cast(Function, njit(cache=True, error_model="numpy")(function))
+        return cast(Function, njit(cache=True, nogil=True, error_model="numpy")(function))
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return cast(Function, njit(error_model="numpy")(function))
 

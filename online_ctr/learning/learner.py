@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch
-from online_ctr.learning.grouping import distinct_inverse, unique_inverse
+from online_ctr.learning.grouping import unique_inverse
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 
@@ -74,7 +74,7 @@ def unique_features(batch: Batch) -> Features:
 def scoring_features(batch: Batch) -> Features:
     """:func:`unique_features` with the distinct ids in no particular order: for scoring, and
     for learning where each id's row is found by the id (an in-process model's table)."""
-    ids, inverse = distinct_inverse(batch.ids)
+    ids, inverse = batch.distinct
     return Features(ids=ids, inverse=inverse)
 
 

@@ -9,12 +9,11 @@ pyarrow itself is imported in that thread, when the parsing starts.
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.util import find_spec
 from typing import Any
 
+from online_ctr.learning.ahead import Ahead
 from online_ctr.learning.readers import CRITEO_COLUMNS
 
 
@@ -99,7 +98,7 @@ def _source(path: str | os.PathLike[str]) -> Any:
     return name if name.endswith(COMPRESSED) else pa.memory_map(name)
 
 
-class Parsing:
+class Parsing(Ahead[Any]):
     """A Criteo file's blocks, each parsed in another thread up to :data:`AHEAD` blocks
     ahead of its use, from the moment this is made. pyarrow parses a block only when asked for
     it, and it releases the GIL while it parses, so the parsing overlaps the hashing and
@@ -110,18 +109,4 @@ class Parsing:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="criteo-reader")
-        self._blocks = record_batches(path)
-        # One worker: the futures run in turn, each parsing the block after the one before.
-        self._ahead = deque(self._next() for _ in range(AHEAD))
-
-    def _next(self) -> Future[Any]:
-        return self._pool.submit(next, self._blocks, None)
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            while (block := self._ahead.popleft().result()) is not None:
-                self._ahead.append(self._next())
-                yield block
-        finally:
-            self._pool.shutdown(cancel_futures=True)
+        super().__init__(record_batches(path), AHEAD, "criteo-reader")
