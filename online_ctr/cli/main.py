@@ -122,6 +122,19 @@ def keep_freed_memory() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(argv)
+    except (KeyboardInterrupt, SystemError) as error:
+        if not interrupted(error):
+            raise
+        from online_ctr.cli.args import fail  # only now: main imports next to nothing
+
+        # What a shell's user expects of Ctrl-C: one line and 130 (128 + SIGINT), as `feed`.
+        command = argv[0] if argv and not argv[0].startswith("-") else "command"
+        return fail(command, "stopped by Ctrl-C (SIGINT) before it finished", status=130)
+
+
+def _run(argv: list[str]) -> int:
     # The sub-command is the first argument (no top-level option takes a value); anything
     # else (--help, --version, a typo) gets the full parser and its full answer.
     # Importing the sub-command's modules (numpy's, for one) makes objects that live until
@@ -135,6 +148,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.enable()
     status: int = args.func(args)
     return status
+
+
+def interrupted(error: BaseException | None) -> bool:
+    """Whether ``error`` is a Ctrl-C, or was caused by one: numba re-raises one that arrives
+    while compiled code runs as a ``SystemError`` caused by it."""
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 if __name__ == "__main__":
