@@ -3,7 +3,7 @@
 What the thread runs overlaps what the caller does with the items before, as far as the GIL
 lets it: pyarrow's parser and numba's compiled loops (``nogil``) release it.
 
->>> list(Ahead(iter(range(5)), 2))
+>>> list(Ahead(iter(range(5)), 2, "example"))
 [0, 1, 2, 3, 4]
 """
 
