@@ -30,7 +30,7 @@ from online_ctr.store.api_keys import ApiKeyStore
 from online_ctr.store.model_config import own_config
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
-from online_ctr.wiring import check_topology, redis_client
+from online_ctr.wiring import change_notices, check_topology, redis_client
 from service.api import errors, scan
 from service.api.auth import DOCS_ASSETS_URL, authenticator
 from service.api.catalog import Catalog
@@ -74,6 +74,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     rule = get_rule(settings.rule)
     rule.weights(rule.zeros(1), 1, settings.rule_params())
     redis = redis_client(settings)
+    notices = change_notices(settings)
     try:
         registry = Registry(redis, settings.max_models)
         own = own_config(settings)
@@ -96,6 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             policy=own.policy(),
             tables=tables,
             negative_rate=own.negative_rate,
+            notices=notices,
         )
         if own.feature_names:
             record_names(served, redis, settings, metrics)
@@ -107,7 +109,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 raise
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
         app.state.served = served
-        app.state.catalog = Catalog(served, settings, redis, metrics, tables)
+        app.state.catalog = Catalog(served, settings, redis, metrics, tables, notices)
         watching = await watch_keys(app, redis)
         if app.state.freeze_gc:
             freeze_startup_objects()  # start-up's imports and compiled code included
@@ -116,6 +118,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         finally:
             await stop_watching(app, watching)
     finally:
+        if notices is not None:
+            await notices.close()
         await redis.aclose()
 
 

@@ -228,8 +228,9 @@ class Settings(BaseSettings):
         1_000_000,
         ge=0,
         description="Features whose state the API keeps in memory for /predict, all models "
-        "together, kept exact by the redo log (92-154 bytes each, 92 MB at 1,000,000; 0: off; "
-        "single Redis only).",
+        "together, kept exact by the redo log and Redis's change notices (a warm /predict "
+        "then asks Redis nothing; 92-154 bytes each, 92 MB at 1,000,000; 0: off; single "
+        "Redis only).",
     )
     max_deliveries: int = Field(5, ge=1, description="Deliveries before dead-lettering.")
     auc_window: int = Field(

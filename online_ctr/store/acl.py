@@ -100,8 +100,13 @@ _COMMON = (
     "xadd", "xrange", "xrevrange", "xlen", "zadd", "zrem", "zcard", "zrange",
 )  # fmt: skip
 #: The idempotency records' bound (ZCOUNT, ZREMRANGEBYRANK, UNLINK), joins (ZSCORE), MEMORY
-#: USAGE for a model's state size (GET /models/{name}), the managed API keys' version (INCR).
-_API = ("exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage", "incr")
+#: USAGE for a model's state size (GET /models/{name}), the managed API keys' version (INCR);
+#: HELLO (RESP3) and CLIENT TRACKING: the change notices of /predict's copy
+#: (:mod:`online_ctr.store.change_notices`).
+_API = (
+    "exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage", "incr",
+    "hello", "client|tracking",
+)  # fmt: skip
 #: XREAD, XDEL, XTRIM: reading and trimming the feedback streams; the rest: the commits.
 _WORKER = (
     "xread", "xdel", "xtrim", "hincrby", "hincrbyfloat", "strlen", "setrange", "bitfield",

@@ -20,6 +20,10 @@ copy holds at most ``max_features`` rows: past that it is emptied, so memory is 
 the setting, never by the model. Single Redis only: on Redis Cluster the redo log and the
 shards are in different slots, which no one script can read.
 
+With change notices (:mod:`online_ctr.store.change_notices`), a pass whose features the copy
+holds, when Redis has told of no change to the model's meta hash since the call the copy is
+exact as of, makes no call at all: it answers from the copy and what that call answered.
+
 >>> import numpy as np
 >>> changes = np.array([7, 9, 7], np.uint64), np.array([[1.0], [2.0], [3.0]])
 >>> latest(*changes)[0].tolist(), latest(*changes)[1].tolist()
@@ -35,6 +39,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.table import StateTable
+from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
 from online_ctr.store.scripts import Scripts
@@ -87,9 +92,11 @@ class StateReplica:
         scripts: Scripts,
         max_features: int,
         budget: Budget | None = None,
+        notices: ChangeNotices | None = None,
     ) -> None:
         """``budget``: the features of every model's copy together (one process's), past
-        which the largest copies start again empty (:mod:`online_ctr.learning.budget`)."""
+        which the largest copies start again empty (:mod:`online_ctr.learning.budget`).
+        ``notices``: Redis's word that the model changed, which spares a warm pass its call."""
         self.keys = keys
         self.budget = budget
         self.layout = layout
@@ -98,6 +105,12 @@ class StateReplica:
         self.table = StateTable(layout.width)
         self.epoch = b""  # no model seen yet: the first call starts the copy
         self.seq = 0
+        self.notices = notices
+        # What the call the copy is exact as of answered besides the features (step, fit,
+        # cutoff, base rate), and where the notices stood when it was sent: while they say
+        # nothing more, both are still exact.
+        self._answered: tuple[int, bytes | None, int, tuple[float, float]] | None = None
+        self._quiet_since: tuple[int, int] | None = None
         if budget is not None:
             budget.track(self)
         head: list[Argument] = [
@@ -145,6 +158,9 @@ class StateReplica:
         else:  # the usual pass once warm: nothing to read
             state = self.table.data[rows]
             records_asked = b""
+            if self._answered is not None and self._quiet():
+                return Fresh(state, *self._answered)
+        mark = self.notices.mark(self.keys.meta) if self.notices is not None else None
         reply = await self._serve(epoch, seq, records_asked)
         status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)
@@ -157,8 +173,16 @@ class StateReplica:
         changed = latest(*records(self.layout, changes)) if changes else None
         if changed is not None:
             _overlay(ids, state, *changed)
-        self._keep(epoch, seq, new_seq, changed, lacked, state[missing])
-        return Fresh(state, int(t), fit or None, int(cut_all), (float(clicks), float(examples)))
+        answered = (int(t), fit or None, int(cut_all), (float(clicks), float(examples)))
+        if self._keep(epoch, seq, new_seq, changed, lacked, state[missing]):
+            self._answered, self._quiet_since = answered, mark
+        return Fresh(state, *answered)
+
+    def _quiet(self) -> bool:
+        """Whether Redis has told of no change to the model since the call the copy is exact
+        as of."""
+        notices = self.notices
+        return notices is not None and notices.quiet(self.keys.meta, self._quiet_since)
 
     def _keep(
         self,
@@ -168,12 +192,13 @@ class StateReplica:
         changed: tuple[NDArray[np.uint64], Array] | None,
         ids: NDArray[np.uint64],
         state: Array,
-    ) -> None:
+    ) -> bool:
         """Bring the copy from commit ``seq`` to ``new_seq`` and add the features it lacked
         (``ids``, their ``state`` as of ``new_seq``), unless another pass moved it meanwhile
-        (passes overlap): then it is left as it is, exact as of its own commit."""
+        (passes overlap): then it is left as it is, exact as of its own commit. True if the
+        copy is now exact as of ``new_seq``."""
         if self.epoch != epoch or not (self.seq == seq or self.seq == new_seq):
-            return
+            return False
         if self.seq != new_seq and changed is not None:
             rows = self.table.rows(changed[0], create=False)
             cached = rows >= 0
@@ -182,12 +207,14 @@ class StateReplica:
         if len(self.table) + len(ids) > self.max_features:
             self.table.clear()  # empty is exact as of any commit
             if len(ids) > self.max_features:
-                return
+                return True
         rows = self.table.rows(ids, create=True)  # first: it may grow the table's arrays
         self.table.data[rows] = state
         if self.budget is not None and len(ids):
             self.budget.fit()
+        return True
 
     def _restart(self, epoch: bytes, seq: int) -> None:
         self.table.clear()
         self.epoch, self.seq = epoch, seq
+        self._answered = self._quiet_since = None

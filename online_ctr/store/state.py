@@ -43,6 +43,7 @@ from online_ctr.learning.rules import Rule, get_rule
 from online_ctr.learning.rules.base import Array
 from online_ctr.store import idempotency
 from online_ctr.store.calibration_codec import HISTOGRAM_FIELD, decode_fit, decode_histogram
+from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.commits import CommitLog
 from online_ctr.store.failures import pipeline
 from online_ctr.store.filter import make_filters
@@ -312,11 +313,13 @@ class ModelStore:
         replica_features: int = 0,
         copies: Budget | None = None,
         acks: ReplicaAcks | None = None,
+        notices: ChangeNotices | None = None,
     ) -> None:
         """``replica_features``: serve from a copy of at most that many hot features
         (:mod:`online_ctr.store.replica`; 0, or on Redis Cluster: read every feature from the
-        shards), counted against ``copies`` with other models' copies. ``acks``: the
-        learner's replica acknowledgements (:meth:`log_replicated`)."""
+        shards), counted against ``copies`` with other models' copies, and kept without a
+        call while ``notices`` tell of no change. ``acks``: the learner's replica
+        acknowledgements (:meth:`log_replicated`)."""
         # Any, not RedisClient, for the readers of ``store.redis`` outside the store: redis-py
         # types a reply as the union of every decoding, which they do not narrow yet.
         self.redis = redis
@@ -329,7 +332,7 @@ class ModelStore:
         self.replica = None
         if replica_features and not self.shards.one_shard_per_call:
             self.replica = StateReplica(
-                self.keys, spec.layout, self.scripts, replica_features, copies
+                self.keys, spec.layout, self.scripts, replica_features, copies, notices
             )
 
     async def ensure(self, create: bool = True) -> None:

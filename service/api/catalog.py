@@ -14,6 +14,7 @@ import time
 
 from online_ctr.config.settings import Settings
 from online_ctr.metrics import Metrics
+from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.ingest import FeedbackLog
 from online_ctr.store.keys import FeedbackKeys
@@ -41,9 +42,11 @@ class Catalog:
         redis: RedisClient,
         metrics: Metrics,
         tables: TableBudgets | None = None,
+        notices: ChangeNotices | None = None,
     ) -> None:
         self.own = own
         self.tables = tables
+        self.notices = notices
         self.registry = Registry(redis, settings.max_models)
         self._settings = settings
         self._redis = redis
@@ -104,6 +107,7 @@ class Catalog:
             policy=policy,
             tables=self.tables,
             negative_rate=config.negative_rate,
+            notices=self.notices,
         )
         if config.feature_names:
             record_names(served, redis, settings, metrics)

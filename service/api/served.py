@@ -23,6 +23,7 @@ from online_ctr.learning.learner import logits, scoring_features, sigmoid
 from online_ctr.learning.rules.base import uncertainty
 from online_ctr.metrics import Metrics
 from online_ctr.store import idempotency
+from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.idempotency import KeyLimits
 from online_ctr.store.impressions import Joined
 from online_ctr.store.ingest import Appended, FeedbackLog, ModelDeletedError
@@ -102,12 +103,14 @@ class ServedModel:
         policy: JoinPolicy = JOINS_OFF,
         tables: TableBudgets | None = None,
         negative_rate: float = 1.0,
+        notices: ChangeNotices | None = None,
     ) -> None:
         names, copies = (tables.names, tables.copies) if tables else (None, None)
         self.name = spec.name
         self.own = own
         self._register = register
-        self.store = ModelStore(redis, spec, settings.predict_cache_features, copies)
+        features = settings.predict_cache_features
+        self.store = ModelStore(redis, spec, features, copies, notices=notices)
         keys = self.store.keys
         key_limits = KeyLimits.of(settings)
         acks = ReplicaAcks.of(redis, settings, metrics.replica_ack_timeouts)
