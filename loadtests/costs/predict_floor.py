@@ -2,8 +2,12 @@
 
 Issue 51 asks one ``/predict`` at a time to take at most 1.5x a bare FastAPI endpoint's p50 (2x
 its p99). Ours reads Redis once per request (``serve.lua``: what makes a prediction exact as of
-now), so this puts three systems side by side on one machine, with one raw TCP client (the
-requests of :mod:`loadtests.bench.vw_daemon`, one-example bodies of the Criteo head file):
+now) unless the API's copy holds every feature of the request and Redis has pushed no change
+to the model since the copy's last call (:mod:`online_ctr.store.change_notices`): the timed
+bodies are the same in every block, so after the first block they are that warm case (the
+one-pass rows of :mod:`loadtests.bench.vw_daemon` are mostly the other). This puts three
+systems side by side on one machine, with one raw TCP client (the requests of
+:mod:`loadtests.bench.vw_daemon`, one-example bodies of the Criteo head file):
 
 - ``bare``: the bare endpoint of :mod:`loadtests.common.bare_app` (parse, constant);
 - ``bare + Redis PING``: the same endpoint plus the cheapest Redis round trip there is
