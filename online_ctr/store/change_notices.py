@@ -106,10 +106,11 @@ class ChangeNotices:
         return since is not None and self.mark(prefix) == since
 
     async def close(self) -> None:
-        """Close the connection, after an attempt to open one has ended."""
+        """Close the connection, after an attempt to open one has ended: not cancelled, as
+        its thread would go on and leave its connection open (it ends within the connect
+        timeout, and closes what it opened, seeing this closed)."""
         self._closed = True
         if self._opening is not None:
-            self._opening.cancel()
             await asyncio.gather(self._opening, return_exceptions=True)
         self._drop()
 
