@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import OutOfMemoryError
 
 from online_ctr.store.commits import Commit
@@ -98,6 +99,11 @@ class Committer:
         self.linger_s = linger_s
         #: Set when the learner waits for the applies: they linger no more.
         self._hurry = asyncio.Event()
+        #: Whether an idle learner trims the redo log through its last apply at once. Not on
+        #: Redis Cluster: there a shard fails over apart from the log side, and a shard that
+        #: lost its last apply is repaired from the redo log only while the entry is still
+        #: there (:mod:`workers.rollback`); and no serving copy reads the redo log there.
+        self.trims_when_idle = not isinstance(store.redis, RedisCluster)
 
     async def settle(self) -> None:
         """Wait until every finalized commit is applied; Redis errors propagate (the redo log
@@ -198,8 +204,9 @@ class Committer:
         self.applied_through = applied_through
 
     async def _apply_waiting(self, failed: BaseException | None, generation: int) -> None:
-        """Apply the waiting commits, those that arrive meanwhile after them, until none wait;
-        raise ``failed`` (the previous apply's error) first, if any. Abandoned (another
+        """Apply the waiting commits, those that arrive meanwhile after them, until none wait
+        (and, the learner idle, trim the redo log through the last); raise ``failed`` (the
+        previous apply's error) first, if any. Abandoned (another
         ``generation``), it stops: the commits waiting then are the next learner's, and its
         cache rows no longer theirs."""
         if failed is not None:
@@ -211,8 +218,15 @@ class Committer:
             await self.store.log_replicated()
             await self.store.shards.apply(seq, runs, self.generation)
             await self.store.shards_replicated(runs)
-            if generation == self._generation:
-                self.applied_through = seq
+            if generation != self._generation:
+                return
+            self.applied_through = seq
+            if self.trims_when_idle and self._hurry.is_set() and not self._waiting:
+                # The learner is idle and every shard has every commit: the redo log goes
+                # now, not at the next finalize, so that the model's 'trimmed' reaches its
+                # last commit and a serving copy's call reads no shard's 'applied' (serve.lua).
+                # A commit finalized meanwhile is applied by the loop, as any other.
+                await self.store.log.trim(seq)
 
     async def _linger(self) -> None:
         """Wait ``linger_s`` for more commits to join the apply, unless the learner waits

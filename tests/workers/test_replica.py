@@ -88,6 +88,36 @@ async def test_the_copy_follows_every_commit_of_a_learning_worker(
     assert len(replica) > 1_000
 
 
+async def test_an_idle_learner_trims_so_a_pass_reads_no_shard_progress(
+    make_store: MakeStore,
+) -> None:
+    """Once the learner is idle its last commit is trimmed from the redo log, so a pass that
+    reads features the copy lacks reads no shard's 'applied' key (a GET each in serve.lua),
+    and is still exact; while a commit is not in every shard, those keys are read."""
+    store = await make_store("ftrl", buckets=1 << 10, shards=16)
+    rows = list(itertools.islice(read_examples(CRITEO, "criteo"), 400))
+    await send(store, rows, per_entry=100)
+    assert await make_worker(store, batch_size=100).run_until_idle() == 4
+    seq, trimmed = await store.redis.hmget(store.keys.meta, "seq", "trimmed")
+    assert int(trimmed) == int(seq) == 4 and await store.redis.xlen(store.keys.redo) == 0
+    ids = np.array(sorted(await scan_state(store)), np.uint64)
+    replica = replica_of(store)
+    await served(replica, ids[:1])  # the copy's first call starts it (a reset, then a read)
+    for part in np.array_split(ids[1:], 4):  # each pass lacks its features: it reads them
+        expected = await truth(store, part)
+        before = await script_calls(store)
+        np.testing.assert_array_equal(await served(replica, part), expected)
+        after = await script_calls(store)
+        assert after["cmdstat_evalsha"] - before["cmdstat_evalsha"] == 1
+        assert after.get("cmdstat_get") == before.get("cmdstat_get")
+    # A commit the shards lack: the pass reads its shards' progress, and takes the commit.
+    extra = random_state(store, 50, seed=11)
+    await commit_unapplied(store, *extra)
+    before = await script_calls(store)
+    np.testing.assert_array_equal(await served(replica, extra[0]), extra[1])
+    assert (await script_calls(store))["cmdstat_get"] > before.get("cmdstat_get", 0)
+
+
 async def test_a_commit_is_served_before_its_shards_have_it(make_store: MakeStore) -> None:
     store, ids, state = await model_of(make_store, 500, 2, applied=False, rule="fobos")
     replica = replica_of(store)
