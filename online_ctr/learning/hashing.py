@@ -125,9 +125,13 @@ def distinct(keys: Keys) -> tuple[Keys, RowIndexes]:
     """The distinct keys in order of first occurrence, and each occurrence's index in them.
 
     The table starts small and doubles when half full, so it stays the size of the distinct
-    keys (which fit in the CPU's caches), not of the occurrences (which would not)."""
+    keys (which fit in the CPU's caches), not of the occurrences (which would not); for a
+    few keys (a single ``/predict``'s) it starts at their size, as allocating and filling
+    4,096 slots took most of such a call."""
     n = keys.shape[0]
-    size = 1 << 12
+    size = 16
+    while size < 2 * n and size < 1 << 12:
+        size *= 2
     slot_rows, slot_keys = np.full(size, -1, np.intp), np.zeros(size, np.uint64)
     unique = np.empty(n, np.uint64)
     inverse = np.empty(n, np.intp)
