@@ -167,8 +167,15 @@ class NameIds:
 
     def held(self) -> int:
         """Bytes of the table's arrays."""
-        arrays = (self.slots, self.hashes, self.ids, self.starts, self.arena)
-        return sum(array.nbytes for array in arrays)
+        # Written out: with a generator over the five, a budget's fit of two such tables took
+        # 3.1 us against 1.3 (a /predict that reads new names makes two fits).
+        return (
+            self.slots.nbytes
+            + self.hashes.nbytes
+            + self.ids.nbytes
+            + self.starts.nbytes
+            + self.arena.nbytes
+        )
 
     def forget(self) -> None:
         """Start again, empty (names are hashed again as they come)."""
