@@ -17,6 +17,12 @@ systems side by side on one machine, with one raw TCP client (the requests of
   ``--rows`` rows; with ``--against DIR``, also the same from another checkout, to measure a
   change.
 
+With ``--first-sight`` every block sends rows no block before it sent (each system's own
+count of them; distinct rows of the Criteo head file, which ``--rounds 4`` fits: the first
+``--rows`` rows are learned, so the model knows their features but the API's copy has read
+none of them): the one-pass case, where each request's rarer features
+are read from Redis.
+
 Each round runs a block of ``--single`` requests per system (200 untimed first), in the order
 A B C C B A (reversed every other round), so that a drift of the shared machine's load falls
 on all alike. Printed: per system the medians over the rounds of its blocks' p50 and p99,
@@ -59,36 +65,47 @@ class System:
     p50_ms: list[float] = field(default_factory=list)
     p99_ms: list[float] = field(default_factory=list)
     cpu_us: list[float] = field(default_factory=list)
+    #: Requests a block: all of ``requests`` each time if 0, else the next so many of them.
+    per_block: int = 0
+    _sent: int = 0
 
     def block(self) -> None:
         """One block: the warm-up, then each request timed."""
         self.before_block()
-        for request in self.requests[:WARM_UP]:
+        requests = self.requests
+        if self.per_block:
+            requests = requests[self._sent : self._sent + WARM_UP + self.per_block]
+            self._sent += len(requests)
+        for request in requests[:WARM_UP]:
             self.send(request)
+        requests = requests[WARM_UP:] if self.per_block else requests
         cpu = tree_cpu_seconds(self.pid)
         times = []
-        for request in self.requests:
+        for request in requests:
             started = time.perf_counter()
             self.send(request)
             times.append(time.perf_counter() - started)
-        per_request = (tree_cpu_seconds(self.pid) - cpu) / len(self.requests)
+        per_request = (tree_cpu_seconds(self.pid) - cpu) / len(requests)
         self.p50_ms.append(percentile(times, 50) * 1e3)
         self.p99_ms.append(percentile(times, 99) * 1e3)
         self.cpu_us.append(per_request * 1e6)
 
 
-def served(service: Service, name: str, bodies: list[bytes]) -> System:
+def served(service: Service, name: str, bodies: list[bytes], per_block: int) -> System:
     """The service's ``/predict``, sent over a connection opened for each block."""
     requests = [http_request("/predict", body, service.key) for body in bodies]
 
     def send(request: bytes) -> object:
         return service.exchange(request, 200)
 
-    return System(name, send, requests, service.processes["API"], service.reconnect)
+    pid = service.processes["API"]
+    return System(name, send, requests, pid, service.reconnect, per_block=per_block)
 
 
-def endpoint(app: BareEndpoint, name: str, requests: list[bytes]) -> System:
-    return System(name, app.exchange, requests, app.process.pid, app.disconnect)
+def endpoint(app: BareEndpoint, name: str, requests: list[bytes], per_block: int) -> System:
+    return System(
+        name, app.exchange, requests, app.process.pid, app.disconnect, per_block=per_block
+    )
 
 
 def rounds_of(systems: Sequence[System], rounds: int) -> None:
@@ -123,7 +140,11 @@ def table(systems: Sequence[System]) -> str:
 
 def measure(args: argparse.Namespace) -> list[System]:
     rows = bench_replay.replicate(feed.criteo_rows(args.data_dir), args.rows)
-    bodies = predict_bodies(rows[: args.single], 1)
+    per_block = args.single if args.first_sight else 0
+    blocks = 2 * args.rounds  # each system's: A B C C B A
+    bodies = predict_bodies(
+        rows[: (WARM_UP + args.single) * blocks if per_block else args.single], 1
+    )
     with tempfile.TemporaryDirectory(prefix="octr-predict-floor-") as scratch, ExitStack() as on:
         checkouts = {"ours": ROOT}
         if args.against:
@@ -147,9 +168,9 @@ def measure(args: argparse.Namespace) -> list[System]:
             service.learn(learn, len(rows) - len(rows) % 1000)
         plain = [http_request("/predict", body, first.key) for body in bodies]
         systems = [
-            endpoint(bare, "bare", plain),
-            endpoint(floor, "bare + Redis PING", plain),
-            *(served(service, name, bodies) for name, service in services.items()),
+            endpoint(bare, "bare", plain, per_block),
+            endpoint(floor, "bare + Redis PING", plain, per_block),
+            *(served(service, name, bodies, per_block) for name, service in services.items()),
         ]
         rounds_of(systems, args.rounds)
     return systems
@@ -163,10 +184,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=1000, help="timed requests a block")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of A B C C B A")
     parser.add_argument("--against", type=Path, help="another checkout's serve, measured too")
+    parser.add_argument(
+        "--first-sight", action="store_true", help="each block sends rows not sent before"
+    )
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = parser.parse_args(argv)
     if args.rows < 1000 or args.single < 1 or args.rounds < 1:
         parser.error("--rows must be >= 1000; --single and --rounds >= 1")
+    distinct = len(feed.criteo_rows(args.data_dir))  # --rows repeats them past that
+    if args.first_sight and (WARM_UP + args.single) * 2 * args.rounds > min(args.rows, distinct):
+        parser.error(
+            f"--first-sight sends (200 + --single) x 2 x --rounds rows, each once: at most "
+            f"--rows and the {distinct} rows of the Criteo head file"
+        )
     print(table(measure(args)))
     return 0
 
