@@ -29,6 +29,7 @@ from online_ctr.learning.learner import (
     gradients,
     learn,
     logits,
+    scoring_features,
     sigmoid,
     unique_features,
 )
@@ -305,7 +306,7 @@ def test_a_batch_predicts_with_its_start_weights_and_sums_gradients_per_feature(
     model.learn(hasher.batch(examples[:50], labels[:50]))  # some state to start from
     t0 = model.t
     batch = hasher.batch(examples[50:], labels[50:])
-    features = unique_features(batch)
+    features = scoring_features(batch)  # the model's grouping: its step's rows are in its order
     start = model.state_of(features.ids)[:, :-1]
     before = model.predict(batch)
 
