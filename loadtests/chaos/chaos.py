@@ -26,8 +26,13 @@ from loadtests.chaos.chaos_parts import Audit, DurableRedis, Feeders, FeedLog, L
 from loadtests.common.processes import Stack, http_ok, scratch_dir, wait_until
 
 REDIS_TIMEOUT_S = 0.5
-#: How much later than the Redis timeout a 503 may come (a loaded machine's scheduling).
-MARGIN_503_S = 1.0
+#: How much later than the Redis timeout a 503 may come (a loaded machine's scheduling: the
+#: time is the feeding thread's, in the test process). Beside two processes that kept both
+#: cores of a 2-core VM busy, the latest 503 came at 0.51-0.52 s (3 runs); in a whole
+#: `make test` there, beside the compose test's image builds, one came at 1.61 s. What the
+#: bound is for, a request that waits for Redis to come back (OCTR_REDIS_WAIT_S, 60 s here),
+#: stays far past it.
+MARGIN_503_S = 1.5
 BOUND_503_S = REDIS_TIMEOUT_S + MARGIN_503_S
 SETTINGS = {
     "OCTR_LEASE_TTL_MS": "500",
