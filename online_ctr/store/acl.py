@@ -102,10 +102,11 @@ _COMMON = (
 #: The idempotency records' bound (ZCOUNT, ZREMRANGEBYRANK, UNLINK), joins (ZSCORE), MEMORY
 #: USAGE for a model's state size (GET /models/{name}), the managed API keys' version (INCR);
 #: HELLO (RESP3) and CLIENT TRACKING: the change notices of /predict's copy
-#: (:mod:`online_ctr.store.change_notices`).
+#: (:mod:`online_ctr.store.change_notices`); HSCAN: a bucket too large to read in one call,
+#: when that copy reads the model whole (:mod:`online_ctr.store.whole_copy`).
 _API = (
     "exists", "unlink", "zcount", "zscore", "zremrangebyrank", "memory|usage", "incr",
-    "hello", "client|tracking",
+    "hello", "client|tracking", "hscan",
 )  # fmt: skip
 #: XREAD, XDEL, XTRIM: reading and trimming the feedback streams; the rest: the commits.
 _WORKER = (

@@ -32,22 +32,37 @@ exact as of, makes no call at all: it answers from the copy and what that call a
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from redis.exceptions import RedisError
 
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.table import StateTable
 from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
+from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.serve_call import Argument, ServeCall
 from online_ctr.store.snapshot_scan import records
+from online_ctr.store.whole_copy import Whole, read_whole
+
+logger = logging.getLogger(__name__)
 
 #: Commits whose changes one pass takes; a copy further behind starts again.
 MOST_COMMITS = 32
+#: Of the time since a whole read began, at most this share is spent reading the model whole
+#: (the next read waits 1 / share times as long as the last one took): a copy that keeps
+#: starting again (a model learning faster than its predictions come, so that the redo log is
+#: trimmed past the copy between them) costs Redis a bounded share of its time.
+WHOLE_READ_SHARE = 0.05
+#: And at least this many seconds pass before the model is asked again whether it fits.
+WHOLE_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,10 +108,13 @@ class StateReplica:
         max_features: int,
         budget: Budget | None = None,
         notices: ChangeNotices | None = None,
+        redis: RedisClient | None = None,
     ) -> None:
         """``budget``: the features of every model's copy together (one process's), past
         which the largest copies start again empty (:mod:`online_ctr.learning.budget`).
-        ``notices``: Redis's word that the model changed, which spares a warm pass its call."""
+        ``notices``: Redis's word that the model changed, which spares a warm pass its call.
+        ``redis``: the client to read the whole model with while it fits (None: the copy
+        holds only the features passes read)."""
         self.keys = keys
         self.budget = budget
         self.layout = layout
@@ -111,6 +129,15 @@ class StateReplica:
         # nothing more, both are still exact.
         self._answered: tuple[int, bytes | None, int, tuple[float, float]] | None = None
         self._quiet_since: tuple[int, int] | None = None
+        #: The copy holds every feature the model stores (as of its commit): a feature it
+        #: lacks is absent, its state what the shards answer for one (:mod:`~online_ctr.
+        #: store.whole_copy`).
+        self.whole = False
+        self._redis = redis
+        self._absent = layout.values(bytes(layout.value_bytes), 1)[0]
+        #: The whole read under way, and when the next may start (time.monotonic()).
+        self.reading: asyncio.Task[None] | None = None
+        self._read_after = 0.0
         if budget is not None:
             budget.track(self)
         head: list[Argument] = [
@@ -132,6 +159,7 @@ class StateReplica:
     def forget(self) -> None:
         """Start again, empty: exact as of any commit."""
         self.table.clear()
+        self.whole = False
 
     async def read(self, ids: NDArray[np.uint64]) -> Fresh | None:
         """The state of ``ids`` (distinct) as of the latest commit; None if the model has no
@@ -146,17 +174,23 @@ class StateReplica:
         return None
 
     async def _read(self, ids: NDArray[np.uint64]) -> Fresh | None:
+        if not self.whole:
+            self._start_whole_read()
         rows = self.table.rows(ids, create=False)
         missing = rows < 0
-        lacked = ids[missing]
+        # A whole copy's missing features are absent: nothing to read.
+        lacked = ids[:0] if self.whole else ids[missing]
         epoch, seq = self.epoch, self.seq
         # Copied now (fancy indexing copies): the table may change while Redis answers.
-        if len(lacked):
+        if missing.any():
             state = np.empty((len(ids), self.layout.width))
             state[~missing] = self.table.data[rows[~missing]]
+            state[missing] = self._absent
+        else:
+            state = self.table.data[rows]
+        if len(lacked):
             records_asked = self.layout.reads(lacked).tobytes()
         else:  # the usual pass once warm: nothing to read
-            state = self.table.data[rows]
             records_asked = b""
             if self._answered is not None and self._quiet():
                 return Fresh(state, *self._answered)
@@ -165,7 +199,8 @@ class StateReplica:
         status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)
         if status == b"reset":
-            self._restart(new_epoch, new_seq)
+            if (self.epoch, self.seq) == (epoch, seq):  # else moved meanwhile: call again
+                self._restart(new_epoch, new_seq)
             return None
         changes, values, _ = read
         if len(lacked):
@@ -174,7 +209,8 @@ class StateReplica:
         if changed is not None:
             _overlay(ids, state, *changed)
         answered = (int(t), fit or None, int(cut_all), (float(clicks), float(examples)))
-        if self._keep(epoch, seq, new_seq, changed, lacked, state[missing]):
+        read_rows = state[missing] if len(lacked) else state[:0]
+        if self._keep(epoch, seq, new_seq, changed, lacked, read_rows):
             self._answered, self._quiet_since = answered, mark
         return Fresh(state, *answered)
 
@@ -199,22 +235,64 @@ class StateReplica:
         copy is now exact as of ``new_seq``."""
         if self.epoch != epoch or not (self.seq == seq or self.seq == new_seq):
             return False
+        grew = len(ids) > 0
         if self.seq != new_seq and changed is not None:
-            rows = self.table.rows(changed[0], create=False)
+            # A whole copy takes every change (a new feature's too); another, its own rows'.
+            rows = self.table.rows(changed[0], create=self.whole)
             cached = rows >= 0
             self.table.data[rows[cached]] = changed[1][cached]
+            grew |= self.whole
         self.seq = new_seq
         if len(self.table) + len(ids) > self.max_features:
-            self.table.clear()  # empty is exact as of any commit
+            self.forget()  # empty is exact as of any commit
             if len(ids) > self.max_features:
                 return True
         rows = self.table.rows(ids, create=True)  # first: it may grow the table's arrays
         self.table.data[rows] = state
-        if self.budget is not None and len(ids):
+        if self.budget is not None and grew:
             self.budget.fit()
         return True
 
     def _restart(self, epoch: bytes, seq: int) -> None:
-        self.table.clear()
+        self.forget()
         self.epoch, self.seq = epoch, seq
         self._answered = self._quiet_since = None
+
+    def _start_whole_read(self) -> None:
+        """Start reading the model whole, in a task of its own, unless one is under way, the
+        last ended too recently, or there is no client to read with."""
+        if self._redis is None or self.reading is not None:
+            return
+        if time.monotonic() < self._read_after:
+            return
+        self.reading = asyncio.get_running_loop().create_task(self._read_whole(self._redis))
+
+    async def _read_whole(self, redis: RedisClient) -> None:
+        started = time.monotonic()
+        try:
+            whole = await read_whole(redis, self.keys, self.layout, self.scripts, self._room())
+        except RedisError as error:  # passes read the features they lack meanwhile
+            logger.info("copy of %s: cannot read the model whole (%s)", self.keys.meta, error)
+            whole = None
+        finally:
+            took = time.monotonic() - started
+            self._read_after = started + max(took / WHOLE_READ_SHARE, WHOLE_RETRY_S)
+            self.reading = None
+        if whole is not None:
+            self._install(whole)
+
+    def _room(self) -> int:
+        """Features the copy may hold: its bound, less what other models' copies hold."""
+        if self.budget is None:
+            return self.max_features
+        return min(self.max_features, self.budget.limit - self.budget.held() + len(self.table))
+
+    def _install(self, whole: Whole) -> None:
+        """Make the copy the model ``whole``; its next pass calls (for the commits since)."""
+        self.table.clear()
+        rows = self.table.rows(whole.ids, create=True)  # first: it grows the table's arrays
+        self.table.data[rows] = whole.state
+        self.epoch, self.seq, self.whole = whole.epoch, whole.seq, True
+        self._answered = self._quiet_since = None
+        if self.budget is not None:
+            self.budget.fit()

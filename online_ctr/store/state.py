@@ -332,7 +332,7 @@ class ModelStore:
         self.replica = None
         if replica_features and not self.shards.one_shard_per_call:
             self.replica = StateReplica(
-                self.keys, spec.layout, self.scripts, replica_features, copies, notices
+                self.keys, spec.layout, self.scripts, replica_features, copies, notices, redis
             )
 
     async def ensure(self, create: bool = True) -> None:

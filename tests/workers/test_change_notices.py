@@ -198,3 +198,31 @@ async def test_notices_over_tls(
         np.testing.assert_array_equal(fresh.state, state)
     finally:
         await client.aclose()
+
+
+async def test_a_whole_copy_answers_features_no_pass_read_with_no_call(
+    make_store: MakeStore, make_notices: MakeNotices
+) -> None:
+    """Read whole, the copy knows a feature it lacks is absent: while Redis tells of no
+    change, rows no pass sent before cost no call either; a commit is still in the next."""
+    store, ids, state = await model_of(make_store, 600, seed=9, applied=True)
+    layout = store.spec.layout
+    replica = StateReplica(
+        store.keys, layout, store.scripts, 1_000_000, None, make_notices(), store.redis
+    )
+    await warm(replica, ids[:1])
+    if replica.reading is not None:
+        await replica.reading
+    await warm(replica, ids[:1])  # the copy, read whole, makes its call
+    assert replica.whole
+    calls = await serve_calls(store)
+    asked = np.concatenate([ids[1:], np.arange(1, 51, dtype=np.uint64)])
+    expected = np.vstack([state[1:], np.zeros((50, layout.width))])
+    fresh = await replica.read(asked)
+    assert fresh is not None and await serve_calls(store) == calls
+    np.testing.assert_array_equal(fresh.state, expected)
+    new_ids, new_state = random_state(store, 40, seed=10)
+    await commit_unapplied(store, new_ids, new_state)
+    fresh = await replica.read(new_ids)
+    assert fresh is not None and await serve_calls(store) == calls + 1
+    np.testing.assert_array_equal(fresh.state, new_state)
