@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.table import StateTable
+from online_ctr.store import whole_copy
 from online_ctr.store.change_notices import ChangeNotices
 from online_ctr.store.keys import ModelKeys
 from online_ctr.store.layout import Array, Layout
@@ -50,7 +51,7 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.serve_call import Argument, ServeCall
 from online_ctr.store.snapshot_scan import records
-from online_ctr.store.whole_copy import Whole, read_whole
+from online_ctr.store.whole_copy import Whole
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +236,8 @@ class StateReplica:
         copy is now exact as of ``new_seq``."""
         if self.epoch != epoch or not (self.seq == seq or self.seq == new_seq):
             return False
+        if self.reading is not None:  # the model is being read whole: nothing is kept
+            return False
         grew = len(ids) > 0
         if self.seq != new_seq and changed is not None:
             # A whole copy takes every change (a new feature's too); another, its own rows'.
@@ -269,8 +272,17 @@ class StateReplica:
 
     async def _read_whole(self, redis: RedisClient) -> None:
         started = time.monotonic()
+        whole = None
         try:
-            whole = await read_whole(redis, self.keys, self.layout, self.scripts, self._room())
+            room = self._room()
+            begun = await whole_copy.start(redis, self.keys, room)
+            if begun is not None:
+                # Emptied, and kept empty until the read ends (_keep), so that the copy and
+                # the table being read hold no more than the room together.
+                self.forget()
+                whole = await whole_copy.read_whole(
+                    redis, self.keys, self.layout, self.scripts, begun, room
+                )
         except RedisError as error:  # passes read the features they lack meanwhile
             logger.info("copy of %s: cannot read the model whole (%s)", self.keys.meta, error)
             whole = None
@@ -289,9 +301,7 @@ class StateReplica:
 
     def _install(self, whole: Whole) -> None:
         """Make the copy the model ``whole``; its next pass calls (for the commits since)."""
-        self.table.clear()
-        rows = self.table.rows(whole.ids, create=True)  # first: it grows the table's arrays
-        self.table.data[rows] = whole.state
+        self.table = whole.table
         self.epoch, self.seq, self.whole = whole.epoch, whole.seq, True
         self._answered = self._quiet_since = None
         if self.budget is not None:

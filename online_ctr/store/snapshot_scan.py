@@ -76,9 +76,13 @@ async def _large(redis: RedisClient, layout: Layout, prefix: str, buckets: list[
 
 
 async def scan_state(
-    redis: RedisClient, keys: ModelKeys, layout: Layout, scripts: Scripts
+    redis: RedisClient,
+    keys: ModelKeys,
+    layout: Layout,
+    scripts: Scripts,
+    fields_per_call: int = FIELDS_PER_CALL,
 ) -> AsyncIterator[Chunk]:
-    """Every stored feature of the model, in chunks of about :data:`FIELDS_PER_CALL`."""
+    """Every stored feature of the model, in chunks of about ``fields_per_call``."""
     for shard in range(layout.shards):
         shard_keys = keys.shard(shard)
         bucket = shard
@@ -86,7 +90,7 @@ async def scan_state(
             reply = await scripts.scan(
                 keys=[shard_keys.route],
                 args=[shard_keys.bucket_prefix, bucket, layout.shards, layout.buckets,
-                      FIELDS_PER_CALL, LARGEST_READ_WHOLE],
+                      fields_per_call, LARGEST_READ_WHOLE],
             )  # fmt: skip
             bucket, fields, values, counts, large = reply
             bucket = int(bucket)
