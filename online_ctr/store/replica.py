@@ -62,8 +62,10 @@ MOST_COMMITS = 32
 #: starting again (a model learning faster than its predictions come, so that the redo log is
 #: trimmed past the copy between them) costs Redis a bounded share of its time.
 WHOLE_READ_SHARE = 0.05
-#: And at least this many seconds pass before the model is asked again whether it fits.
+#: And at least this many seconds pass before the model is asked again whether it fits;
+#: this many, when it fit but its learner was applying a commit (the last of a burst, often).
 WHOLE_RETRY_S = 1.0
+WHOLE_SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class StateReplica:
         #: The whole read under way, and when the next may start (time.monotonic()).
         self.reading: asyncio.Task[None] | None = None
         self._read_after = 0.0
+        self._held_empty = False  # while a read's table fills, this one keeps nothing
         if budget is not None:
             budget.track(self)
         head: list[Argument] = [
@@ -236,7 +239,7 @@ class StateReplica:
         copy is now exact as of ``new_seq``."""
         if self.epoch != epoch or not (self.seq == seq or self.seq == new_seq):
             return False
-        if self.reading is not None:  # the model is being read whole: nothing is kept
+        if self._held_empty:  # the model is being read whole: nothing is kept
             return False
         grew = len(ids) > 0
         if self.seq != new_seq and changed is not None:
@@ -272,24 +275,28 @@ class StateReplica:
 
     async def _read_whole(self, redis: RedisClient) -> None:
         started = time.monotonic()
-        whole = None
+        wait, read, whole = WHOLE_RETRY_S, False, None
         try:
             room = self._room()
-            begun = await whole_copy.start(redis, self.keys, room)
-            if begun is not None:
-                # Emptied, and kept empty until the read ends (_keep), so that the copy and
-                # the table being read hold no more than the room together.
-                self.forget()
-                whole = await whole_copy.read_whole(
-                    redis, self.keys, self.layout, self.scripts, begun, room
-                )
+            begun = await whole_copy.start(redis, self.keys)
+            if begun is not None and begun.tracked <= room:
+                if not begun.settled:  # a commit is being applied: ask again soon
+                    wait = WHOLE_SETTLE_S
+                else:
+                    # Emptied, and kept empty until the read ends (_keep), so that the copy
+                    # and the table being read hold no more than the room together.
+                    self.forget()
+                    read = self._held_empty = True
+                    whole = await whole_copy.read_whole(
+                        redis, self.keys, self.layout, self.scripts, begun, room
+                    )
         except RedisError as error:  # passes read the features they lack meanwhile
             logger.info("copy of %s: cannot read the model whole (%s)", self.keys.meta, error)
-            whole = None
         finally:
-            took = time.monotonic() - started
-            self._read_after = started + max(took / WHOLE_READ_SHARE, WHOLE_RETRY_S)
-            self.reading = None
+            if read:
+                wait = max((time.monotonic() - started) / WHOLE_READ_SHARE, WHOLE_RETRY_S)
+            self._read_after = started + wait
+            self.reading, self._held_empty = None, False
         if whole is not None:
             self._install(whole)
 

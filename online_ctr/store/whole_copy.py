@@ -53,23 +53,31 @@ def epoch_name(epoch: bytes, gen: bytes | None) -> bytes:
 
 @dataclass(frozen=True)
 class Start:
-    """Where a read of the whole model starts: the epoch, the commit every shard has, and
-    how many features the model tracks."""
+    """Where a read of the whole model starts: its epoch, the commit every shard has
+    (``trimmed``), the last commit, and how many features the model tracks."""
 
     epoch: bytes
     seq: int
+    last: int
     tracked: int
 
+    @property
+    def settled(self) -> bool:
+        """Every commit is in every shard: the learner is idle, or between two commits. A
+        read that starts earlier is started again at its first call (the learner, idle,
+        trims the log past its ``seq``: workers/committer.py)."""
+        return self.seq == self.last
 
-async def start(redis: RedisClient, keys: ModelKeys, room: int) -> Start | None:
-    """Where to start reading the model whole; None if it has no epoch (deleted, or being
-    imported) or tracks more than ``room`` features."""
-    fields = ["epoch", "gen", "trimmed", "tracked"]
+
+async def start(redis: RedisClient, keys: ModelKeys) -> Start | None:
+    """Where to start reading the model whole now; None if it has no epoch (deleted, or
+    being imported)."""
+    fields = ["epoch", "gen", "trimmed", "seq", "tracked"]
     meta = cast(list[bytes | None], await redis.hmget(keys.meta, fields))  # not decoded
-    epoch, gen, trimmed, tracked = meta
-    if not epoch or int(tracked or 0) > room:
+    epoch, gen, trimmed, seq, tracked = meta
+    if not epoch:
         return None
-    return Start(epoch_name(epoch, gen), int(trimmed or 0), int(tracked or 0))
+    return Start(epoch_name(epoch, gen), int(trimmed or 0), int(seq or 0), int(tracked or 0))
 
 
 async def read_whole(
@@ -82,7 +90,8 @@ async def read_whole(
 ) -> Whole | None:
     """The model's every stored feature, read after ``begun`` was, in a table of its own,
     filled a call's features at a time (so that no step holds the event loop for long);
-    None if it holds more than ``room``."""
+    None if it holds more than ``room``, or if the redo log was trimmed past ``begun`` while
+    it was read (its first call would start the copy again)."""
     # Sized for the features the model tracks: no growth (a rehash of every row) on the way.
     table = StateTable(layout.width, capacity=max(begun.tracked, 1024))
     async for ids, state in scan_state(redis, keys, layout, scripts, FIELDS_PER_CALL):
@@ -90,4 +99,7 @@ async def read_whole(
             return None
         rows = table.rows(ids, create=True)  # first: it may grow the table's arrays
         table.data[rows] = state
+    after = await start(redis, keys)
+    if after is None or (after.epoch, after.seq) != (begun.epoch, begun.seq):
+        return None
     return Whole(begun.epoch, begun.seq, table)
