@@ -20,8 +20,9 @@ systems side by side on one machine, with one raw TCP client (the requests of
 With ``--first-sight`` every block sends rows no block before it sent (each system's own
 count of them; distinct rows of the Criteo head file, which ``--rounds 4`` fits: the first
 ``--rows`` rows are learned, so the model knows their features but the API's copy has read
-none of them): the one-pass case, where each request's rarer features
-are read from Redis.
+none of them): the one-pass case. Its rarer features were read from Redis, a call a pass,
+until the API read a model that fits its copy whole (:mod:`online_ctr.store.whole_copy`):
+then a feature the copy lacks is known absent, and no call is made while nothing changes.
 
 Each round runs a block of ``--single`` requests per system (200 untimed first), in the order
 A B C C B A (reversed every other round), so that a drift of the shared machine's load falls

@@ -24,6 +24,13 @@ With change notices (:mod:`online_ctr.store.change_notices`), a pass whose featu
 holds, when Redis has told of no change to the model's meta hash since the call the copy is
 exact as of, makes no call at all: it answers from the copy and what that call answered.
 
+A model that fits the copy's room is read into it whole, in a task of its own
+(:mod:`online_ctr.store.whole_copy`); from then on the copy takes every commit's records, a new
+feature's too, and a feature it lacks is absent: a pass reads no feature from Redis, and
+while Redis tells of no change, a request of rows never sent before makes no call either.
+The copy stops being whole whenever it starts again; it is read whole again later, spending
+at most :data:`WHOLE_READ_SHARE` of the time reading.
+
 >>> import numpy as np
 >>> changes = np.array([7, 9, 7], np.uint64), np.array([[1.0], [2.0], [3.0]])
 >>> latest(*changes)[0].tolist(), latest(*changes)[1].tolist()
