@@ -8,11 +8,14 @@ import itertools
 
 import numpy as np
 import pytest
+import redis
+import redis.asyncio as aioredis
 
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.readers import read_examples
 from online_ctr.store import replica as replica_module
-from online_ctr.store import whole_copy
+from online_ctr.store import snapshot_scan, whole_copy
+from online_ctr.store.acl import ROLES, user_rules
 from online_ctr.store.replica import StateReplica
 from online_ctr.store.state import ModelStore
 from testkit.paths import CRITEO
@@ -214,3 +217,29 @@ async def test_a_read_waits_for_the_learner_to_apply_and_is_dropped_if_trimmed_p
     await read_whole(replica, ids[:1])
     assert replica.whole
     np.testing.assert_array_equal(await served(replica, ids), state)
+
+
+async def test_the_api_user_reads_a_model_whole_large_buckets_too(
+    make_store: MakeStore, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's Redis user (online-ctr redis-acl's rules) may read a model whole: the scan
+    script, declared on a shard's route key, and HSCAN for a bucket too large for one call."""
+    monkeypatch.setattr(snapshot_scan, "LARGEST_READ_WHOLE", 50)  # most buckets paged
+    store, ids, state = await applied_model(make_store, 2_000, seed=12)
+    admin = redis.Redis.from_url(redis_url)
+    admin.execute_command("ACL", "LOG", "RESET")
+    admin.execute_command("ACL", "SETUSER", "api-whole", *user_rules(ROLES["api"], "pw"))
+    limited = aioredis.Redis.from_url(redis_url.replace("redis://", "redis://api-whole:pw@"))
+    try:
+        as_api = ModelStore(limited, store.spec)
+        replica = StateReplica(
+            store.keys, store.spec.layout, as_api.scripts, 1_000_000, None, None, limited
+        )
+        await read_whole(replica, ids[:1])
+        assert replica.whole and len(replica) == len(ids)
+        np.testing.assert_array_equal(await served(replica, ids), state)
+        assert admin.execute_command("ACL", "LOG") == []
+    finally:
+        await limited.aclose()
+        admin.execute_command("ACL", "DELUSER", "api-whole")
+        admin.close()
