@@ -224,7 +224,7 @@ async def test_the_api_user_reads_a_model_whole_large_buckets_too(
 ) -> None:
     """The API's Redis user (online-ctr redis-acl's rules) may read a model whole: the scan
     script, declared on a shard's route key, and HSCAN for a bucket too large for one call."""
-    monkeypatch.setattr(snapshot_scan, "LARGEST_READ_WHOLE", 50)  # most buckets paged
+    monkeypatch.setattr(snapshot_scan, "LARGEST_READ_WHOLE", 4)  # most buckets paged
     store, ids, state = await applied_model(make_store, 2_000, seed=12)
     admin = redis.Redis.from_url(redis_url)
     admin.execute_command("ACL", "LOG", "RESET")
