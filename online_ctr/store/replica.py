@@ -73,6 +73,22 @@ WHOLE_READ_SHARE = 0.05
 #: this many, when it fit but its learner was applying a commit (the last of a burst, often).
 WHOLE_RETRY_S = 1.0
 WHOLE_SETTLE_S = 0.05
+#: A copy read whole that starts again sooner than this (the redo log trimmed past it: its
+#: model commits faster than predictions come) doubles the wait before the next read, up to
+#: 2^WHOLE_MOST_DOUBLINGS times: such a copy would mostly be read to be dropped. One that
+#: lasted longer waits the plain wait again.
+WHOLE_KEPT_S = 60.0
+WHOLE_MOST_DOUBLINGS = 6
+
+
+def doublings_after(doublings: int, lasted_s: float) -> int:
+    """The doublings of the wait before the next whole read, after a whole copy that lasted
+    ``lasted_s`` started again.
+
+    >>> doublings_after(0, 5.0), doublings_after(6, 5.0), doublings_after(3, 61.0)
+    (1, 6, 0)
+    """
+    return 0 if lasted_s >= WHOLE_KEPT_S else min(doublings + 1, WHOLE_MOST_DOUBLINGS)
 
 
 @dataclass(frozen=True)
@@ -148,6 +164,9 @@ class StateReplica:
         #: The whole read under way, and when the next may start (time.monotonic()).
         self.reading: asyncio.Task[None] | None = None
         self._read_after = 0.0
+        self._read_wait = WHOLE_RETRY_S  # the last read's wait, before doubling
+        self._doublings = 0
+        self._whole_since = 0.0
         self._held_empty = False  # while a read's table fills, this one keeps nothing
         if budget is not None:
             budget.track(self)
@@ -267,6 +286,10 @@ class StateReplica:
         return True
 
     def _restart(self, epoch: bytes, seq: int) -> None:
+        if self.whole:  # lost to a trim or a new epoch: a read whole again waits longer
+            now = time.monotonic()
+            self._doublings = doublings_after(self._doublings, now - self._whole_since)
+            self._read_after = now + self._read_wait * (1 << self._doublings)
         self.forget()
         self.epoch, self.seq = epoch, seq
         self._answered = self._quiet_since = None
@@ -297,12 +320,16 @@ class StateReplica:
                     whole = await whole_copy.read_whole(
                         redis, self.keys, self.layout, self.scripts, begun, room
                     )
+                    if whole is None:  # trimmed past meanwhile, or larger than the room
+                        self._doublings = doublings_after(self._doublings, 0.0)
         except RedisError as error:  # passes read the features they lack meanwhile
             logger.info("copy of %s: cannot read the model whole (%s)", self.keys.meta, error)
         finally:
             if read:
-                wait = max((time.monotonic() - started) / WHOLE_READ_SHARE, WHOLE_RETRY_S)
-            self._read_after = started + wait
+                wait = self._read_wait = max(
+                    (time.monotonic() - started) / WHOLE_READ_SHARE, WHOLE_RETRY_S
+                )
+            self._read_after = started + wait * (1 << self._doublings)
             self.reading, self._held_empty = None, False
         if whole is not None:
             self._install(whole)
@@ -317,6 +344,7 @@ class StateReplica:
         """Make the copy the model ``whole``; its next pass calls (for the commits since)."""
         self.table = whole.table
         self.epoch, self.seq, self.whole = whole.epoch, whole.seq, True
+        self._whole_since = time.monotonic()
         self._answered = self._quiet_since = None
         if self.budget is not None:
             self.budget.fit()

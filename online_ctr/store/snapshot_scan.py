@@ -81,19 +81,27 @@ async def scan_state(
     layout: Layout,
     scripts: Scripts,
     fields_per_call: int = FIELDS_PER_CALL,
+    buckets_per_call: int | None = None,
 ) -> AsyncIterator[Chunk]:
-    """Every stored feature of the model, in chunks of about ``fields_per_call``."""
+    """Every stored feature of the model, in chunks of about ``fields_per_call``; with
+    ``buckets_per_call``, no call looks at more buckets than that (empty ones cost Redis an
+    HLEN each: a sparse model's shard is otherwise one long call)."""
     for shard in range(layout.shards):
         shard_keys = keys.shard(shard)
         bucket = shard
         while bucket >= 0:
+            end = layout.buckets
+            if buckets_per_call is not None:  # the shard's buckets are shard + k * shards
+                end = min(end, bucket + layout.shards * buckets_per_call)
             reply = await scripts.scan(
                 keys=[shard_keys.route],
-                args=[shard_keys.bucket_prefix, bucket, layout.shards, layout.buckets,
-                      fields_per_call, LARGEST_READ_WHOLE],
+                args=[shard_keys.bucket_prefix, bucket, layout.shards, end, fields_per_call,
+                      LARGEST_READ_WHOLE],
             )  # fmt: skip
             bucket, fields, values, counts, large = reply
             bucket = int(bucket)
+            if bucket < 0 and end < layout.buckets:  # this call's buckets done, not the shard's
+                bucket = end
             if counts:
                 read = np.frombuffer(counts, "<u4").reshape(-1, 2).astype(np.uint64)
                 owners = np.repeat(read[:, 0], read[:, 1].astype(np.intp))

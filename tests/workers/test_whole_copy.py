@@ -5,6 +5,7 @@ while it was being read, a model too large for it, and a redo log trimmed past i
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -99,6 +100,7 @@ async def test_commits_made_while_the_model_is_read_are_brought_in(
     """Buckets read at different commits: the records of every commit since the read began
     make the copy exact."""
     monkeypatch.setattr(whole_copy, "FIELDS_PER_CALL", 40)  # many calls to commit between
+    monkeypatch.setattr(whole_copy, "BUCKETS_PER_CALL", 5)  # and shards read in parts
     store, ids, state = await applied_model(make_store, 1_000, seed=3)
     layout = store.spec.layout
     replica = whole_replica(store)
@@ -160,7 +162,9 @@ async def test_a_model_larger_than_the_room_is_not_read_whole(make_store: MakeSt
 async def test_a_copy_trimmed_past_starts_again_and_is_read_whole_again(
     make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(replica_module, "WHOLE_RETRY_S", 0.0)
+    """Lost to the redo log's trim, the copy is read whole again after twice the wait (a
+    model that commits faster than predictions come would mostly be read to be dropped)."""
+    monkeypatch.setattr(replica_module, "WHOLE_RETRY_S", 100.0)
     store, ids, state = await applied_model(make_store, 400, seed=7)
     layout = store.spec.layout
     replica = whole_replica(store)
@@ -172,11 +176,11 @@ async def test_a_copy_trimmed_past_starts_again_and_is_read_whole_again(
         seq = await commit_unapplied(store, ids[k::3], state[k::3])
         await store.shards.apply(seq, layout.records(ids[k::3], state[k::3]))
     await store.log.trim(seq)
-    replica._read_after = 0.0  # the wait after the last read is over
     np.testing.assert_array_equal(await served(replica, ids), state)
-    assert not replica.whole  # started again, and reading again
-    assert replica.reading is not None
-    await replica.reading
+    assert not replica.whole and replica.reading is None  # started again; not read yet
+    assert 199.0 < replica._read_after - time.monotonic() <= 200.0
+    replica._read_after = 0.0  # the wait is over
+    await read_whole(replica, ids[:1])
     assert replica.whole
     extra = unknown(20, 8)
     np.testing.assert_array_equal(
