@@ -49,9 +49,14 @@ def cluster_ports(count: int, low: int = 10_000) -> list[int]:
     high = ephemeral_start() - BUS_OFFSET
     candidates = random.sample(range(low, high), k=min(4 * count + 64, high - low))
     chosen: list[int] = []
+    taken: set[int] = set()  # the chosen ports and their bus ports
     for port in candidates:
-        if is_free(port) and is_free(port + BUS_OFFSET):
+        pair = {port, port + BUS_OFFSET}
+        # Not one node's port on another's bus port: free now, but the first node to start
+        # binds it (a CI run once drew 11327 and 21327, and the second node never started).
+        if taken.isdisjoint(pair) and is_free(port) and is_free(port + BUS_OFFSET):
             chosen.append(port)
+            taken |= pair
             if len(chosen) == count:
                 return chosen
     raise RuntimeError(f"no {count} free port pairs in {low}..{high} (+{BUS_OFFSET})")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from testkit import ports
+import pytest
+
+from testkit import local_cluster, ports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,3 +35,21 @@ def test_no_test_takes_a_port_from_the_kernel_or_the_product() -> None:
         if re.search(r"from online_ctr\.cli\.embedded import[^\n]*\bfree_port\b", path.read_text())
     ]
     assert offenders == []
+
+
+def test_a_cluster_never_puts_one_node_on_another_nodes_bus_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Candidates drawn so that the second is the first's bus port (as a CI run once drew,
+    and the node on it never started): it is passed over, as is any port whose bus port is
+    a chosen node's."""
+    first = ports.free_ports(1)[0]
+    while not local_cluster.is_free(first + local_cluster.BUS_OFFSET):
+        first = ports.free_ports(1)[0]
+    drawn = [first, first + local_cluster.BUS_OFFSET]
+    rest = list(range(10_000, ports.ephemeral_start() - local_cluster.BUS_OFFSET))
+    monkeypatch.setattr(local_cluster.random, "sample", lambda _, k: (drawn + rest)[:k])
+    chosen = local_cluster.cluster_ports(6)
+    buses = {port + local_cluster.BUS_OFFSET for port in chosen}
+    assert chosen[0] == first and len(set(chosen)) == 6
+    assert buses.isdisjoint(chosen)
