@@ -26,13 +26,16 @@ from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.scripts import Scripts
 from online_ctr.store.snapshot_scan import scan_state
 
-#: Fields read a call, and buckets looked at a call: each call about 0.8 ms of Redis's time
-#: or less (1,000,000 features in 2^18 buckets: 811-837 us a call by INFO commandstats; a
-#: call over a whole shard of 4,096 empty buckets took 2.3 ms, 1,024 take ~0.6), on one of
-#: this project's 2-core VMs, so that Redis's other clients, this process's passes among
-#: them, never wait long behind one.
+#: Fields read a call, and buckets looked at a call. A pass that calls Redis meanwhile waits
+#: behind one call, so a read costs the passes during it about its whole Redis time (~0.2 s
+#: for 44,000 features in 2^18 buckets, most of it an HLEN per empty bucket) however it is
+#: cut: bigger calls make fewer passes wait. 1,000 fields: about 0.8 ms of Redis's time
+#: (1,000,000 features: 811-837 us a call by INFO commandstats, on one of this project's
+#: 2-core VMs); 4,096 buckets, a whole shard of the default layout: 2.3-3.3 ms (cut at 1,024,
+#: 256 calls of ~1 ms, the single predictions of `make bench-vw-daemon` right after learning
+#: had a p99 of 1.09 ms against 0.31); a layout of more buckets is cut to the same.
 FIELDS_PER_CALL = 1_000
-BUCKETS_PER_CALL = 1_024
+BUCKETS_PER_CALL = 4_096
 
 
 @dataclass(frozen=True)
