@@ -2,8 +2,9 @@
 
 This module is the part of the column-at-a-time reader (:mod:`online_ctr.learning.columnar`) that
 needs neither numba nor the kernels: ``online-ctr replay`` starts a :class:`Parsing` before it
-imports and loads them, so that the file's first block is parsed on the other core meanwhile.
-pyarrow itself is imported in that thread, when the parsing starts.
+imports and loads them, so that the file's first blocks are parsed on the other core meanwhile.
+A :class:`Parsing` imports pyarrow's CSV module as it is made (:func:`prepare`), in the
+caller's thread.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ BLOCK_BYTES = 1 << 22
 
 class Unreadable(ValueError):
     """A value the row reader would refuse (it finds which line, and says what is wrong)."""
+
+
+def prepare() -> None:
+    """Import pyarrow's CSV module, before a :class:`Parsing` starts: imported in the parser's
+    thread, it took the GIL in turns with the replay's import of numba, and the first block
+    was parsed only as that import ended (200,000 rows: at 286 ms of the process against 187
+    ms imported first, ~30 ms of import)."""
+    import pyarrow.csv  # noqa: F401
 
 
 def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
@@ -75,12 +84,16 @@ def record_batches(path: str | os.PathLike[str]) -> Iterator[Any]:
     yield from reader
 
 
-#: Blocks parsed ahead of their use, at most. Two, not one: the parser is not held back by a
-#: late block of the replay's; not more: the parser (~25 ms a block here) outpaces the
-#: replay's encoding and learning of a block (~40 ms), and each parsed block held is memory
-#: that the kernel maps and zeroes (200,000 rows, 8 runs each interleaved at load ~10, median
-#: CPU: 1.099 s one block ahead, 1.138 s two, 1.152 s eight).
-AHEAD = 2
+#: Blocks parsed ahead of their use, at most (48 MiB of the file). While the replay starts up
+#: (numba's import and the kernels' loading, ~0.25 s) nothing uses them, and the parser, which
+#: releases the GIL, can parse 200,000 Criteo rows (12 blocks) in that time on the other core;
+#: two blocks ahead, it waited for the start-up to end. Whole process, medians of paired runs
+#: (``python -m loadtests.costs.replay_process --rounds 3 --against``), 12 against 2: 200,000
+#: rows 0.603 s against 0.648, 2,000,000 rows 3.108 against 3.159; with :func:`prepare` too,
+#: 0.597 against 0.650 and 3.093 against 3.247 (``--rounds 4``). Peak memory of a replay of
+#: 2,000,000 rows: 822 MB against 793. (Earlier, on a machine at load ~10, more blocks ahead
+#: had cost CPU: 1.099 s one block ahead, 1.138 s two, 1.152 s eight.)
+AHEAD = 12
 
 
 #: The names' endings by which pyarrow decompresses a file it is given by name.
@@ -103,10 +116,11 @@ class Parsing(Ahead[Any]):
     ahead of its use, from the moment this is made. pyarrow parses a block only when asked for
     it, and it releases the GIL while it parses, so the parsing overlaps the hashing and
     learning of the blocks before (200,000 rows: the main thread waited about 0.45 s for the
-    parser without this). Made before numba is imported, the first blocks' parse (pyarrow's
-    import, the reader's opening and the blocks) overlaps the import and the warm-up, which
-    lose ~50 ms to it in the GIL. An error comes out in order. Iterate it once.
+    parser without this). Made before numba is imported, the first blocks' parse (the
+    reader's opening and the blocks, pyarrow imported already) overlaps that import and the
+    warm-up. An error comes out in order. Iterate it once.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        prepare()
         super().__init__(record_batches(path), AHEAD, "criteo-reader")
