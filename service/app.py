@@ -53,6 +53,7 @@ from service.api.routes import (
 )
 from service.api.served import ServedModel
 from service.api.tables import TableBudgets
+from service.connections import RequestsInProgress
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             tables=tables,
             negative_rate=own.negative_rate,
             notices=notices,
+            others=app.state.requests.others,
         )
         if own.feature_names:
             record_names(served, redis, settings, metrics)
@@ -109,7 +111,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 raise
             logger.warning("Redis unavailable at startup (%s); will retry on first use", error)
         app.state.served = served
-        app.state.catalog = Catalog(served, settings, redis, metrics, tables, notices)
+        app.state.catalog = Catalog(
+            served, settings, redis, metrics, tables, notices, app.state.requests.others
+        )
         watching = await watch_keys(app, redis)
         if app.state.freeze_gc:
             freeze_startup_objects()  # start-up's imports and compiled code included
@@ -197,6 +201,9 @@ def create_app(
     app.state.registry = registry
     app.state.freeze_gc = freeze_gc
     app.state.metrics = Metrics(registry)
+    # Told by the server's protocol (service.connections.bounded_protocol) which requests are
+    # in progress, so that a /predict among others waits for them in one pass.
+    app.state.requests = RequestsInProgress()
     errors.install(app)
     app.add_middleware(LaneDispatch, fastapi=app)  # inside the edge: keys and limits apply
     app.add_middleware(

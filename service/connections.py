@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 from http import HTTPStatus
@@ -112,6 +113,20 @@ def answers(settings: Settings) -> dict[str, Answer]:
     }
 
 
+class RequestsInProgress:
+    """The requests in progress in the server that serves an app: uvicorn's set of request
+    tasks, one per request from its head's end to its answer's, shared by every connection
+    (uvicorn bounds ``limit_concurrency`` with it), from the first connection on. Empty where
+    no server runs the app (a test that calls it directly)."""
+
+    def __init__(self) -> None:
+        self.tasks: Collection[object] = ()
+
+    def others(self) -> bool:
+        """Whether the server holds a request other than the caller's."""
+        return len(self.tasks) > 1
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol held to the bounds of its settings (the module's text).
 
@@ -122,12 +137,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     settings: ClassVar[Settings]
     metrics: ClassVar[Metrics]
     answers: ClassVar[dict[str, Answer]]
+    in_progress: ClassVar[RequestsInProgress]
     #: The connections refused and lingering: as many at most as may be open, so that
     #: descriptors stay bounded in a burst (past it, a refusal closes at once).
     refused: ClassVar[set[BoundedHttpToolsProtocol]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.in_progress.tasks = self.tasks  # the server's, the same for every connection
         self.limit_concurrency = None  # refused when they open instead, with Retry-After
         # uvicorn types it as the int of its Config; the loop takes any number of seconds.
         self.timeout_keep_alive = self.settings.idle_timeout_s  # type: ignore[assignment]
@@ -271,9 +288,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.deadline = None
 
 
-def bounded_protocol(settings: Settings, metrics: Metrics) -> type[BoundedHttpToolsProtocol]:
+def bounded_protocol(
+    settings: Settings, metrics: Metrics, requests: RequestsInProgress | None = None
+) -> type[BoundedHttpToolsProtocol]:
     """The protocol class to pass uvicorn as ``http=``: bounded by ``settings``, counted in
-    ``metrics`` (the app's, ``app.state.metrics``; a test's on a private registry)."""
+    ``metrics`` (the app's, ``app.state.metrics``; a test's on a private registry), telling
+    ``requests`` (the app's, ``app.state.requests``) which requests are in progress."""
 
     class Protocol(BoundedHttpToolsProtocol):
         pass
@@ -282,4 +302,5 @@ def bounded_protocol(settings: Settings, metrics: Metrics) -> type[BoundedHttpTo
     Protocol.metrics = metrics
     Protocol.answers = answers(settings)
     Protocol.refused = set()
+    Protocol.in_progress = RequestsInProgress() if requests is None else requests
     return Protocol

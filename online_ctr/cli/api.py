@@ -58,7 +58,7 @@ def api(args: argparse.Namespace) -> int:
         access_log=False,
         log_level=settings.log_level,
         # httptools, as uvicorn's "auto" picks, with the connection bounds it lacks.
-        http=bounded_protocol(settings, app.state.metrics),
+        http=bounded_protocol(settings, app.state.metrics, app.state.requests),
     )
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from online_ctr.config.settings import Settings
 from online_ctr.metrics import Metrics
@@ -43,10 +44,12 @@ class Catalog:
         metrics: Metrics,
         tables: TableBudgets | None = None,
         notices: ChangeNotices | None = None,
+        others: Callable[[], bool] = lambda: False,
     ) -> None:
         self.own = own
         self.tables = tables
         self.notices = notices
+        self.others = others  # whether the server holds other requests (ServedModel's)
         self.registry = Registry(redis, settings.max_models)
         self._settings = settings
         self._redis = redis
@@ -108,6 +111,7 @@ class Catalog:
             tables=self.tables,
             negative_rate=config.negative_rate,
             notices=self.notices,
+            others=self.others,
         )
         if config.feature_names:
             record_names(served, redis, settings, metrics)

@@ -8,11 +8,20 @@ its own pass, which it runs itself: no task, no future, no turn of the event loo
 request and its pass (about 10% of a lone ``/predict``'s CPU in the API). It is group commit,
 applied to reads. A few passes may be in flight at once, so that the process computes the next
 pass while Redis answers the previous one.
+
+A pass that asks Redis nothing (the API's copy holds what it needs) ends without yielding to
+the event loop, so nobody arrives while it runs: under load each request would have a pass of
+its own. So where the server holds other requests when one is submitted (``others``: their
+tasks are made, and run in this turn of the event loop), it is not run alone: its pass starts
+in a task of its own, after theirs, and takes those of them submitted by then. Only a small
+item waits so (``alone_from``): a large one's pass is mostly its own work already, and sharing
+a pass with others costs it more than the fixed costs it saves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -26,7 +35,10 @@ class Coalescer(Generic[In, Out]):
     ``size(item)`` is an item's weight in ``max_batch`` (examples, here): a pass takes items
     until that is reached, so one pass (and one Lua script in Redis) stays bounded, and passes
     start only while those in flight hold less than that. A pass that fails fails the items
-    waiting for the next one too.
+    waiting for the next one too. ``others()`` says whether requests other than the caller's
+    are in progress (:class:`service.connections.RequestsInProgress`); never, by default. An
+    item of size ``alone_from`` or more (none, by default) runs alone when nothing is in
+    flight, others or not.
     """
 
     def __init__(
@@ -35,8 +47,12 @@ class Coalescer(Generic[In, Out]):
         size: Callable[[In], int],
         max_batch: int,
         in_flight: int,
+        others: Callable[[], bool] = lambda: False,
+        alone_from: float = math.inf,
     ) -> None:
         self._run = run
+        self._others = others
+        self._alone_from = alone_from
         self._size = size
         self._max_batch = max_batch
         self._in_flight = in_flight
@@ -48,7 +64,8 @@ class Coalescer(Generic[In, Out]):
 
     async def submit(self, item: In) -> Out:
         """The result of ``item``, computed in the next pass."""
-        if not (self._busy or self._pending or self._starting or self._drainers):
+        nothing = not (self._busy or self._pending or self._starting or self._drainers)
+        if nothing and (self._size(item) >= self._alone_from or not self._others()):
             return await self._run_alone(item)  # nothing in flight: its pass starts now
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))

@@ -174,3 +174,61 @@ def test_a_cancelled_lone_request_lets_the_requests_behind_it_through() -> None:
 
     result, recorder = run(scenario())
     assert result == 20 and recorder.passes == [[1], [2]]
+
+
+async def _instant(items: list[int]) -> list[int]:
+    """A pass that asks Redis nothing: it ends without yielding to the event loop."""
+    return [item * 10 for item in items]
+
+
+def test_requests_among_others_share_a_pass_that_never_yields() -> None:
+    """Submitted while the server holds other requests, a request's pass starts in a task
+    of its own, after theirs, and takes the ones submitted by then."""
+
+    async def scenario() -> tuple[list[int], list[list[int]]]:
+        passes: list[list[int]] = []
+
+        async def instant(items: list[int]) -> list[int]:
+            passes.append(items)
+            return await _instant(items)
+
+        coalescer = Coalescer(instant, lambda item: 1, 100, 1, others=lambda: True)
+        results = await asyncio.gather(*(coalescer.submit(item) for item in range(5)))
+        return results, passes
+
+    assert run(scenario()) == ([0, 10, 20, 30, 40], [[0, 1, 2, 3, 4]])
+
+
+def test_alone_in_the_server_each_pass_that_never_yields_is_its_own() -> None:
+    """Nothing else in progress (the default): no pass waits for requests to come."""
+
+    async def scenario() -> tuple[list[int], list[list[int]]]:
+        passes: list[list[int]] = []
+
+        async def instant(items: list[int]) -> list[int]:
+            passes.append(items)
+            return await _instant(items)
+
+        coalescer = Coalescer(instant, lambda item: 1, max_batch=100, in_flight=1)
+        results = await asyncio.gather(*(coalescer.submit(item) for item in range(3)))
+        return results, passes
+
+    assert run(scenario()) == ([0, 10, 20], [[0], [1], [2]])
+
+
+def test_a_large_request_runs_alone_among_others() -> None:
+    """An item of ``alone_from`` or more runs its pass at once, others or not; the small
+    ones submitted beside it still share theirs."""
+
+    async def scenario() -> tuple[list[int], list[list[int]]]:
+        passes: list[list[int]] = []
+
+        async def instant(items: list[int]) -> list[int]:
+            passes.append(items)
+            return await _instant(items)
+
+        coalescer = Coalescer(instant, lambda item: item, 100, 1, lambda: True, alone_from=50)
+        results = await asyncio.gather(*(coalescer.submit(item) for item in (60, 1, 2)))
+        return results, passes
+
+    assert run(scenario()) == ([600, 10, 20], [[60], [1, 2]])

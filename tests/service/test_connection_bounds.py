@@ -452,3 +452,40 @@ def test_the_protocol_counts_in_the_metrics_it_is_given(redis_url: str) -> None:
         "online_ctr_http_refusals_total", {"reason": "header_bytes"}
     )
     assert refused == 1
+
+
+def test_the_protocol_tells_the_app_which_requests_are_in_progress(redis_url: str) -> None:
+    """The app's RequestsInProgress is the server's set of request tasks: a request whose
+    body has not come is in it until it ends, and a /predict beside it (its pass then runs
+    after the others, see service.api.coalesce) is answered as it is alone."""
+    settings = Settings(redis_url=redis_url, **AUTH)
+    app = create_app(settings, CollectorRegistry())
+    port = free_port()
+    protocol = bounded_protocol(settings, app.state.metrics, app.state.requests)
+    server = uvicorn.Server(uvicorn.Config(app, port=port, http=protocol, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        until(lambda: server.started, "uvicorn to start")
+        url, auth = f"http://127.0.0.1:{port}/predict", {"Authorization": f"Bearer {PREDICT_KEY}"}
+
+        def predict() -> httpx.Response:
+            return httpx.post(url, json=PREDICT, headers=auth, timeout=30)
+
+        alone = predict()
+        assert alone.status_code == 200
+        assert not app.state.requests.others()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as held:
+            held.sendall(
+                f"POST /predict HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {PREDICT_KEY}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n".encode()
+            )
+            until(lambda: len(app.state.requests.tasks) == 1, "the held request's task")
+            beside = predict()
+            assert beside.status_code == 200
+            assert beside.json() == alone.json()
+            assert len(app.state.requests.tasks) == 1  # the held one, still waiting
+        until(lambda: len(app.state.requests.tasks) == 0, "the held request to end")
+    finally:
+        server.should_exit = True
+        thread.join(30)
