@@ -46,12 +46,13 @@ def serve(app: FastAPI) -> None:
     from online_ctr.config.settings import get_settings
     from online_ctr.metrics import Metrics
     from online_ctr.process import freeze_startup_objects
-    from service.connections import bounded_protocol
+    from service.connections import RequestsInProgress, bounded_protocol
 
     settings = get_settings()
     # The API's connection bounds too, counted where nobody reads them: the ratio is then
     # what our routes cost, not what bounding a connection costs (~2.5 us a request).
     app.state.metrics = Metrics(CollectorRegistry())
+    app.state.requests = RequestsInProgress()  # told, as the API's is, and never asked
     freeze_startup_objects()  # as `online-ctr api` does
     uvicorn.run(
         app,
@@ -60,7 +61,7 @@ def serve(app: FastAPI) -> None:
         access_log=False,
         log_level=settings.log_level,
         # httptools, as uvicorn's "auto" picks, with the connection bounds it lacks.
-        http=bounded_protocol(settings, app.state.metrics),
+        http=bounded_protocol(settings, app.state.metrics, app.state.requests),
     )
 
 
