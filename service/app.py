@@ -22,7 +22,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from online_ctr.config.settings import Settings, get_settings
-from online_ctr.learning import grouping
+from online_ctr.learning import grouping, learner
 from online_ctr.learning.rules import get_rule
 from online_ctr.metrics import Metrics
 from online_ctr.process import StartupError, freeze_startup_objects
@@ -69,6 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Connect to Redis and build the served model; close the connections on shutdown."""
     settings: Settings = app.state.settings
     grouping.warm_up()  # compiled once here, not in the first big /predict
+    learner.warm_up()  # and the scoring sum
     scan.warm_up()  # and the body scanner, not in the first /learn
     # And the own rule's weights (its row math, compiled): 3-5 ms from numba's cache, up to
     # 0.6 s with none, which the first /predict would otherwise pay.

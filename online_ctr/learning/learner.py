@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch
 from online_ctr.learning.grouping import unique_inverse
+from online_ctr.learning.kernels import compiled
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 
@@ -85,8 +86,31 @@ def sigmoid(s: Array) -> Array:
 
 def logits(batch: Batch, features: Features, w: Array) -> Array:
     """``sum_i w_i x_i`` per example, for the distinct features' weights ``w``."""
-    contributions = w[features.inverse] * batch.values
-    return _sum_by(batch.rows(), contributions, len(batch))
+    return _example_sums(batch.indptr, w, features.inverse, batch.values)
+
+
+@compiled
+def _example_sums(
+    indptr: NDArray[np.int64], w: Array, inverse: NDArray[np.intp], x: Array
+) -> Array:
+    """Per example ``j``, ``w[inverse[k]] * x[k]`` summed over its pairs ``k`` in order from
+    0.0: what ``_sum_by(batch.rows(), w[inverse] * x, examples)`` gives, every bit (bincount
+    adds each pair to its example's total in that same order), in one pass instead of five
+    numpy calls, whose fixed costs were most of scoring a single ``/predict``."""
+    examples = len(indptr) - 1
+    out = np.zeros(examples)
+    for j in range(examples):
+        s = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            s += w[inverse[k]] * x[k]
+        out[j] = s
+    return out
+
+
+def warm_up() -> None:
+    """Load the compiled scoring sum (numba's cache) or compile it now, not in a first
+    ``/predict``."""
+    _example_sums(np.array([0, 1]), np.zeros(1), np.zeros(1, np.intp), np.ones(1))
 
 
 def gradients(batch: Batch, features: Features, p: Array) -> tuple[Array, Array]:

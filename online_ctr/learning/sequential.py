@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from online_ctr.learning import grouping, kernels, retention, table
+from online_ctr.learning import grouping, kernels, learner, retention, table
 from online_ctr.learning.admission import Admitting, admit_all
 from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.compact import check_encoding
@@ -158,6 +158,7 @@ def warm_up(rule: Rule, params: Any) -> None:
     """Compile (or load from numba's cache) the kernel now, on one throwaway example, so the
     first real batch does not pay for it (a worker calls this before it takes the lease)."""
     grouping.warm_up()
+    learner.warm_up()  # the scoring sum: predictions, and the mini-batch learner
     table.warm_up()  # the worker's cache and the in-process model look features up in it
     warm_up_loop(rule, params)
     rule.update(rule.zeros(1), np.zeros(1), np.zeros(1), 1, params)  # its array math too

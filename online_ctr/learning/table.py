@@ -51,6 +51,11 @@ class StateTable:
                 rows[new] = self._insert(ids[new])
         return rows
 
+    def state_of(self, rows: RowIndexes, absent: NDArray[np.float64]) -> NDArray[np.float64]:
+        """A copy of ``rows`` of :attr:`data` (from :meth:`rows`), the row ``absent`` where a
+        row is -1: one compiled pass where masks and fancy indexing made six numpy calls."""
+        return _state_of(self.data, rows, absent)
+
     def keep(self, rows: RowIndexes) -> None:
         """Keep only ``rows`` (distinct), each moved down to the next free place in row order.
 
@@ -107,8 +112,19 @@ def _compact(ids: NDArray[np.uint64], data: NDArray[np.float64], rows: RowIndexe
         data[i, :] = data[rows[i], :]
 
 
+@compiled
+def _state_of(
+    data: NDArray[np.float64], rows: RowIndexes, absent: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    out = np.empty((rows.shape[0], data.shape[1]))
+    for i in range(rows.shape[0]):
+        out[i, :] = data[rows[i], :] if rows[i] >= 0 else absent
+    return out
+
+
 def warm_up() -> None:
     """Compile (or load from numba's cache) the table's passes now, not in a first batch."""
     hashing.warm_up()
     table = StateTable(1)
     table.keep(table.rows(np.zeros(1, np.uint64), create=True))
+    table.state_of(np.array([0, -1], np.intp), np.zeros(1))

@@ -160,7 +160,8 @@ class StateReplica:
         #: store.whole_copy`).
         self.whole = False
         self._redis = redis
-        self._absent = layout.values(bytes(layout.value_bytes), 1)[0]
+        # Writable, as the compiled copy takes it (a read-only array is another type to compile).
+        self._absent = layout.values(bytes(layout.value_bytes), 1)[0].copy()
         #: The whole read under way, and when the next may start (time.monotonic()).
         self.reading: asyncio.Task[None] | None = None
         self._read_after = 0.0
@@ -207,17 +208,12 @@ class StateReplica:
         if not self.whole:
             self._start_whole_read()
         rows = self.table.rows(ids, create=False)
-        missing = rows < 0
+        # Copied now: the table may change while Redis answers.
+        state = self.table.state_of(rows, self._absent)
         # A whole copy's missing features are absent: nothing to read.
+        missing = rows < 0
         lacked = ids[:0] if self.whole else ids[missing]
         epoch, seq = self.epoch, self.seq
-        # Copied now (fancy indexing copies): the table may change while Redis answers.
-        if missing.any():
-            state = np.empty((len(ids), self.layout.width))
-            state[~missing] = self.table.data[rows[~missing]]
-            state[missing] = self._absent
-        else:
-            state = self.table.data[rows]
         if len(lacked):
             records_asked = self.layout.reads(lacked).tobytes()
         else:  # the usual pass once warm: nothing to read

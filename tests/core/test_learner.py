@@ -26,6 +26,7 @@ from online_ctr.learning.base_rate import BaseRate
 from online_ctr.learning.features import Batch, Example, FeatureHasher
 from online_ctr.learning.learner import (
     LOGIT_CLIP,
+    Features,
     gradients,
     learn,
     logits,
@@ -96,6 +97,27 @@ def test_gradient_matches_finite_differences_of_the_log_loss(seed: int) -> None:
     np.add.at(expected_g2, features.inverse, per_pair**2)
     np.testing.assert_allclose(g2, expected_g2, rtol=1e-15)
     assert np.any(g2 < g**2 - 1e-12), "no feature with gradients of both signs: g2 untested"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_logits_are_the_per_example_bincount_sums_bit_for_bit(seed: int) -> None:
+    """The compiled sum adds each example's terms in order from 0.0, as np.bincount does:
+    the same bits, signed zeros, infinities and NaN included (empty examples sum to 0.0)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 9, size=40)
+    indptr = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    k = 25
+    w = rng.normal(scale=10.0 ** rng.integers(-8, 9, size=k))
+    w[:3] = [-0.0, np.inf, np.nan] if seed == 0 else [-0.0, 1e308, -1e308]
+    inverse = rng.integers(0, k, size=int(indptr[-1])).astype(np.intp)
+    x = rng.choice([1.0, -1.0, 0.5, -0.0, 3e-300], size=len(inverse))
+    batch = Batch(indptr, np.zeros(len(inverse), np.uint64), x, np.zeros(len(sizes)))
+    features = Features(ids=np.arange(k, dtype=np.uint64), inverse=inverse)
+    rows = np.repeat(np.arange(len(sizes)), sizes)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, 1e308 * 1e308
+        expected = np.bincount(rows, weights=w[inverse] * x, minlength=len(sizes))
+    got = logits(batch, features, w)
+    assert got.dtype == np.float64 and got.tobytes() == expected.tobytes()
 
 
 def test_extreme_logits_are_clipped_and_the_loss_stays_finite() -> None:

@@ -73,3 +73,17 @@ def test_keep_moves_the_kept_rows_down_in_order_and_the_table_goes_on() -> None:
     assert again.tolist() == list(range(1000, 1005)) and not table.data[again].any()
     table.keep(np.array([], np.intp))
     assert len(table) == 0 and (table.rows(ids, create=False) == -1).all()
+
+
+def test_state_of_copies_the_rows_and_puts_the_absent_row_where_there_is_none() -> None:
+    table = StateTable(width=3)
+    ids = np.array([5, 9, 2**63 + 1], np.uint64)
+    table.data[table.rows(ids, create=True)] = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [-0.0, 8, 9]]
+    absent = np.array([0.0, 1.5, -2.0])
+    rows = table.rows(np.array([2**63 + 1, 7, 5, 7], np.uint64), create=False)
+    state = table.state_of(rows, absent)
+    expected = np.array([[-0.0, 8, 9], absent, [1.0, 2, 3], absent])
+    assert state.tobytes() == expected.tobytes()
+    state[0, 0] = 99.0  # a copy: the table is left as it was
+    assert table.data[rows[0], 0] == 0.0 and np.signbit(table.data[rows[0], 0])
+    assert table.state_of(rows[:0], absent).shape == (0, 3)

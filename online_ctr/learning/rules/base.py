@@ -244,6 +244,10 @@ def _operand(values: Any) -> Array:
     read-only array (state decoded from Redis bytes) or a strided one is another type: each
     would cost every process that meets it first ~1 CPU-s of compiling (29 more of them in one
     run of the test suite), for the same float operations on the same values."""
+    if type(values) is np.ndarray and values.dtype == np.float64:
+        flags = values.flags
+        if flags.c_contiguous and flags.writeable:
+            return values  # as np.require returns it, without its ~2 us of checks
     return np.require(values, np.float64, ("C", "W"))
 
 
