@@ -90,7 +90,7 @@ class BaseRate:
         """The state ``(c, m)`` of a model that has seen nothing."""
         return np.zeros(2)
 
-    def logit(self, state: Array) -> float:
+    def logit(self, state: Array | tuple[float, float]) -> float:
         """The offset added to the logit of the next example (0.0 with ``off``)."""
         return 0.0 if self.kind == "off" else offset(float(state[0]), float(state[1]))
 

@@ -81,36 +81,54 @@ def scoring_features(batch: Batch) -> Features:
 
 def sigmoid(s: Array) -> Array:
     """``1 / (1 + exp(-s))`` on logits clipped to ``[-LOGIT_CLIP, LOGIT_CLIP]``."""
-    return 1.0 / (1.0 + np.exp(-np.clip(s, -LOGIT_CLIP, LOGIT_CLIP)))
+    # np.clip's result by its two ufuncs (NaN stays NaN), without its Python wrapper's checks.
+    return 1.0 / (1.0 + np.exp(-np.minimum(np.maximum(s, -LOGIT_CLIP), LOGIT_CLIP)))
 
 
 def logits(batch: Batch, features: Features, w: Array) -> Array:
     """``sum_i w_i x_i`` per example, for the distinct features' weights ``w``."""
-    return _example_sums(batch.indptr, w, features.inverse, batch.values)
+    return _example_sums(batch.indptr, w, features.inverse, batch.values, 0.0)[0]
+
+
+def scores(batch: Batch, features: Features, w: Array, offset: float) -> tuple[Array, Array]:
+    """The logits plus ``offset`` (where it is not 0) and their probabilities: what
+    ``s = logits(...); s += offset; sigmoid(s)`` gives, every bit, in fewer calls (the clip
+    and negation in the compiled sum, then numpy's exp, as :func:`sigmoid` takes it)."""
+    s, z = _example_sums(batch.indptr, w, features.inverse, batch.values, offset)
+    np.exp(z, out=z)
+    z += 1.0
+    return s, np.divide(1.0, z, out=z)
 
 
 @compiled
 def _example_sums(
-    indptr: NDArray[np.int64], w: Array, inverse: NDArray[np.intp], x: Array
-) -> Array:
+    indptr: NDArray[np.int64], w: Array, inverse: NDArray[np.intp], x: Array, offset: float
+) -> tuple[Array, Array]:
     """Per example ``j``, ``w[inverse[k]] * x[k]`` summed over its pairs ``k`` in order from
-    0.0: what ``_sum_by(batch.rows(), w[inverse] * x, examples)`` gives, every bit (bincount
-    adds each pair to its example's total in that same order), in one pass instead of five
-    numpy calls, whose fixed costs were most of scoring a single ``/predict``."""
+    0.0, then ``offset`` added unless it is 0: what ``_sum_by(batch.rows(), w[inverse] * x,
+    examples)`` gives, every bit (bincount adds each pair to its example's total in that same
+    order), in one pass instead of five numpy calls, whose fixed costs were most of scoring a
+    single ``/predict``. And each sum clipped to ``[-LOGIT_CLIP, LOGIT_CLIP]`` and negated,
+    as :func:`sigmoid` does before its exp (exact operations, NaN kept)."""
     examples = len(indptr) - 1
     out = np.zeros(examples)
+    negated = np.empty(examples)
     for j in range(examples):
         s = 0.0
         for k in range(indptr[j], indptr[j + 1]):
             s += w[inverse[k]] * x[k]
+        if offset != 0.0:
+            s += offset
         out[j] = s
-    return out
+        # NaN stays NaN: max and min keep their first argument unless another beats it.
+        negated[j] = -min(max(s, -LOGIT_CLIP), LOGIT_CLIP)
+    return out, negated
 
 
 def warm_up() -> None:
     """Load the compiled scoring sum (numba's cache) or compile it now, not in a first
     ``/predict``."""
-    _example_sums(np.array([0, 1]), np.zeros(1), np.zeros(1, np.intp), np.ones(1))
+    _example_sums(np.array([0, 1]), np.zeros(1), np.zeros(1, np.intp), np.ones(1), 0.0)
 
 
 def gradients(batch: Batch, features: Features, p: Array) -> tuple[Array, Array]:
@@ -137,10 +155,7 @@ def score(
 ) -> Scored:
     """Predict the batch with ``state`` (the rule's fields for ``features.ids``) as at step ``t``
     and sum the gradients per feature; ``offset`` (a base-rate prior's) is added to each logit."""
-    s = logits(batch, features, rule.weights(state, t, params))
-    if offset:
-        s += offset
-    p = sigmoid(s)
+    s, p = scores(batch, features, rule.weights(state, t, params), offset)
     g, g2 = gradients(batch, features, p)
     counts = np.bincount(features.inverse, minlength=len(features.ids)).astype(np.float64)
     return Scored(s, p, log_loss(p, batch.labels), g, g2, counts)

@@ -51,10 +51,13 @@ class StateTable:
                 rows[new] = self._insert(ids[new])
         return rows
 
-    def state_of(self, rows: RowIndexes, absent: NDArray[np.float64]) -> NDArray[np.float64]:
-        """A copy of ``rows`` of :attr:`data` (from :meth:`rows`), the row ``absent`` where a
-        row is -1: one compiled pass where masks and fancy indexing made six numpy calls."""
-        return _state_of(self.data, rows, absent)
+    def state_of(
+        self, ids: NDArray[np.uint64], absent: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], RowIndexes]:
+        """A copy of the state of ``ids`` (the row ``absent`` for an id not here), and each
+        id's row as :meth:`rows` gives it: one compiled pass where the probe, masks and fancy
+        indexing made eight numpy calls."""
+        return _state_of(self._slot_rows, self._slot_ids, self.data, ids, absent)
 
     def keep(self, rows: RowIndexes) -> None:
         """Keep only ``rows`` (distinct), each moved down to the next free place in row order.
@@ -114,12 +117,18 @@ def _compact(ids: NDArray[np.uint64], data: NDArray[np.float64], rows: RowIndexe
 
 @compiled
 def _state_of(
-    data: NDArray[np.float64], rows: RowIndexes, absent: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    out = np.empty((rows.shape[0], data.shape[1]))
-    for i in range(rows.shape[0]):
-        out[i, :] = data[rows[i], :] if rows[i] >= 0 else absent
-    return out
+    slot_rows: RowIndexes,
+    slot_ids: NDArray[np.uint64],
+    data: NDArray[np.float64],
+    ids: NDArray[np.uint64],
+    absent: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], RowIndexes]:
+    rows = np.empty(ids.shape[0], np.intp)
+    out = np.empty((ids.shape[0], data.shape[1]))
+    for i in range(ids.shape[0]):
+        rows[i] = row = hashing.find(slot_rows, slot_ids, ids[i])
+        out[i, :] = data[row, :] if row >= 0 else absent
+    return out, rows
 
 
 def warm_up() -> None:
@@ -127,4 +136,4 @@ def warm_up() -> None:
     hashing.warm_up()
     table = StateTable(1)
     table.keep(table.rows(np.zeros(1, np.uint64), create=True))
-    table.state_of(np.array([0, -1], np.intp), np.zeros(1))
+    table.state_of(np.array([0, 1], np.uint64), np.zeros(1))

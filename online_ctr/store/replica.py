@@ -207,9 +207,8 @@ class StateReplica:
     async def _read(self, ids: NDArray[np.uint64]) -> Fresh | None:
         if not self.whole:
             self._start_whole_read()
-        rows = self.table.rows(ids, create=False)
         # Copied now: the table may change while Redis answers.
-        state = self.table.state_of(rows, self._absent)
+        state, rows = self.table.state_of(ids, self._absent)
         # A whole copy's missing features are absent: nothing to read.
         missing = rows < 0
         lacked = ids[:0] if self.whole else ids[missing]

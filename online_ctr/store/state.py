@@ -388,7 +388,7 @@ class ModelStore:
             weights=spec.weights(rows.state, rows.t, rows.cut_all),
             rates=spec.rates(rows.state, rows.t) if rates else None,
             fit=decode_fit(rows.calibration_fit) if spec.calibration == "power" else None,
-            base_logit=spec.base_rate.logit(np.array(rows.base)),
+            base_logit=spec.base_rate.logit(rows.base),  # (clicks, examples)
         )
 
     async def calibration_histogram(self) -> Histogram:

@@ -19,7 +19,7 @@ from online_ctr.config.join_policy import JOINS_OFF, JoinPolicy
 from online_ctr.config.settings import Settings
 from online_ctr.learning.explain import Explanation
 from online_ctr.learning.features import Batch, Example, FeatureHasher, concat
-from online_ctr.learning.learner import logits, scoring_features, sigmoid
+from online_ctr.learning.learner import scores, scoring_features
 from online_ctr.learning.rules.base import uncertainty
 from online_ctr.metrics import Metrics
 from online_ctr.store import idempotency
@@ -209,10 +209,10 @@ class ServedModel:
         features = scoring_features(batch)
         wanted = any(request.uncertainty for request in requests)
         served = await self.store.serving(features.ids, rates=wanted)
-        s = logits(batch, features, served.weights)
-        if served.base_logit:  # after the weights' sum, as the learner adds it
-            s += served.base_logit
-        p = sigmoid(s) if served.fit is None else served.fit.apply(sigmoid(s))
+        # The base rate's offset after the weights' sum, as the learner adds it.
+        s, p = scores(batch, features, served.weights, served.base_logit)
+        if served.fit is not None:
+            p = served.fit.apply(p)
         s_all, p_all = s.tolist(), p.tolist()
         u_all = None
         if served.rates is not None:
@@ -221,7 +221,7 @@ class ServedModel:
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
         given = [(request.size(), request.ids) for request in requests]
         logged = await self.joins.log(given, batch, p_all)  # before any answer is sent
-        scores, start, calibrated = [], 0, served.fit is not None
+        answers, start, calibrated = [], 0, served.fit is not None
         for k, request in enumerate(requests):
             end = start + request.size()
             u = u_all[start:end] if u_all is not None and request.uncertainty else None
@@ -238,9 +238,11 @@ class ServedModel:
                     request.explain,
                     served.base_logit,
                 )
-            scores.append(Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used, why))
+            answers.append(
+                Scores(s_all[start:end], p_all[start:end], u, calibrated, ids, used, why)
+            )
             start = end
-        return scores
+        return answers
 
     def _hash(self, requests: list[ScoringRequest]) -> Batch:
         """The pass's examples as one batch, each request hashed exactly as it would be alone.

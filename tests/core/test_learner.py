@@ -30,6 +30,7 @@ from online_ctr.learning.learner import (
     gradients,
     learn,
     logits,
+    scores,
     scoring_features,
     sigmoid,
     unique_features,
@@ -118,6 +119,30 @@ def test_logits_are_the_per_example_bincount_sums_bit_for_bit(seed: int) -> None
         expected = np.bincount(rows, weights=w[inverse] * x, minlength=len(sizes))
     got = logits(batch, features, w)
     assert got.dtype == np.float64 and got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("offset", [0.0, -0.0, -1.3862943611198906, 36.0, np.nan])
+def test_scores_are_the_logits_plus_the_offset_and_their_sigmoid_bit_for_bit(offset: float) -> None:
+    """As _score and the mini-batch learner computed them: ``s = logits(...)``, ``s +=
+    offset`` if the offset is not 0, ``sigmoid(s)``: the clip, NaN, infinities, signed zeros
+    and exactly +-LOGIT_CLIP included, for batches of every length numpy's exp might take
+    apart (its vector loops and their tails)."""
+    rng = np.random.default_rng(11)
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, LOGIT_CLIP, -LOGIT_CLIP, 40.0, -40.0]
+    for examples in [*range(1, 20), 33, 64, 65, 257]:
+        indptr = np.arange(examples + 1, dtype=np.int64)  # one feature each, x = 1: s = w
+        w = rng.normal(scale=rng.choice([0.1, 3.0, 30.0]), size=examples)
+        picked = rng.random(examples) < 0.3
+        w[picked] = rng.choice(special, size=int(picked.sum()))
+        batch = Batch(indptr, np.zeros(examples, np.uint64), np.ones(examples), np.zeros(examples))
+        features = Features(ids=np.arange(examples, dtype=np.uint64), inverse=np.arange(examples))
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected = logits(batch, features, w)
+            if offset:
+                expected += offset
+            s, p = scores(batch, features, w, offset)
+            assert s.tobytes() == expected.tobytes()
+            assert p.tobytes() == sigmoid(expected).tobytes()
 
 
 def test_extreme_logits_are_clipped_and_the_loss_stays_finite() -> None:

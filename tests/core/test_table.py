@@ -76,14 +76,15 @@ def test_keep_moves_the_kept_rows_down_in_order_and_the_table_goes_on() -> None:
 
 
 def test_state_of_copies_the_rows_and_puts_the_absent_row_where_there_is_none() -> None:
-    table = StateTable(width=3)
+    table = StateTable(width=3, capacity=16)
     ids = np.array([5, 9, 2**63 + 1], np.uint64)
     table.data[table.rows(ids, create=True)] = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [-0.0, 8, 9]]
     absent = np.array([0.0, 1.5, -2.0])
-    rows = table.rows(np.array([2**63 + 1, 7, 5, 7], np.uint64), create=False)
-    state = table.state_of(rows, absent)
+    asked = np.array([2**63 + 1, 7, 5, 7], np.uint64)
+    state, rows = table.state_of(asked, absent)
+    assert rows.tolist() == table.rows(asked, create=False).tolist()
     expected = np.array([[-0.0, 8, 9], absent, [1.0, 2, 3], absent])
     assert state.tobytes() == expected.tobytes()
     state[0, 0] = 99.0  # a copy: the table is left as it was
     assert table.data[rows[0], 0] == 0.0 and np.signbit(table.data[rows[0], 0])
-    assert table.state_of(rows[:0], absent).shape == (0, 3)
+    assert table.state_of(asked[:0], absent)[0].shape == (0, 3)
