@@ -60,6 +60,8 @@ from online_ctr.store.serve_call import Argument, ServeCall
 from online_ctr.store.snapshot_scan import records
 from online_ctr.store.whole_copy import Whole
 
+#: The mask of no feature (what a whole copy lacks, as rows to read from Redis).
+_NOTHING = np.zeros(0, np.bool_)
 logger = logging.getLogger(__name__)
 
 #: Commits whose changes one pass takes; a copy further behind starts again.
@@ -142,6 +144,7 @@ class StateReplica:
         ``redis``: the client to read the whole model with while it fits (None: the copy
         holds only the features passes read)."""
         self.keys = keys
+        self._meta = keys.meta  # the key the change notices name (built once: a pass asks)
         self.budget = budget
         self.layout = layout
         self.scripts = scripts
@@ -209,9 +212,9 @@ class StateReplica:
             self._start_whole_read()
         # Copied now: the table may change while Redis answers.
         state, rows = self.table.state_of(ids, self._absent)
-        # A whole copy's missing features are absent: nothing to read.
-        missing = rows < 0
-        lacked = ids[:0] if self.whole else ids[missing]
+        # A whole copy's missing features are absent: nothing to read (no mask to make).
+        missing = _NOTHING if self.whole else rows < 0
+        lacked = ids[missing] if len(missing) else ids[:0]
         epoch, seq = self.epoch, self.seq
         if len(lacked):
             records_asked = self.layout.reads(lacked).tobytes()
@@ -219,7 +222,7 @@ class StateReplica:
             records_asked = b""
             if self._answered is not None and self._quiet():
                 return Fresh(state, *self._answered)
-        mark = self.notices.mark(self.keys.meta) if self.notices is not None else None
+        mark = self.notices.mark(self._meta) if self.notices is not None else None
         reply = await self._serve(epoch, seq, records_asked)
         status, new_epoch, new_seq, t, fit, cut_all, clicks, examples, *read = reply
         new_seq = int(new_seq)
@@ -243,7 +246,7 @@ class StateReplica:
         """Whether Redis has told of no change to the model since the call the copy is exact
         as of."""
         notices = self.notices
-        return notices is not None and notices.quiet(self.keys.meta, self._quiet_since)
+        return notices is not None and notices.quiet(self._meta, self._quiet_since)
 
     def _keep(
         self,

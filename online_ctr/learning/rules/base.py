@@ -180,7 +180,10 @@ class Rule:
     def weights(self, state: Array, t: Step, params: Any) -> Array:
         """The weights of the rows of ``state`` after step ``t`` (one step, or one per row):
         ``weight_of`` of each row."""
-        steps = _operand(np.asarray(t, dtype=np.float64).reshape(-1))
+        if isinstance(t, int | float):  # one step: the common case, one array made
+            steps = np.array((t,), np.float64)
+        else:
+            steps = _operand(np.asarray(t, dtype=np.float64).reshape(-1))
         return _compiled(self).weights(_operand(state), steps, _packed(params))
 
     def update(self, state: Array, g: Array, g2: Array, t: int, params: Any) -> Array:
