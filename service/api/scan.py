@@ -198,8 +198,8 @@ class NameIds:
         ids = self._ids(body, data, scanned)
         # One compiled pass, not numpy's insert, diff and cumsum: for the one example of a
         # single /predict those calls' fixed costs were most of the look-up.
-        indptr, with_bias = _with_bias(ids, scanned.indptr, self.hasher.bias_id)
-        batch = Batch(indptr, with_bias.view(np.uint64), np.ones(len(with_bias)), scanned.labels)
+        indptr, with_bias, values = _with_bias(ids, scanned.indptr, self.hasher.bias_id)
+        batch = Batch(indptr, with_bias.view(np.uint64), values, scanned.labels)
         if self._crossed is not None:
             batch = self._with_crosses(data, scanned, batch, self._crossed)
         return merge_repeats(batch) if self.hasher.hash_bits is not None else batch
@@ -269,9 +269,9 @@ class NameIds:
             placed, grew = 0, True  # every name placed again
         lengths = np.fromiter(map(len, names), np.int64, len(names))
         data = np.frombuffer(joined, np.uint8)
-        _append(self.hashes, self.ids, self.starts, self.arena, first, hashes, ids, lengths, data)
+        table = (self.slots, self.hashes, self.ids, self.starts, self.arena)
+        _append(table, first, placed, hashes, ids, lengths, data)
         self.count = count
-        _place(self.slots, self.hashes, self.ids, self.starts, self.arena, placed, count)
         return grew
 
     def _make_room(self, count: int, arena_bytes: int) -> bool:
@@ -627,8 +627,9 @@ def _look_up(
 @compiled
 def _with_bias(
     ids: NDArray[np.int64], indptr: NDArray[np.int64], bias: int
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The examples' ids with ``bias`` first in each, and their new ``indptr``."""
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """The examples' new ``indptr``, their ids with ``bias`` first in each, and the values
+    (every one 1)."""
     examples = len(indptr) - 1
     out_indptr = np.zeros(examples + 1, np.int64)
     out = np.empty(len(ids) + examples, np.int64)
@@ -640,7 +641,7 @@ def _with_bias(
             out[k] = ids[i]
             k += 1
         out_indptr[j + 1] = k
-    return out_indptr, out
+    return out_indptr, out, np.ones(len(out))
 
 
 @compiled
@@ -763,29 +764,34 @@ def _same_name(
     )
 
 
+#: A names table's arrays: slots, hashes, ids, starts and arena (see NameIds).
+Table = tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64], NDArray[np.int64], U8]
+
+
 @compiled
 def _append(
-    hashes: NDArray[np.uint64],
-    ids: NDArray[np.int64],
-    starts: NDArray[np.int64],
-    arena: U8,
+    table: Table,
     first: int,
+    placed: int,
     new_hashes: NDArray[np.uint64],
     new_ids: NDArray[np.int64],
     lengths: NDArray[np.int64],
     names: U8,
 ) -> None:
     """Write entries ``first:`` (names back to back in ``names``, of ``lengths``) into the
-    table's arrays, which have room: one pass where numpy took six calls."""
+    table's arrays, which have room, and put entries ``placed:`` into their slots: one call
+    where numpy took six and the placing another."""
+    slots, hashes, ids, starts, arena = table
     used = starts[first]
     arena[used : used + len(names)] = names
     for e in range(len(lengths)):
         hashes[first + e] = new_hashes[e]
         ids[first + e] = new_ids[e]
         starts[first + e + 1] = starts[first + e] + lengths[e]
+    _place(slots, hashes, ids, starts, arena, placed, first + len(lengths))
 
 
-@compiled
+@helper
 def _place(
     slots: NDArray[np.int64],
     hashes: NDArray[np.uint64],
