@@ -33,7 +33,7 @@ from online_ctr.store.state import ModelInfo, ModelSpec, ModelStore
 from online_ctr.store.state_bytes import StateBytes, state_bytes
 from service.api.coalesce import Coalescer
 from service.api.explained import explanations
-from service.api.join_side import ServedJoins
+from service.api.join_side import Logged, ServedJoins
 from service.api.limits import Limits
 from service.api.scan import NameIds
 from service.api.tables import TableBudgets
@@ -219,8 +219,10 @@ class ServedModel:
             rates = served.rates[features.inverse]
             u_all = uncertainty(rates, batch.rows(), batch.values, len(batch)).tolist()
         self.predictions.inc(len(s_all))  # once per pass: the counter takes a lock
-        given = [(request.size(), request.ids) for request in requests]
-        logged = await self.joins.log(given, batch, p_all)  # before any answer is sent
+        logged: list[Logged] = []
+        if self.joins.policy.on:  # logged before any answer is sent
+            given = [(request.size(), request.ids) for request in requests]
+            logged = await self.joins.log(given, batch, p_all)
         answers, start, calibrated = [], 0, served.fit is not None
         for k, request in enumerate(requests):
             end = start + request.size()
