@@ -25,7 +25,7 @@ from online_ctr.config.settings import Settings, get_settings
 from online_ctr.learning import grouping, learner
 from online_ctr.learning.rules import get_rule
 from online_ctr.metrics import Metrics
-from online_ctr.process import StartupError, freeze_startup_objects
+from online_ctr.process import StartupError, tune_collector
 from online_ctr.store.api_keys import ApiKeyStore
 from online_ctr.store.model_config import own_config
 from online_ctr.store.redis_types import RedisClient
@@ -117,7 +117,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         watching = await watch_keys(app, redis)
         if app.state.freeze_gc:
-            freeze_startup_objects()  # start-up's imports and compiled code included
+            tune_collector()  # start-up's imports and compiled code included
         try:
             yield
         finally:
@@ -167,7 +167,7 @@ def create_app(
     """The API for ``settings`` (default: from the environment), its metrics in ``registry``.
 
     Tests pass a private registry; the default one can hold only one app's metrics. A
-    serving process sets ``freeze_gc`` (:func:`~online_ctr.process.freeze_startup_objects` once
+    serving process sets ``freeze_gc`` (:func:`~online_ctr.process.tune_collector` once
     started up); tests, which build many apps in one process, do not.
     A configuration it cannot serve (no Redis URL, API keys on but none given) is a
     :class:`~online_ctr.process.StartupError`.

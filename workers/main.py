@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 
 from online_ctr.config.settings import Settings
 from online_ctr.metrics import Metrics
-from online_ctr.process import freeze_startup_objects
+from online_ctr.process import tune_collector
 from online_ctr.startup import check_port, on_redis
 from online_ctr.store.redis_types import RedisClient
 from online_ctr.store.registry import Registry
@@ -80,6 +80,6 @@ def main(settings: Settings) -> int:
     check_port(host, port, "OCTR_WORKER_METRICS_PORT", "worker --port")
     if port:
         start_http_server(port, addr=host)
-    freeze_startup_objects()
+    tune_collector()
     asyncio.run(run_worker(settings, metrics))
     return 0

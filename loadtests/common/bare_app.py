@@ -45,7 +45,7 @@ def serve(app: FastAPI) -> None:
 
     from online_ctr.config.settings import get_settings
     from online_ctr.metrics import Metrics
-    from online_ctr.process import freeze_startup_objects
+    from online_ctr.process import tune_collector
     from service.connections import RequestsInProgress, bounded_protocol
 
     settings = get_settings()
@@ -53,7 +53,7 @@ def serve(app: FastAPI) -> None:
     # what our routes cost, not what bounding a connection costs (~2.5 us a request).
     app.state.metrics = Metrics(CollectorRegistry())
     app.state.requests = RequestsInProgress()  # told, as the API's is, and never asked
-    freeze_startup_objects()  # as `online-ctr api` does
+    tune_collector()  # as `online-ctr api` does
     uvicorn.run(
         app,
         host=settings.host,
