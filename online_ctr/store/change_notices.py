@@ -13,9 +13,9 @@ of this process's own, opened in a thread (it blocks) and never sent anything af
 Order: Redis writes a key's invalidation into the tracking connection's buffer when the key is
 written (BCAST: before it sends the replies of that turn of its event loop), so by the time
 any client has a reply that shows a commit, the notice is on its way; on one host it is
-already in this process's socket. Each pass reads the socket (non-blocking, one ``recv``)
-before deciding, and the event loop reads it in between, so pushes never pile up in Redis's
-output buffer. Across a network the notice may trail a reply seen by another client by that
+already in this process's socket. Each pass reads the socket before deciding (a ``poll``
+asks whether it holds anything, and a non-blocking ``recv`` reads it if so), and the event
+loop reads it in between, so pushes never pile up in Redis's output buffer. Across a network the notice may trail a reply seen by another client by that
 network's delivery: a prediction is then exact as of the last change Redis has told this
 process about, microseconds old.
 
