@@ -15,9 +15,10 @@ written (BCAST: before it sends the replies of that turn of its event loop), so 
 any client has a reply that shows a commit, the notice is on its way; on one host it is
 already in this process's socket. Each pass reads the socket before deciding (a ``poll``
 asks whether it holds anything, and a non-blocking ``recv`` reads it if so), and the event
-loop reads it in between, so pushes never pile up in Redis's output buffer. Across a network the notice may trail a reply seen by another client by that
-network's delivery: a prediction is then exact as of the last change Redis has told this
-process about, microseconds old.
+loop reads it in between, so pushes never pile up in Redis's output buffer. Across a network
+the notice may trail a reply seen by another client by that network's delivery: a
+prediction is then exact as of the last change Redis has told this process about,
+microseconds old.
 
 Anything unclear counts as a change: bytes that do not parse, a flush (a notice naming no
 key), the connection lost (opened again, at most every :data:`RETRY_S`; no pass is quiet until

@@ -76,3 +76,40 @@ def test_a_system_error_caused_by_ctrl_c_is_an_interruption_and_no_other_is() ->
     assert interrupted(raised(raised(KeyboardInterrupt())))
     assert not interrupted(raised(None))
     assert not interrupted(raised(ValueError("a bug")))
+
+
+CALLBACK_SCRIPT = """
+import ctypes, os, signal, sys
+from online_ctr.cli.main import stop_at_once_on_ctrl_c
+if sys.argv[1] == "1":
+    stop_at_once_on_ctrl_c("replay")
+
+@ctypes.CFUNCTYPE(None)
+def inside() -> None:  # as numba's loading of compiled code calls back into Python
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100_000):  # the handler runs here, between two instructions
+        pass
+
+inside()
+print("went on")
+"""
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+def test_ctrl_c_inside_a_ctypes_callback_stops_a_batch_command(at_once: bool) -> None:
+    """A KeyboardInterrupt raised in a ctypes callback is printed as ignored and lost; the
+    batch commands' handler ends the process there instead. Without it (Python's own), the
+    program went on: what a replay interrupted as numba loaded its kernels did."""
+    done = subprocess.run(
+        [sys.executable, "-c", CALLBACK_SCRIPT, "1" if at_once else "0"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    if at_once:
+        assert done.returncode == 130 and done.stdout == ""
+        assert done.stderr == (
+            "online-ctr replay: error: stopped by Ctrl-C (SIGINT) before it finished\n"
+        )
+    else:
+        assert done.returncode == 0 and done.stdout == "went on\n"
+        assert "KeyboardInterrupt" in done.stderr
