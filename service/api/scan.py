@@ -207,10 +207,9 @@ class NameIds:
 
     def _ids(self, body: bytes, data: U8, scanned: Scanned) -> NDArray[np.int64]:
         """The ids of the scanned names, hashing (and adding) those the table lacks."""
-        ids, hashes, unseen = _look_up(data, scanned.spans, self.slots, self.arena)
-        if unseen:
-            missing = np.flatnonzero(hashes)
-            self._learn(body, scanned, missing, hashes[missing], ids)
+        ids, missing, hashes = _look_up(data, scanned.spans, self.slots, self.arena)
+        if len(missing):
+            self._learn(body, scanned, missing, hashes, ids)
         return ids
 
     def _with_crosses(
@@ -412,7 +411,7 @@ def _mix(data: U8, start: int, end: int, h: np.uint64) -> np.uint64:
 
 @inlined
 def _name_hash(data: U8, field: int, field_end: int, value: int, value_end: int) -> np.uint64:
-    """The hash of ``field=value`` (never 0: 0 marks a found name)."""
+    """The hash of ``field=value`` (never 0)."""
     h = _mix(data, value, value_end, _mix(data, field, field_end, _MIX2))
     h = (h ^ (h >> _S30)) * _MIX2
     h = (h ^ (h >> _S27)) * _MIX3
@@ -590,13 +589,14 @@ def _look_up(
     spans: NDArray[np.int64],
     slots: NDArray[np.int64],
     arena: U8,
-) -> tuple[NDArray[np.int64], NDArray[np.uint64], int]:
-    """Each feature's id from the table, and 0; or, for a name not in it, its hash; and how
-    many names were not in it."""
+) -> tuple[NDArray[np.int64], NDArray[np.intp], NDArray[np.uint64]]:
+    """Each feature's id from the table (0 for a name not in it); and the features whose
+    names are not in it, with their names' hashes."""
     count = len(spans)
     found = np.zeros(count, np.int64)
-    missing = np.zeros(count, np.uint64)
-    unseen = count
+    missing = np.empty(count, np.intp)
+    hashes = np.empty(count, np.uint64)
+    unseen = 0
     mask = np.uint64(len(slots) - 1)
     for k in range(count):
         field, field_end, value, value_end = spans[k, 0], spans[k, 1], spans[k, 2], spans[k, 3]
@@ -604,7 +604,7 @@ def _look_up(
         head, tail = _name_words(data, field, field_end, value, value_end)
         length = field_end - field + 1 + value_end - value
         slot = hash_slot(h, mask)
-        missing[k] = h
+        hit = False
         while slots[slot, _NAME] != 0:
             if (
                 slots[slot, _HEAD] == np.int64(head)
@@ -618,11 +618,13 @@ def _look_up(
                 )
             ):
                 found[k] = slots[slot, _ID]
-                missing[k] = 0
-                unseen -= 1
+                hit = True
                 break
             slot = next_slot(slot, mask)
-    return found, missing, unseen
+        if not hit:
+            missing[unseen], hashes[unseen] = k, h
+            unseen += 1
+    return found, missing[:unseen], hashes[:unseen]
 
 
 @compiled

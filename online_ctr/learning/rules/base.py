@@ -254,11 +254,27 @@ def _operand(values: Any) -> Array:
     return np.require(values, np.float64, ("C", "W"))
 
 
-@functools.lru_cache(maxsize=256)
+#: The parameters :func:`_packed` was last asked for, and their array: one tuple, swapped
+#: whole, so that threads never see one's parameters with another's array.
+_LAST_PACKED: tuple[Any, Array | None] = (None, None)
+
+
 def _packed(params: Any) -> Array:
     """:meth:`Rule.kernel_params` of ``params`` (a frozen dataclass, so hashable), built once:
-    scoring a request calls :meth:`Rule.weights` with the model's same parameters every time.
-    Read-only, as it is shared."""
+    scoring a request calls :meth:`Rule.weights` with the model's same parameters every time,
+    the same object, which is found first without hashing it (the cache's hash and equality
+    of a dataclass are Python calls). Read-only, as it is shared."""
+    global _LAST_PACKED
+    last, packed = _LAST_PACKED
+    if last is params and packed is not None:
+        return packed
+    packed = _packed_anew(params)
+    _LAST_PACKED = (params, packed)
+    return packed
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_anew(params: Any) -> Array:
     p = np.array([float(getattr(params, f.name)) for f in fields(params)])
     p.flags.writeable = False
     return p
