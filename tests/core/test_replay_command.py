@@ -199,11 +199,31 @@ def test_the_default_chunk_is_large_and_changes_nothing(
         assert run(criteo, "--rule", "ftrl", "--limit", 400, *flags) == 0
         outputs.append(last_json(capsys))
     default, one, minibatch = outputs
-    assert (default["batch_size"], one["batch_size"], minibatch["batch_size"]) == (16_384, 1, 1)
+    large = 65_536 if replay_command.available() else 16_384  # read a column at a time or not
+    assert (default["batch_size"], one["batch_size"], minibatch["batch_size"]) == (large, 1, 1)
     assert default["nonzero_weights"] == one["nonzero_weights"]
     assert default["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
     # A summed-gradient mini-batch of one example is the sequential learner itself.
     assert minibatch["logloss"] == pytest.approx(one["logloss"], rel=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("flags", "whole_blocks", "expected"),
+    [
+        ([], False, 16_384),
+        ([], True, 65_536),
+        (["--calibration", "power"], True, 16_384),  # refitted per chunk: the size matters
+        (["--minibatch"], True, 1),
+        (["--batch-size", "500"], True, 500),
+    ],
+)
+def test_the_column_reader_learns_its_blocks_whole_where_the_size_changes_nothing(
+    flags: list[str], whole_blocks: bool, expected: int
+) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["replay", "file.tsv", *flags])
+    assert replay_command.batch_size(args, whole_blocks) == expected
 
 
 @pytest.mark.parametrize("flags", [[], ["--passes", 2, "--batch-size", 3000, "--hash-bits", 16]])
@@ -220,6 +240,9 @@ def test_either_reader_gives_the_same_replay(
         assert run(criteo, "--limit", 7000, *flags) == 0
         outputs.append(last_json(capsys))
     by_columns, by_rows = ({k: v for k, v in o.items() if k not in SPEED} for o in outputs)
+    # By default the column reader learns its blocks whole (test_the_column_reader_...).
+    if not flags:
+        assert (by_columns.pop("batch_size"), by_rows.pop("batch_size")) == (65_536, 16_384)
     # The column reader cuts its blocks into batches rather than copying them into batches of
     # exactly --batch-size: the same learning (state and predictions to the last bit: AUC and
     # counts), but the sums of losses and of predictions are added batch by batch, so they may
