@@ -19,6 +19,20 @@ def test_auc_equals_scikit_learn_with_and_without_ties(seed: int, decimals: int)
     assert auc(p, y) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
 
 
+@pytest.mark.parametrize("decimals", [1, 3, 17])
+def test_auc_of_probabilities_equals_that_of_any_scores(decimals: int) -> None:
+    """Probabilities sort as integer keys with their labels; other scores by an argsort. Times
+    4 (exact in floating point: the same order and ties) takes the same data the other way."""
+    rng = np.random.default_rng(decimals)
+    p = np.round(rng.random(5_000), decimals)
+    p[:50] = 0.0
+    p[50:100] = -0.0  # equal to 0.0: tied with it
+    y = (rng.random(len(p)) < p).astype(np.int64)
+    y[:100] = np.arange(100) % 2
+    assert auc(p, y) == auc(p * 4, y) == pytest.approx(roc_auc_score(y, p + 0.0), abs=1e-12)
+    assert auc(np.append(p, np.inf), np.append(y, 1)) == auc(np.append(p, 1.0), np.append(y, 1))
+
+
 def test_auc_of_extremes() -> None:
     assert auc([0.1, 0.2, 0.9], [0, 1, 1]) == 1.0
     assert auc([0.9, 0.2, 0.1], [0, 1, 1]) == 0.0
