@@ -131,10 +131,13 @@ class ColumnIds:
         if len(known) + len(values) > KNOWN_PER_COLUMN:
             known.clear()  # a bound on memory, like the hasher's own
         new = [value for value in values if value and value not in known]
-        texts = [_text(value) for value in new]
+        _check_utf8(new)
         if name[0] == "I":
-            texts = [_bucket(text) for text in texts]
-        ids = self.hasher.many_ids([f"{name}={text}" for text in texts])
+            names = [f"{name}={_bucket(value.decode())}".encode() for value in new]
+        else:  # valid UTF-8: "C1=" then the value's own bytes are the name's UTF-8 bytes
+            prefix = f"{name}=".encode()
+            names = [prefix + value for value in new]
+        ids = self.hasher.ids_of_bytes(names)
         known.update(zip(new, ids.tolist(), strict=True))
         if b"" in values:
             known[b""] = 0  # absent: the id is never read
@@ -190,12 +193,15 @@ def _dictionary(column: Any) -> tuple[list[bytes], NDArray[np.int32]]:
     return column.dictionary.to_pylist(), column.indices.to_numpy(zero_copy_only=False)
 
 
-def _text(value: bytes) -> str:
-    """A field's bytes as text (UTF-8), as the row reader decodes them."""
+def _check_utf8(values: list[bytes]) -> None:
+    """Refuse fields that are not UTF-8, as the row reader's decoding of each line does: all
+    checked in one decoding, joined by an ASCII byte, which ends any character and starts
+    none, so the whole is UTF-8 exactly where each field is (a first block's ~44,000 new
+    Criteo values: ~10 ms less than decoding each into a text to encode again)."""
     try:
-        return value.decode()
-    except UnicodeDecodeError:
-        raise Unreadable(repr(value)) from None
+        b"\t".join(values).decode()
+    except UnicodeDecodeError as error:
+        raise Unreadable(str(error)) from None
 
 
 def _bucket(text: str) -> str:
