@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from online_ctr.cli.main import COMMANDS, build_parser, main
+from testkit.paths import ROOT
 from tests.conftest import fresh_python
 
 
@@ -77,6 +81,37 @@ def test_a_small_replay_loads_only_what_it_runs(data_dir: Path, tmp_path: Path) 
         " len(ftrl.update.overloads), len(table._compact.overloads))\n"
     )
     assert fresh_python(probe).split("\n") == ["[]", "[]", "1 1 0 0", ""]
+
+
+@pytest.mark.parametrize(
+    ("command", "finalized"),
+    [(["replay", "ONE"], False), (["replay", "ONE", "--limit", "1"], False), (["--help"], True)],
+)
+def test_the_batch_commands_exit_without_finalization(
+    data_dir: Path, tmp_path: Path, command: list[str], finalized: bool
+) -> None:
+    """``online-ctr replay`` and ``train-batch`` end the process at once, their output
+    flushed (an exit handler, which Python's finalization would run, never runs); the other
+    commands exit as Python does."""
+    one = tmp_path / "one.tsv"
+    with (data_dir / "criteo" / "criteo_kaggle_train_head10k.tsv").open() as head:
+        one.write_text(head.readline())
+    argv = [str(one) if part == "ONE" else part for part in command]
+    probe = (
+        "import atexit, sys\n"
+        "from online_ctr.cli.main import entry\n"
+        "atexit.register(lambda: print('finalized'))\n"
+        f"sys.argv = ['online-ctr', *{argv!r}]\n"
+        "entry()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (lines[-1] == "finalized") is finalized
+    if command[0] == "replay":
+        assert json.loads(lines[-1])["examples"] == 1  # flushed whole before the exit
 
 
 def test_a_replay_leaves_the_collector_on(
