@@ -104,6 +104,8 @@ class Committer:
         #: lost its last apply is repaired from the redo log only while the entry is still
         #: there (:mod:`workers.rollback`); and no serving copy reads the redo log there.
         self.trims_when_idle = not isinstance(store.redis, RedisCluster)
+        #: The last commit the redo log was trimmed through by this learner's idle trims.
+        self._trimmed_through = 0
 
     async def settle(self) -> None:
         """Wait until every finalized commit is applied; Redis errors propagate (the redo log
@@ -112,6 +114,17 @@ class Committer:
             self._hurry.set()
             task, self._applying = self._applying, None
             await task
+
+    async def trim_if_idle(self) -> None:
+        """The learner is idle: trim the redo log through the last commit applied, where no
+        commit waits or is in flight and the apply did not trim it already. An apply trims
+        when it ends after the learner found the stream drained (:meth:`hurry`); one that
+        ended before (it had nothing to linger for, or lingered out) left it to this."""
+        if not self.trims_when_idle or self._applying is not None or self._waiting:
+            return
+        if self.applied_through > self._trimmed_through:
+            await self.store.log.trim(self.applied_through)
+            self._trimmed_through = self.applied_through
 
     def hurry(self) -> None:
         """Have the waiting commits applied without lingering (the learner found nothing more
@@ -227,6 +240,7 @@ class Committer:
                 # last commit and a serving copy's call reads no shard's 'applied' (serve.lua).
                 # A commit finalized meanwhile is applied by the loop, as any other.
                 await self.store.log.trim(seq)
+                self._trimmed_through = seq
 
     async def _linger(self) -> None:
         """Wait ``linger_s`` for more commits to join the apply, unless the learner waits

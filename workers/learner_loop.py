@@ -187,6 +187,7 @@ class Worker:
         if await self._lead():
             if not await self._step(block=True):
                 await self.committer.check()  # idle: a failed apply recovers now
+                await self.committer.trim_if_idle()
                 self.auc.publish()  # the last commits' AUC, when due
             if self.damaged:  # not a group a second: nothing commits until mended
                 await asyncio.sleep(self.config.damaged_retry_s)
@@ -213,6 +214,7 @@ class Worker:
                 break
             commits += 1
         await self.committer.settle()
+        await self.committer.trim_if_idle()
         self.auc.publish(force=True)
         return commits
 

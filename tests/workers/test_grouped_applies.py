@@ -25,6 +25,8 @@ from testkit.paths import CRITEO
 from tests.workers.conftest import MakeStore, make_worker, recount_nonzero, scan_state, send
 from tests.workers.test_existence_filter import expected_bitmaps
 from workers.committer import MOST_WAITING
+from workers.feedback import Group
+from workers.learner_loop import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -210,6 +212,54 @@ async def test_an_idle_learner_whose_last_apply_failed_applies_it_without_more_f
         worker.stop()
         await running
     await assert_equals_replay(store, 200)
+
+
+def drained_only_after_the_applies(worker: Worker, last: int) -> None:
+    """The worker finds the stream drained only once commit ``last`` is applied: that apply
+    ends before the learner is idle, so it has no reason to trim the redo log itself."""
+    next_group = worker.stream.next_group
+
+    async def drained_late(*args: Any) -> Group:
+        group = await next_group(*args)
+        if not group.entry_ids and not group.undecodable:
+            # applied_through moves, then the apply decides whether to trim, with no await
+            # between: once it is seen here, that decision has been taken.
+            while worker.committer.applied_through < last:
+                await asyncio.sleep(0.005)
+        return group
+
+    worker.stream.next_group = drained_late  # type: ignore[method-assign]
+
+
+async def trimmed(store: ModelStore) -> tuple[int, int, int]:
+    """The model's last commit, the commit the redo log is trimmed through, its length."""
+    seq, through = await store.redis.hmget(store.keys.meta, "seq", "trimmed")
+    return int(seq), int(through or 0), await store.redis.xlen(store.keys.redo)
+
+
+async def test_an_idle_learner_trims_the_log_through_an_apply_that_ended_before(
+    make_store: MakeStore,
+) -> None:
+    """Once idle, the learner trims the redo log through its last commit (so a serving copy
+    reads no shard's progress, test_replica), also where that commit's apply ended before the
+    learner found the stream drained: under load that order happened, and the log kept it."""
+    store = await make_store("ftrl", buckets=1 << 10, shards=16)
+    await send(store, ROWS[:400], per_entry=100)
+    worker = make_worker(store, batch_size=100)
+    drained_only_after_the_applies(worker, 4)
+    assert await worker.run_until_idle() == 4
+    assert await trimmed(store) == (4, 4, 0)
+    # And a running learner, idle after more feedback, the same.
+    await send(store, ROWS[400:600], per_entry=100)
+    drained_only_after_the_applies(worker, 6)
+    running = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(10):
+            while await trimmed(store) != (6, 6, 0):
+                await asyncio.sleep(0.01)
+    finally:
+        worker.stop()
+        await running
 
 
 def marked(store: ModelStore, runs: Runs) -> int:
