@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-stamp
 # Four on two cores: most of a test's time is spent waiting on the processes it started.
 TEST_PROCESSES ?= 4
 
-.PHONY: install install-service run test lint typecheck unit bench bench-replay bench-vw-daemon bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
+.PHONY: install install-service precompile run test lint typecheck unit bench bench-replay bench-vw-daemon bench-scale bench-acks bench-explain bench-lean bench-quarter chaos chaos-cluster fuzz-api abuse docs compose-test clean
 
 $(VENV_STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ $(DOCS_STAMP): pyproject.toml $(VENV_STAMP)
 
 ## Everything: the service, the dev tools and the benchmark extras.
 install: $(STAMP)
+	@$(MAKE) --no-print-directory precompile
+
+## The kernels of a default replay compiled ahead of time, so that a replay starts without
+## numba (online_ctr/learning/precompile.py); again only once a source of the package changed.
+precompile: $(SERVICE_STAMP)
+	$(BIN)/python -m online_ctr.learning.precompile --if-stale
 
 ## Only the service (no dev or benchmark extras).
 install-service: $(SERVICE_STAMP)

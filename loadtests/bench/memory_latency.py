@@ -22,7 +22,7 @@ import time
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning.kernels import compiled
+from online_ctr.learning.jit import compiled
 
 #: Block sizes chased, in MiB: about the 100k-feature model's Redis data (12 MiB), inside the
 #: shared 32 MiB L3 here when the neighbours leave room; and far outside every cache (the

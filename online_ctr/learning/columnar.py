@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from online_ctr.learning.features import BIAS, Batch, FeatureHasher, concat, merge_repeats
-from online_ctr.learning.kernels import compiled
+from online_ctr.learning.jit import compiled
 from online_ctr.learning.parsing import Parsing, Unreadable
 from online_ctr.learning.readers import CRITEO_COLUMNS, ReaderError, criteo_bucket, read_examples
 

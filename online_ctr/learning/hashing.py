@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from online_ctr.learning.kernels import compiled, inlined
+from online_ctr.learning.jit import compiled, inlined
 
 #: Row indexes, and -1 for none: what a table's slots hold and its look-ups answer.
 RowIndexes = NDArray[np.intp]

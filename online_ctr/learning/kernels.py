@@ -13,6 +13,8 @@ numba's disk cache is refreshed when the cached function's source file changes, 
 function it calls from another file does; so each rule's compiled loop carries a hash of the
 source files of the functions it compiles in, which numba's cache key includes.
 ``error_model="numpy"`` gives IEEE results (inf, nan) where Python would raise, as numpy does.
+numba itself is imported only at the first call that has no precompiled form
+(:mod:`online_ctr.learning.jit`, :mod:`online_ctr.learning.precompiled`).
 
 >>> from online_ctr.learning.admission import admit_all
 >>> from online_ctr.learning.retention import retaining
@@ -31,16 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from online_ctr.learning import jit
 from online_ctr.learning.admission import POISSON_SALT, Admitting
 from online_ctr.learning.compact import RULES, SCALED
 from online_ctr.learning.eviction import (
@@ -72,97 +73,7 @@ _LOWEST, _TRACKED, _EVICTED, _CUT_ZERO, _CUT_ALL = LOWEST, TRACKED, EVICTED, CUT
 _STABLE = STABLE
 
 
-@contextmanager
-def _scipy_hidden() -> Iterator[None]:
-    """SciPy and its BLAS module marked absent meanwhile (``None`` in ``sys.modules`` makes
-    importing them raise ImportError, which numba takes for "no SciPy" and "no BLAS"), the
-    marks removed at once after: SciPy and whatever else uses cython_blas import as before. A
-    module loaded already is left as it is, and is not spared."""
-    hidden = [name for name in ("scipy", "scipy.linalg.cython_blas") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for name in hidden:
-            del sys.modules[name]
-
-
-def _import_numba() -> types.ModuleType:
-    """numba, imported without its two SciPy probes, which cost every process that has SciPy
-    installed and never uses it here (:func:`_scipy_hidden`):
-
-    - numba's own import imports ``scipy`` only to check its version: ~8 ms (``import
-      numba`` after numpy, 30 runs each way, interleaved: medians 0.149 s and 0.141 s);
-    - the first compilation refreshes numba's CPU target, which imports
-      ``numba.np.arraymath``, which imports ``scipy.linalg.cython_blas`` to learn whether
-      ``np.dot`` can call a BLAS: that is ``scipy.linalg`` and what it pulls in, ~0.15 s
-      (``online-ctr replay`` of 200,000 Criteo rows, the whole process: 1.34-1.41 s before,
-      1.20-1.22 s after). Nothing compiled here uses a BLAS (no ``np.dot``, ``@`` or
-      ``np.linalg``; were one added, numba would refuse to compile it and the tests would
-      say so).
-
-    And a function loaded from numba's cache does not refresh the target at all
-    (:func:`_load_without_refresh`)."""
-    with _scipy_hidden():
-        import numba
-        from numba.core import caching, cpu
-        from numba.core.runtime import nrt
-    refresh_registries: Callable[[Any], None] = cpu.CPUContext.load_additional_registries
-
-    def load_additional_registries(self: Any) -> None:
-        with _scipy_hidden():  # arraymath's BLAS probe runs now, finding none
-            refresh_registries(self)
-
-    cpu.CPUContext.load_additional_registries = load_additional_registries  # type: ignore[method-assign]
-    caching.Cache.load_overload = _load_without_refresh(nrt.rtsys)  # type: ignore[method-assign]
-    return numba
-
-
-def _load_without_refresh(runtime: Any) -> Callable[..., Any]:
-    """numba's ``Cache.load_overload``, without the refresh of the target context it starts
-    with: that refresh imports and registers the implementation of every Python and numpy
-    function numba can compile (``numba.np.arraymath`` and ~50 more modules), which only a
-    compilation reads; machine code loaded from the cache needs of it only the runtime's
-    symbols, to which it is linked. ~0.1 s of CPU of every process that only loads
-    (``import numba.np.arraymath`` then the refresh, 5 runs: 33-37 ms and 68-75 ms). A
-    compilation still refreshes the target, first (numba's compiler does)."""
-
-    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
-        runtime.initialize(target_context)
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
-
-    return load_overload
-
-
-njit = _import_numba().njit
-
-
-def _helper(function: Function) -> Function:
-    """A function compiled into the compiled functions that call it (the cache keeps those)."""
-    return cast(Function, njit(error_model="numpy")(function))
-
-
-def _inlined(function: Function) -> Function:
-    """A helper that numba copies into each call site, where its constant arguments fold."""
-    return cast(Function, njit(inline="always", error_model="numpy")(function))
-
-
-def _compiled(function: Function) -> Function:
-    """Compile on the first call and cache the machine code on disk for the next process;
-    where numba finds no writable cache directory it refuses ``cache=True`` outright, and
-    compiling in every process is better than failing to import."""
-    try:
-        return cast(Function, njit(cache=True, nogil=True, error_model="numpy")(function))
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return cast(Function, njit(error_model="numpy")(function))
-
-
-#: The same three, for compiled loops of other modules (their own source file keys their cache).
-compiled = _compiled
-helper = _helper
-inlined = _inlined
+_helper, _inlined, _compiled = jit.helper, jit.inlined, jit.compiled
 
 
 @_helper
@@ -627,16 +538,22 @@ def learner(rule: Rule) -> Callable[..., tuple[Array, Array]]:
     :func:`_rule_loop` closes over them, so the compiler sees direct calls and inlines them.
     """
     if rule.name not in _LEARNERS:
-        files: set[str] = set()
-        weight_of, update_row = _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
-        learn = _rule_loop(weight_of, update_row, rule.name in SCALED)
-        _LEARNERS[rule.name] = _cached(
-            _learn_examples_template,
-            f"learn_examples_{rule.name}",  # the cache's file name: one per rule
-            _fingerprint(files),
-            _rule_examples(learn, rule.name in RULES),
-        )
+        name = f"{__name__}.learn_examples_{rule.name}"  # precompiled forms are found by it
+        _LEARNERS[rule.name] = jit.Kernel(name, lambda: _compiled_learner(rule))
     return _LEARNERS[rule.name]
+
+
+def _compiled_learner(rule: Rule) -> Any:
+    """:func:`learner`'s numba dispatcher (made once numba is loaded)."""
+    files: set[str] = set()
+    weight_of, update_row = _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
+    learn = _rule_loop(weight_of, update_row, rule.name in SCALED)
+    return _cached(
+        _learn_examples_template,
+        f"learn_examples_{rule.name}",  # the cache's file name: one per rule
+        _fingerprint(files),
+        _rule_examples(learn, rule.name in RULES),
+    )
 
 
 def _row_loops(
@@ -698,20 +615,38 @@ def row_math(rule: Rule) -> RowMath:
     as the rule's row math, one row after another (numba's fastmath stays off, so nothing is
     fused or reordered)."""
     if rule.name not in _ROW_MATH:
+        _ROW_MATH[rule.name] = RowMath(
+            weights=jit.Kernel(
+                f"{__name__}.weights_rows_{rule.name}", lambda: _compiled_row_math(rule)[0]
+            ),
+            update=jit.Kernel(
+                f"{__name__}.update_rows_{rule.name}", lambda: _compiled_row_math(rule)[1]
+            ),
+        )
+    return _ROW_MATH[rule.name]
+
+
+#: Per rule name, the numba dispatchers of its array math (weights, update).
+_ROW_DISPATCHERS: dict[str, tuple[Any, Any]] = {}
+
+
+def _compiled_row_math(rule: Rule) -> tuple[Any, Any]:
+    """:func:`row_math`'s two numba dispatchers (made once numba is loaded)."""
+    if rule.name not in _ROW_DISPATCHERS:
         files: set[str] = set()
         weights, update = _row_loops(
             _jitted(rule.weight_of, files), _jitted(rule.update_row, files)
         )
         fingerprint = _fingerprint(files)
-        _ROW_MATH[rule.name] = RowMath(
-            weights=_cached(
+        _ROW_DISPATCHERS[rule.name] = (
+            _cached(
                 lambda f: _row_templates(f)[0], f"weights_rows_{rule.name}", fingerprint, weights
             ),
-            update=_cached(
+            _cached(
                 lambda f: _row_templates(f)[1], f"update_rows_{rule.name}", fingerprint, update
             ),
         )
-    return _ROW_MATH[rule.name]
+    return _ROW_DISPATCHERS[rule.name]
 
 
 def _cached(

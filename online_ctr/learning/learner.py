@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning.features import Batch
 from online_ctr.learning.grouping import unique_inverse
-from online_ctr.learning.kernels import compiled
+from online_ctr.learning.jit import compiled
 from online_ctr.learning.rules.base import Array, Rule
 from online_ctr.learning.stream_metrics import log_loss
 

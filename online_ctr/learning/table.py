@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from online_ctr.learning import hashing
 from online_ctr.learning.hashing import RowIndexes
-from online_ctr.learning.kernels import compiled
+from online_ctr.learning.jit import compiled
 
 
 class StateTable:

@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 from online_ctr.learning.budget import Budget
 from online_ctr.learning.features import Batch, FeatureHasher, merge_repeats
 from online_ctr.learning.hashing import hash_slot, next_slot, slot_count
-from online_ctr.learning.kernels import compiled, helper, inlined
+from online_ctr.learning.jit import compiled, helper, inlined
 from service.api.example_schemas import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from service.api.limits import Limits
 

@@ -201,7 +201,7 @@ def test_numba_starts_without_importing_scipy_which_still_imports_after() -> Non
     leave SciPy and its BLAS module importable."""
     code = (
         "import sys\n"
-        "from online_ctr.learning.kernels import njit\n"
+        "from online_ctr.learning.jit import njit\n"
         "from online_ctr.learning.rules import get_rule\n"
         "from online_ctr.learning.sequential import warm_up\n"
         "rule = get_rule('ftrl')\n"

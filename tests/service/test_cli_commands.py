@@ -58,17 +58,20 @@ def test_replay_imports_neither_the_service_nor_numba_to_parse_its_arguments() -
 
 
 def test_a_small_replay_loads_only_what_it_runs(data_dir: Path, tmp_path: Path) -> None:
-    """A replay of one row, the whole command in a fresh interpreter: none of the service's
-    modules, no SciPy (numba's two probes of it are skipped), no pyarrow (a small file is read
-    row by row), and of the compiled code only what the exact learner runs: not the table's
-    compaction (features never expire here), nor the rule's array update (no --minibatch)."""
+    """A replay of one row, the whole command in a fresh interpreter, under numba's JIT (as
+    where no precompiled kernels are built, tests/core/test_precompiled.py): none of the
+    service's modules, no SciPy (numba's two probes of it are skipped), no pyarrow (a small
+    file is read row by row), and of the compiled code only what the exact learner runs: not
+    the table's compaction (features never expire here), nor the rule's array update (no
+    --minibatch)."""
     one = tmp_path / "one.tsv"
     with (data_dir / "criteo" / "criteo_kaggle_train_head10k.tsv").open() as head:
         one.write_text(head.readline())
     probe = (
         "import contextlib, io, sys\n"
         "from online_ctr.cli.main import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "from online_ctr.learning import precompiled\n"
+        "with contextlib.redirect_stdout(io.StringIO()), precompiled.disabled():\n"
         f"    assert main(['replay', {str(one)!r}]) == 0\n"
         "from online_ctr.learning import kernels, table\n"
         "from online_ctr.learning.rules import get_rule\n"
@@ -77,8 +80,9 @@ def test_a_small_replay_loads_only_what_it_runs(data_dir: Path, tmp_path: Path) 
         "'fastapi', 'starlette', 'uvicorn', 'redis', 'prometheus_client', 'pydantic', "
         "'pydantic_settings', 'httpx', 'scipy', 'pyarrow'}))\n"
         "print(sorted(m for m in sys.modules if m.startswith('online_ctr.store')))\n"
-        "print(len(kernels.learner(get_rule('ftrl')).overloads), len(ftrl.weights.overloads),"
-        " len(ftrl.update.overloads), len(table._compact.overloads))\n"
+        "learner = kernels.learner(get_rule('ftrl'))\n"
+        "print(*(len(k.dispatcher().overloads) for k in (learner, ftrl.weights, ftrl.update)),"
+        " len(table._compact.overloads))\n"
     )
     assert fresh_python(probe).split("\n") == ["[]", "[]", "1 1 0 0", ""]
 

@@ -235,7 +235,7 @@ def _compiled(rule: Rule) -> RowMath:
     never loads numba, and looked up here after (an import statement costs ~0.7 us a call)."""
     compiled = _COMPILED.get(rule.name)
     if compiled is None:
-        from online_ctr.learning.kernels import row_math  # numba loads here
+        from online_ctr.learning.kernels import row_math  # numba loads at its first call
 
         compiled = _COMPILED[rule.name] = row_math(rule)
     return compiled
