@@ -308,8 +308,8 @@ def run(args: argparse.Namespace) -> int:
     # The column reader makes no crosses: with crosses, the row reader and the hasher do.
     columns = args.format == "criteo" and available() and not crosses and not small_file(args)
     parsing = Parsing(args.file) if columns else None
-    # Imported only now: numba and the compiled kernels load while the file's first block is
-    # parsed on the other core (200,000 rows: a 80-140 ms wait gone, 20-50 ms net).
+    # Imported only now: the compiled kernels load (numba's, where they are not precompiled,
+    # ~0.2 s) while the file's first block is parsed on the other core.
     # Everything made until the replay starts (numba's and pyarrow's modules, the compiled
     # code) lives until exit: no cyclic collection meanwhile (a one-row replay's start-up
     # triggered 245, which took 40-60 ms and freed a few hundred objects), then frozen, so that none

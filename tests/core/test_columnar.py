@@ -42,9 +42,35 @@ def test_equals_the_row_reader(data_dir: Path, name: str, hash_bits: int | None)
 def test_limit_and_small_blocks(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = data_dir / FILES[0]
     monkeypatch.setattr(parsing, "BLOCK_BYTES", 1 << 16)  # many blocks, a limit inside one
+    monkeypatch.setattr(parsing, "FIRST_BYTES", 1 << 16)
     blocks = list(columnar.criteo_batches(path, FeatureHasher(), limit=1234))
     assert len(blocks) > 1
     assert_same(concat(blocks), row_batch(path, FeatureHasher(), 1234))
+
+
+@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("first", [1, 4096, 52_517, 1 << 20, 1 << 30])
+def test_a_first_block_of_any_size_changes_nothing(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, first: int
+) -> None:
+    """The first MiB is parsed as a block of its own (up to its line's end): wherever that
+    ends (inside the header, a line, the last line, or past the file), the header is skipped
+    once and every row is read once, also from a file without a final newline."""
+    monkeypatch.setattr(parsing, "FIRST_BYTES", first)
+    monkeypatch.setattr(parsing, "BLOCK_BYTES", 1 << 16)
+    want = row_batch(data_dir / name, FeatureHasher())
+    assert_same(concat(list(columnar.criteo_batches(data_dir / name, FeatureHasher()))), want)
+    unended = tmp_path / Path(name).name
+    unended.write_bytes((data_dir / name).read_bytes().rstrip(b"\n"))
+    assert_same(concat(list(columnar.criteo_batches(unended, FeatureHasher()))), want)
+
+
+def test_the_first_block_is_the_first_mib(data_dir: Path) -> None:
+    path = data_dir / FILES[0]
+    blocks = list(columnar.criteo_batches(path, FeatureHasher()))
+    head = path.read_bytes()[: parsing.FIRST_BYTES]
+    assert len(blocks[0]) == head.count(b"\n") + 1  # the line the MiB ends in, whole
+    assert len(blocks) == 2  # the rest of the 2.4 MB file in one block of 4 MiB
 
 
 def readers() -> list[threading.Thread]:
