@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shutil
 import sys
 import warnings
@@ -131,16 +132,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.if_stale and precompiled.built_from_these_sources(args.out):
         return 0
+    problem = _unbuildable(args.out)
+    if problem is None:
+        try:
+            index = build(args.out)
+        except Exception as error:  # the C compiler's or linker's, as setuptools raises them
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            problem = f"compiling failed ({type(error).__name__}: {first}); check that the C "
+            problem += "compiler and Python's headers (Debian: python3-dev) work"
+        else:
+            print(f"{parser.prog}: {len(NAMES)} kernels compiled into {index.parent}")
+            return 0
+    print(f"{parser.prog}: error: {problem}; replays run numba's JIT meanwhile", file=sys.stderr)
+    return 1
+
+
+def _unbuildable(folder: Path) -> str | None:
+    """Why nothing can be built into ``folder`` (no C compiler, no folder to write), or None."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
-        print(
-            f"{parser.prog}: error: no C compiler (cc or gcc) on PATH: install one (Debian: "
-            "apt-get install gcc); replays run numba's JIT meanwhile",
-            file=sys.stderr,
-        )
-        return 1
-    index = build(args.out)
-    print(f"{parser.prog}: {len(NAMES)} kernels compiled into {index.parent} ({index.name})")
-    return 0
+        return "no C compiler (cc or gcc) on PATH: install one (Debian: apt-get install gcc)"
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        return f"{folder} is not a folder this user can write to: give --out one"
+    return None
 
 
 if __name__ == "__main__":

@@ -267,3 +267,24 @@ def test_a_kernel_declared_before_numba_is_its_dispatcher_after() -> None:
     assert type(hashing.find_rows).__name__ == "CPUDispatcher"
     assert type(hashing.find).__name__ == "CPUDispatcher"  # an inlined helper
     assert jit.KERNELS["online_ctr.learning.hashing.find"].dispatcher() is hashing.find
+
+
+def test_the_build_says_in_one_line_why_it_cannot_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert precompile.main(["--out", str(tmp_path / "missing")]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "missing is not a folder" in error and "--out" in error
+    monkeypatch.setattr(precompile.shutil, "which", lambda name: None)
+    assert precompile.main(["--out", str(tmp_path)]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no C compiler" in error
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_current_build_is_not_built_again(forms: precompiled.Forms) -> None:
+    index = precompiled.HERE / f"{precompiled.MODULE}.json"
+    written = index.stat().st_mtime_ns
+    assert precompile.main(["--if-stale"]) == 0
+    assert index.stat().st_mtime_ns == written
+    assert precompiled.built_from_these_sources()
