@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -89,21 +90,39 @@ def built_from_these_sources(folder: Path = HERE) -> bool:
 
 def forms(module: Any, index: dict[str, Any], current: str) -> Forms:
     """The forms of ``module`` that ``index`` lists, or none if it was built from sources
-    other than those hashing to ``current``."""
-    if index.get("fingerprint") != current:
+    other than those hashing to ``current``, or if the two do not fit (an index that names
+    what the module lacks, or that is not one)."""
+    if not isinstance(index, dict) or index.get("fingerprint") != current:
         return {}
-    return {
-        name: [(getattr(module, symbol), [checker(t) for t in types]) for symbol, types in found]
-        for name, found in index["kernels"].items()
-    }
+    try:
+        return {
+            name: [
+                (getattr(module, symbol), [checker(t) for t in kinds]) for symbol, kinds in found
+            ]
+            for name, found in index["kernels"].items()
+        }
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError):
+        return {}
+
+
+#: Modules whose version file the fingerprint includes: the JIT's compiler, which a form is
+#: held equal to, is theirs.
+COMPILERS = ("numba", "llvmlite")
 
 
 def fingerprint(root: Path = HERE) -> str:
-    """The hash of this package's sources (every ``.py`` file under it, by relative path)."""
+    """The hash of this package's sources (every ``.py`` file under it, by relative path) and
+    of the compilers' versions (their ``_version.py``, found without importing them)."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
+    for name in COMPILERS:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin is not None:
+            version = Path(spec.origin).parent / "_version.py"
+            digest.update(version.read_bytes() if version.is_file() else b"")
+        digest.update(b"\0")
     return digest.hexdigest()
 
 

@@ -250,6 +250,16 @@ def test_the_fingerprint_covers_every_source(tmp_path: Path) -> None:
     assert precompiled.fingerprint(tmp_path) == before
 
 
+def test_the_fingerprint_covers_the_compilers_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another numba may compile the JIT's side otherwise: the forms are rebuilt."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    before = precompiled.fingerprint(tmp_path)
+    monkeypatch.setattr(precompiled, "COMPILERS", ("numba",))
+    assert precompiled.fingerprint(tmp_path) != before
+
+
 def test_describe_names_what_the_checks_read() -> None:
     from numba.core import types
 
@@ -288,3 +298,12 @@ def test_a_current_build_is_not_built_again(forms: precompiled.Forms) -> None:
     assert precompile.main(["--if-stale"]) == 0
     assert index.stat().st_mtime_ns == written
     assert precompiled.built_from_these_sources()
+
+
+def test_an_index_that_does_not_fit_its_module_is_not_used(forms: precompiled.Forms) -> None:
+    current = precompiled.fingerprint()
+    lacking = {"fingerprint": current, "kernels": {"k": [["kernel_99", [["int"]]]]}}
+    assert precompiled.forms(object(), lacking, current) == {}
+    unchecked = {"fingerprint": current, "kernels": {"k": [["__init__", [["complex"]]]]}}
+    assert precompiled.forms(object(), unchecked, current) == {}
+    assert precompiled.forms(object(), ["not", "an", "index"], current) == {}  # type: ignore[arg-type]
