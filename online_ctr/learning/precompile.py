@@ -1,12 +1,13 @@
 """Build :mod:`online_ctr.learning.precompiled`: the kernels of a default replay, compiled ahead
 of time with numba's ``pycc`` into an extension module beside the sources.
 
-``python -m online_ctr.learning.precompile`` (``make precompile``; about 15 s, most of it the C
-compiler's) runs the replay's warm-up under the JIT, so that each kernel in :data:`NAMES` is
-compiled for exactly the argument types a replay gives it, then compiles each of those
-signatures again, from the same function, into one module, with the JIT's options: numba's
-error model (IEEE results where Python would raise), and the GIL released while the machine
-code runs, as ``nogil`` does (the column reader's thread parses while the learner runs).
+``python -m online_ctr.learning.precompile`` (``make precompile``; about 10 s on a 2-core VM
+with numba's cache warm) runs the replay's warm-up under the JIT, so that each kernel in
+:data:`NAMES` is compiled for exactly the argument types a replay gives it, then compiles each
+of those signatures again, from the same function, into one module, with the JIT's options: numba's
+error model (IEEE results where Python would raise), this CPU's instructions, and the GIL
+released while the machine code runs, as ``nogil`` does (the column reader's thread encodes a
+block while the learner runs).
 
 Needs a C compiler (gcc) and setuptools; without them it fails with one line, and a replay
 runs numba's JIT instead, as it always can.
